@@ -1,0 +1,45 @@
+"""The ``tierlog`` command: one entry point, a subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# Each subcommand lives in its own module with ``register(subparsers)``; the module sets
+# ``func`` on its parser. Listed here so the order of ``--help`` is stable.
+_SUBCOMMAND_MODULES = (
+    "tierlog.cli.serve",
+    "tierlog.cli.dump_log",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tierlog",
+        description="A Kafka-compatible log broker with tiered storage and a Spark data pipeline.",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in _SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    rc = args.func(args)
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The clock seam: every decision that depends on time takes it from here (or as ``now_ms``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch (for timestamps and retention)."""
+        ...
+
+    def monotonic_ns(self) -> int:
+        """A monotonic reading in nanoseconds (for measuring intervals)."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+
+SYSTEM_CLOCK = SystemClock()

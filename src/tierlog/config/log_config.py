@@ -1,0 +1,116 @@
+"""Per-topic log configuration, resolved from topic overrides and the broker's defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tierlog.config.definition import INT64_MAX, Value
+from tierlog.config.keys import TOPIC_DEF
+from tierlog.errors import ConfigError
+
+# Python attribute name for each topic key.
+_ATTRS: dict[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "log.retention.min.timestamp": "retention_min_timestamp_ms",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "preallocate": "preallocate",
+    "cleanup.policy": "cleanup_policy",
+    "max.message.bytes": "max_message_bytes",
+    "message.timestamp.type": "message_timestamp_type",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "compression.type": "compression_type",
+    "min.insync.replicas": "min_insync_replicas",
+    "remote.storage.enable": "remote_storage_enable",
+    "local.retention.ms": "local_retention_ms",
+    "local.retention.bytes": "local_retention_bytes",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    retention_min_timestamp_ms: int = 0
+    file_delete_delay_ms: int = 60000
+    preallocate: bool = False
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
+    compression_type: str = "producer"
+    min_insync_replicas: int = 1
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
+
+    def __post_init__(self) -> None:
+        _validate_local_retention("local.retention.ms", self.local_retention_ms, self.retention_ms)
+        _validate_local_retention("local.retention.bytes", self.local_retention_bytes, self.retention_bytes)
+
+    @classmethod
+    def from_props(cls, overrides: Mapping[str, object] | None = None,
+                   defaults: Mapping[str, Value] | None = None) -> LogConfig:
+        """Build from topic overrides (any accepted spelling) over broker-derived defaults."""
+        values: dict[str, Value] = dict(defaults or {})
+        values.update(TOPIC_DEF.parse(overrides or {}, "topic config"))
+        kwargs: dict[str, Any] = {_ATTRS[k]: v for k, v in values.items() if k in _ATTRS and v is not None}
+        return cls(**kwargs)
+
+    def to_props(self) -> dict[str, str]:
+        """Every topic key with its value, as strings (for DescribeConfigs)."""
+        out: dict[str, str] = {}
+        by_attr = {v: k for k, v in _ATTRS.items()}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool):
+                s = str(v).lower()
+            elif isinstance(v, tuple):
+                s = ",".join(v)
+            else:
+                s = str(v)
+            out[by_attr[f.name]] = s
+        return out
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def delete_enabled(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+
+def _validate_local_retention(key: str, local: int, total: int) -> None:
+    if local == -2:
+        return
+    if local == -1 and total != -1:
+        raise ConfigError(key, f"cannot be -1 (unbounded) while the total retention is {total}")
+    if total != -1 and local > total:
+        raise ConfigError(key, f"value {local} is larger than the total retention {total}")
