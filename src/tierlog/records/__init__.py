@@ -1,1 +1,81 @@
-"""tierlog.records."""
+"""The Kafka record batch v2 codec: header view, records, compression, builders, readers, control
+records. Pure functions over bytes: no files, no sockets."""
+
+from tierlog.records.builder import RecordInput, SimpleRecord, build_batch
+from tierlog.records.compression import (
+    CompressionType,
+    as_compression_type,
+    compress,
+    compression_type_for_name,
+    decompress,
+)
+from tierlog.records.control import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_control_batch,
+    build_end_txn_marker_batch,
+    control_record_key,
+    parse_control_record_type,
+)
+from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    decrement_sequence,
+    increment_sequence,
+    iter_headers,
+    set_base_offset,
+    set_log_append_time,
+    set_max_timestamp,
+    set_partition_leader_epoch,
+)
+from tierlog.records.reader import BatchStats, decode_batch, iter_batches, iter_records, validate_batch
+from tierlog.records.record import Header, Record
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "CREATE_TIME",
+    "LOG_APPEND_TIME",
+    "LOG_OVERHEAD",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "BatchHeader",
+    "BatchStats",
+    "CompressionType",
+    "ControlRecordType",
+    "EndTransactionMarker",
+    "Header",
+    "Record",
+    "RecordInput",
+    "SimpleRecord",
+    "as_compression_type",
+    "build_batch",
+    "build_control_batch",
+    "build_end_txn_marker_batch",
+    "compress",
+    "compression_type_for_name",
+    "control_record_key",
+    "decode_batch",
+    "decompress",
+    "decrement_sequence",
+    "increment_sequence",
+    "iter_batches",
+    "iter_headers",
+    "iter_records",
+    "parse_control_record_type",
+    "set_base_offset",
+    "set_log_append_time",
+    "set_max_timestamp",
+    "set_partition_leader_epoch",
+    "validate_batch",
+]

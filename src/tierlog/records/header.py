@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from mmap import mmap
 
 from tierlog._util.crc import crc32c
 from tierlog.errors import CorruptRecordError
@@ -52,7 +53,8 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
-Buffer = bytes | bytearray | memoryview
+# mmap is included so a segment file can be walked in place without copying it.
+Buffer = bytes | bytearray | memoryview | mmap
 
 
 def increment_sequence(sequence: int, increment: int) -> int:

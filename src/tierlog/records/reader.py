@@ -1,0 +1,212 @@
+"""Decoding batches into records, and the deep validation the broker runs on every produced batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tierlog.errors import CorruptRecordError, InvalidRecordError
+from tierlog.records.compression import CompressionType, decompress
+from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
+    LOG_APPEND_TIME,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    BatchHeader,
+    Buffer,
+    iter_headers,
+)
+from tierlog.records.record import Record, decode_record, skip_record
+
+
+def _records_region(header: BatchHeader) -> tuple[bytes, int, int]:
+    """The (decompressed if needed) record bytes of a batch as (buffer, start, end).
+
+    An uncompressed batch in a ``bytes`` buffer is read in place, so keys and values are sliced once.
+    """
+    if header.magic != MAGIC_V2:
+        raise CorruptRecordError(f"record batch at offset {header.base_offset} has unsupported magic {header.magic}")
+    if header.size_bytes < BATCH_HEADER_SIZE:
+        raise CorruptRecordError(
+            f"record batch at offset {header.base_offset} is {header.size_bytes} bytes, "
+            f"smaller than the {BATCH_HEADER_SIZE}-byte header"
+        )
+    if header.position + header.size_bytes > len(header.buf):
+        raise CorruptRecordError(
+            f"record batch at offset {header.base_offset} declares {header.size_bytes} bytes "
+            f"but only {len(header.buf) - header.position} remain"
+        )
+    if header.records_count < 0:
+        raise InvalidRecordError(
+            f"Found invalid record count {header.records_count} in magic v2 batch at offset {header.base_offset}"
+        )
+    codec = header.compression
+    if codec != CompressionType.NONE:
+        data = decompress(codec, header.body())
+        return data, 0, len(data)
+    if isinstance(header.buf, bytes):
+        start = header.position + BATCH_HEADER_SIZE
+        return header.buf, start, header.position + header.size_bytes
+    data = bytes(header.body())
+    return data, 0, len(data)
+
+
+def _premature_eof(header: BatchHeader, found: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"Incorrect declared batch size, premature EOF reached: batch at offset {header.base_offset} "
+        f"declares {header.records_count} records but holds only {found}"
+    )
+
+
+def _bytes_remaining(header: BatchHeader, remaining: int) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"Incorrect declared batch size, records still remaining in file: {remaining} bytes follow the "
+        f"{header.records_count} declared records of the batch at offset {header.base_offset}"
+    )
+
+
+def decode_batch(header: BatchHeader) -> list[Record]:
+    """All records of one batch, decompressed. The CRC is not checked (call ``header.ensure_valid()``).
+
+    For a LogAppendTime batch every record's timestamp is the batch maxTimestamp, as Kafka reports it.
+    """
+    buf, pos, end = _records_region(header)
+    count = header.records_count
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    records: list[Record] = []
+    append = records.append
+    try:
+        for _ in range(count):
+            if pos >= end:
+                break
+            record, pos = decode_record(buf, pos, end, base_offset, base_timestamp, log_append_time)
+            append(record)
+    except InvalidRecordError as e:
+        raise InvalidRecordError(f"record {len(records)} of the batch at offset {base_offset}: {e}") from e
+    if len(records) != count:
+        raise _premature_eof(header, len(records))
+    if pos != end:
+        raise _bytes_remaining(header, end - pos)
+    return records
+
+
+def iter_batches(
+    buf: Buffer, *, start: int = 0, end: int | None = None, verify_crc: bool = False
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Each batch of ``buf[start:end]`` with its records (iteration rules of :func:`iter_headers`)."""
+    for header in iter_headers(buf, start, end):
+        if verify_crc:
+            header.ensure_valid()
+        yield header, decode_batch(header)
+
+
+def iter_records(
+    buf: Buffer, *, start: int = 0, end: int | None = None, verify_crc: bool = False
+) -> Iterator[Record]:
+    """Every record of every batch of ``buf[start:end]``, in log order."""
+    for _, records in iter_batches(buf, start=start, end=end, verify_crc=verify_crc):
+        yield from records
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What validating a batch learned, for the checks the caller owns (timestamps, keys, sizes).
+
+    Timestamps are the records' own (baseTimestamp + delta) and ignore NO_TIMESTAMP records; both are
+    NO_TIMESTAMP when no record has one.
+    """
+
+    record_count: int
+    min_timestamp: int
+    max_timestamp: int
+    #: offsetDelta of the first record that has max_timestamp (-1 when there is none).
+    max_timestamp_offset_delta: int
+    #: True when some record has a null key (a compacted topic rejects the batch then).
+    has_null_key: bool
+    #: Size of the records after decompression.
+    uncompressed_size_bytes: int
+
+
+def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchStats:
+    """Kafka's produce-path checks (Log.analyzeAndValidateRecords + LogValidator.validateBatch), deep.
+
+    Raises CorruptRecordError for a bad CRC, a short or truncated batch or damaged compressed data,
+    and InvalidRecordError for everything else. With ``from_client`` (AppendOrigin.CLIENT) it also
+    rejects control batches, empty batches, a producer id without a base sequence, and record offset
+    deltas other than 0..count-1. Record structure is checked without copying keys or values.
+    """
+    base_offset = header.base_offset
+    if header.magic != MAGIC_V2:
+        raise InvalidRecordError(f"record batch at offset {base_offset} has unsupported magic {header.magic}")
+    header.ensure_valid()
+    count = header.records_count
+    if count < 0:
+        raise InvalidRecordError(f"Found invalid record count {count} in magic v2 batch at offset {base_offset}")
+    if from_client:
+        if header.is_control:
+            raise InvalidRecordError("Clients are not allowed to write control records")
+        if header.last_offset_delta < 0:
+            raise InvalidRecordError(
+                f"Batch has an invalid offset range: [{base_offset}, {header.last_offset}] "
+                f"(lastOffsetDelta {header.last_offset_delta})"
+            )
+        if count == 0:
+            raise InvalidRecordError(f"Invalid reported count for record batch: {count}")
+        if header.last_offset_delta + 1 != count:
+            raise InvalidRecordError(
+                f"Inconsistent batch offset range [{base_offset}, {header.last_offset}] and count of "
+                f"records {count}: lastOffsetDelta must be {count - 1}"
+            )
+        if header.has_producer_id and header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"Invalid sequence number {header.base_sequence} in record batch with producerId "
+                f"{header.producer_id}"
+            )
+
+    buf, pos, end = _records_region(header)
+    uncompressed_size = end - pos
+    base_timestamp = header.base_timestamp
+    min_ts = max_ts = NO_TIMESTAMP
+    max_ts_delta = -1
+    has_null_key = False
+    previous_delta = -1
+    found = 0
+    try:
+        for index in range(count):
+            if pos >= end:
+                break
+            timestamp_delta, offset_delta, has_key, pos = skip_record(buf, pos, end)
+            if from_client:
+                if offset_delta != index:
+                    raise InvalidRecordError(
+                        f"offsetDelta {offset_delta} where {index} was expected: "
+                        "offsets inside a batch must be contiguous from 0"
+                    )
+            elif offset_delta <= previous_delta:
+                raise InvalidRecordError(
+                    f"offsetDelta {offset_delta} does not increase (previous {previous_delta})"
+                )
+            previous_delta = offset_delta
+            has_null_key = has_null_key or not has_key
+            ts = base_timestamp + timestamp_delta
+            if ts != NO_TIMESTAMP:
+                if ts > max_ts:
+                    max_ts = ts
+                    max_ts_delta = offset_delta
+                if min_ts == NO_TIMESTAMP or ts < min_ts:
+                    min_ts = ts
+            found += 1
+    except InvalidRecordError as e:
+        raise InvalidRecordError(f"record {found} of the batch at offset {base_offset}: {e}") from e
+    if found != count:
+        raise _premature_eof(header, found)
+    if pos != end:
+        raise _bytes_remaining(header, end - pos)
+    if count and previous_delta > header.last_offset_delta:
+        raise InvalidRecordError(
+            f"last record's offsetDelta {previous_delta} exceeds the batch lastOffsetDelta "
+            f"{header.last_offset_delta}"
+        )
+    return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
