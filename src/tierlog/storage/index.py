@@ -1,0 +1,702 @@
+"""The ``.index`` and ``.timeindex`` files of a segment (KAFKA-FACTS §2.3, §2.4).
+
+Both are arrays of fixed-size big-endian entries in a memory-mapped file, with the semantics of
+Kafka's ``AbstractIndex``/``OffsetIndex``/``TimeIndex``:
+
+* A file created here is preallocated to ``roundDown(max_index_size, entry size)`` bytes, so the
+  active segment appends by writing into the map without growing the file.
+* An existing file is trusted: it holds ``length // entry size`` entries and is "full" until
+  :meth:`resize` gives it room again. A preallocated file that was never trimmed therefore looks
+  like a file full of zero entries; recovery, :meth:`sanity_check` and :func:`looks_untrimmed`
+  exist to catch that.
+* Roll and close trim the file to ``entries × entry size``.
+
+The map is used (rather than reads and writes on a file object) because lookups are binary
+searches over the whole file and appends happen on every ``index.interval.bytes`` of produce:
+both become a ``struct`` call on memory instead of a system call. Kafka's "warm section" search
+(trying the last 8 KiB first to keep page-cache misses down) is not reproduced: it is a page-cache
+heuristic whose benefit is lost in Python's per-step cost, and results are identical without it.
+
+Each open, non-empty index holds one file descriptor (Python's mmap keeps a duplicate), so callers
+should open indexes lazily and close cold ones, as Kafka's ``LazyIndex`` does.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import sys
+import threading
+from array import array
+from collections.abc import Callable
+from operator import le, lt
+from pathlib import Path
+from typing import ClassVar, NamedTuple
+
+from tierlog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError, TierlogError
+
+#: Kafka's default ``segment.index.bytes``.
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+#: RecordBatch.NO_TIMESTAMP: the time index "last entry" of an empty index.
+NO_TIMESTAMP = -1
+
+_INT32_MAX = 2**31 - 1
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class IndexFullError(TierlogError):
+    """An append to an index that has no room left (Kafka: IllegalArgumentException)."""
+
+
+class TimestampOrderError(TierlogError):
+    """A time index append whose timestamp is below the last one (Kafka: IllegalStateException)."""
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+#: Reads the search key of slot n from the map.
+_KeyFn = Callable[[mmap.mmap, int], int]
+
+
+def round_down(value: int, multiple: int) -> int:
+    return value // multiple * multiple
+
+
+class _Index:
+    """The shared machinery: file creation and preallocation, the map, resize/trim, binary search."""
+
+    ENTRY_SIZE: ClassVar[int]
+    _KIND: ClassVar[str]
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int, writable: bool) -> None:
+        self._path = Path(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        # Reentrant because public operations call each other (reset → resize) under the lock.
+        self._lock = threading.RLock()
+        self._mm: mmap.mmap | None = None
+        self._closed = False
+        newly_created = False
+        if writable:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                newly_created = True
+            except FileExistsError:
+                fd = os.open(self._path, os.O_RDWR)
+        else:
+            fd = os.open(self._path, os.O_RDONLY)
+        try:
+            if newly_created:
+                if max_index_size < self.ENTRY_SIZE:
+                    os.unlink(self._path)
+                    raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
+                # ftruncate makes a sparse file: preallocation costs no disk until entries are written.
+                os.ftruncate(fd, round_down(max_index_size, self.ENTRY_SIZE))
+            self._length = os.fstat(fd).st_size
+            self._map(fd)
+        finally:
+            os.close(fd)
+        self._max_entries = self._length // self.ENTRY_SIZE
+        # Kafka trusts an existing file completely: every whole entry in it counts.
+        self._entries = 0 if newly_created else self._max_entries
+        self._load_last_entry()
+
+    # -- map management ------------------------------------------------------------------------
+
+    def _map(self, fd: int) -> None:
+        if self._length == 0:
+            self._mm = None  # mmap cannot map zero bytes; an empty index needs no map.
+        else:
+            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+            self._mm = mmap.mmap(fd, self._length, access=access)
+
+    def _unmap(self) -> None:
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+
+    def _buf(self) -> mmap.mmap:
+        if self._closed:
+            raise ValueError(f"index {self._path} is closed")
+        mm = self._mm
+        if mm is None:  # only when the file is empty, in which case no slot is ever read
+            raise IndexError(f"index {self._path} has no entries")
+        return mm
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"index {self._path} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if not self._writable:
+            raise ValueError(f"index {self._path} was opened read-only")
+
+    # -- hooks for subclasses ------------------------------------------------------------------
+
+    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+        raise NotImplementedError
+
+    def _load_last_entry(self) -> None:
+        raise NotImplementedError
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries
+
+    @property
+    def length(self) -> int:
+        """The file's length in bytes, preallocated space included."""
+        return self._length
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of valid entries (Kafka's ``sizeInBytes``); no I/O."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``; IndexOffsetOverflowError unless it fits in [0, int32 max]."""
+        relative = offset - self._base_offset
+        if relative < 0 or relative > _INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"integer overflow for offset {offset} (base offset {self._base_offset}) in {self._path}"
+            )
+        return relative
+
+    def can_append_offset(self, offset: int) -> bool:
+        return 0 <= offset - self._base_offset <= _INT32_MAX
+
+    # -- binary search -------------------------------------------------------------------------
+
+    def _largest_lower_bound(self, target: int, key_at: _KeyFn) -> int:
+        """The last slot whose key is ≤ ``target``, or -1. Keys must be non-decreasing."""
+        n = self._entries
+        if n == 0:
+            return -1
+        mm = self._buf()
+        if key_at(mm, 0) > target:
+            return -1
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if key_at(mm, mid) <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _smallest_upper_bound(self, target: int, key_at: _KeyFn) -> int:
+        """The first slot whose key is ≥ ``target``, or -1."""
+        n = self._entries
+        if n == 0:
+            return -1
+        mm = self._buf()
+        if key_at(mm, n - 1) < target:
+            return -1
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if key_at(mm, mid) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _first_slot_with_offset_at_least(self, offset: int) -> int:
+        """The number of entries whose offset is below ``offset``."""
+        target = offset - self._base_offset
+        slot = self._smallest_upper_bound(target, self._relative_offset_at)
+        return self._entries if slot < 0 else slot
+
+    # -- mutation ------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is ≥ ``offset``; an offset past the last entry does nothing."""
+        with self._lock:
+            self._check_writable()
+            self._truncate_to_entries(self._first_slot_with_offset_at_least(offset))
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        self._entries = entries
+        self._load_last_entry()
+
+    def truncate(self) -> None:
+        """Remove every entry and give the file its full preallocated size back (same as :meth:`reset`)."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the index and resize the file to ``max_index_size``; used before recovery rebuilds it."""
+        with self._lock:
+            self._check_writable()
+            self._truncate_to_entries(0)
+            self.resize(self._max_index_size)
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file length to ``roundDown(new_size, entry size)`` and remap it.
+
+        Returns False if the length is already that. Raises ValueError if it would cut off entries.
+        """
+        with self._lock:
+            self._check_writable()
+            rounded = round_down(max(new_size, 0), self.ENTRY_SIZE)
+            if rounded == self._length:
+                return False
+            if rounded < self._entries * self.ENTRY_SIZE:
+                raise ValueError(
+                    f"cannot resize {self._path} to {rounded} bytes: it holds {self._entries} entries"
+                )
+            # Unmap first: touching a mapped page beyond a shrunken file's end raises SIGBUS.
+            self._unmap()
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, rounded)
+                self._length = rounded
+                self._map(fd)
+            finally:
+                os.close(fd)
+            self._max_entries = rounded // self.ENTRY_SIZE
+            self._load_last_entry()
+            return True
+
+    def trim_to_valid_size(self) -> bool:
+        """Shrink the file to exactly its entries (roll and close)."""
+        with self._lock:
+            return self.resize(self._entries * self.ENTRY_SIZE)
+
+    def flush(self) -> None:
+        """Force the mapped entries to disk (msync)."""
+        with self._lock:
+            if self._mm is not None and self._writable and not self._closed:
+                self._mm.flush()
+
+    def close(self) -> None:
+        """Trim a writable index to its valid size, then unmap it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                # A file deleted behind the index's back must not be brought back by the trim.
+                if self._writable and self._path.exists():
+                    self.trim_to_valid_size()
+            finally:
+                self._unmap()
+                self._closed = True
+
+    def close_handler(self) -> None:
+        """Unmap without trimming (the file is about to be deleted or was found corrupt)."""
+        with self._lock:
+            self._unmap()
+            self._closed = True
+
+    def delete_if_exists(self) -> bool:
+        """Unmap and delete the file; True if a file was deleted. The index is closed afterwards."""
+        with self._lock:
+            self.close_handler()
+            try:
+                self._path.unlink()
+                return True
+            except FileNotFoundError:
+                return False
+
+    def rename_to(self, path: Path) -> None:
+        """Rename the file (the map stays valid across a rename). The new path is kept even if the
+        rename fails, as Kafka does, so a retry targets the intended name."""
+        with self._lock:
+            try:
+                os.replace(self._path, path)
+            finally:
+                self._path = Path(path)
+
+    def update_parent_dir(self, parent: Path) -> None:
+        with self._lock:
+            self._path = Path(parent) / self._path.name
+
+    def _check_length_multiple(self) -> None:
+        if self._length % self.ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"{self._KIND} index file {self._path} is corrupt: found {self._length} bytes, "
+                f"which is not a multiple of {self.ENTRY_SIZE}"
+            )
+
+    def _valid_bytes(self) -> bytes:
+        if self._entries == 0:
+            return b""
+        return self._buf()[: self._entries * self.ENTRY_SIZE]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({str(self._path)!r}, base_offset={self._base_offset}, "
+            f"entries={self._entries}, max_entries={self._max_entries})"
+        )
+
+
+class OffsetIndex(_Index):
+    """Sparse map from offset to byte position in the ``.log``: 8-byte entries, int32 offset relative
+    to the base offset, then int32 position."""
+
+    ENTRY_SIZE = OFFSET_ENTRY_SIZE
+    _KIND = "offset"
+
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        writable: bool = True,
+    ) -> None:
+        self._last_offset = base_offset
+        super().__init__(path, base_offset, max_index_size, writable)
+
+    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+        return int(_I32.unpack_from(mm, n * OFFSET_ENTRY_SIZE)[0])
+
+    def _position_at(self, mm: mmap.mmap, n: int) -> int:
+        return int(_I32.unpack_from(mm, n * OFFSET_ENTRY_SIZE + 4)[0])
+
+    def _parse(self, mm: mmap.mmap, n: int) -> OffsetPosition:
+        rel, pos = _OFFSET_ENTRY.unpack_from(mm, n * OFFSET_ENTRY_SIZE)
+        return OffsetPosition(self._base_offset + rel, pos)
+
+    def _load_last_entry(self) -> None:
+        if self._entries == 0:
+            self._last_offset = self._base_offset
+        else:
+            self._last_offset = self._base_offset + self._relative_offset_at(self._buf(), self._entries - 1)
+
+    @property
+    def last_offset(self) -> int:
+        """The last indexed offset, or the base offset when empty."""
+        return self._last_offset
+
+    def last_entry(self) -> OffsetPosition:
+        """The last entry, or ``(base_offset, 0)`` when empty."""
+        with self._lock:
+            if self._entries == 0:
+                return OffsetPosition(self._base_offset, 0)
+            return self._parse(self._buf(), self._entries - 1)
+
+    def last_entry_position(self) -> OffsetPosition:
+        """Same as :meth:`last_entry`; the name reads better where only the position is wanted."""
+        return self.last_entry()
+
+    def entry(self, n: int) -> OffsetPosition:
+        with self._lock:
+            if n < 0 or n >= self._entries:
+                raise IndexError(f"attempt to fetch entry {n} from {self._path}, which has {self._entries} entries")
+            return self._parse(self._buf(), n)
+
+    def append(self, offset: int, position: int) -> None:
+        """Index ``offset`` at byte ``position``. Offsets must strictly increase."""
+        with self._lock:
+            self._check_writable()
+            if self.is_full:
+                raise IndexFullError(f"attempt to append to a full index {self._path} (size = {self._entries})")
+            if self._entries != 0 and offset <= self._last_offset:
+                raise InvalidOffsetError(
+                    f"attempt to append an offset {offset} to position {self._entries} no larger than the "
+                    f"last offset appended ({self._last_offset}) to {self._path}"
+                )
+            relative = self.relative_offset(offset)
+            if position < 0 or position > _INT32_MAX:
+                raise ValueError(f"position {position} does not fit an int32 in {self._path}")
+            _OFFSET_ENTRY.pack_into(self._buf(), self._entries * OFFSET_ENTRY_SIZE, relative, position)
+            self._entries += 1
+            self._last_offset = offset
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the largest offset ≤ ``target_offset``, or ``(base_offset, 0)``."""
+        with self._lock:
+            self._check_open()
+            slot = self._largest_lower_bound(target_offset - self._base_offset, self._relative_offset_at)
+            if slot < 0:
+                return OffsetPosition(self._base_offset, 0)
+            return self._parse(self._buf(), slot)
+
+    def fetch_upper_bound_offset(self, fetch_position: int, fetch_size: int) -> OffsetPosition | None:
+        """The first entry whose position is ≥ ``fetch_position + fetch_size``, or None: the offset
+        a fetch of ``fetch_size`` bytes starting at ``fetch_position`` cannot reach."""
+        with self._lock:
+            self._check_open()
+            slot = self._smallest_upper_bound(fetch_position + fetch_size, self._position_at)
+            if slot < 0:
+                return None
+            return self._parse(self._buf(), slot)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError naming the file if it cannot be a valid offset index: Kafka's two
+        checks plus every entry in order (relative offsets ≥ 0 and strictly increasing, positions
+        ≥ 0 and non-decreasing), which is what catches a zero-filled preallocated tail."""
+        with self._lock:
+            self._check_open()
+            if self._entries != 0 and self._last_offset < self._base_offset:
+                raise CorruptIndexError(
+                    f"corrupt offset index {self._path}: it has non-zero size but the last offset is "
+                    f"{self._last_offset}, which is less than the base offset {self._base_offset}"
+                )
+            self._check_length_multiple()
+            if self._entries == 0:
+                return
+            ints = array("i", self._valid_bytes())
+            if sys.byteorder == "little":
+                ints.byteswap()
+            offsets, positions = ints[0::2], ints[1::2]
+            if offsets[0] < 0 or positions[0] < 0:
+                raise CorruptIndexError(
+                    f"corrupt offset index {self._path}: entry 0 is negative ({offsets[0]}, {positions[0]})"
+                )
+            # map over C comparisons keeps a full scan of a large index in the milliseconds; the
+            # slow loop only runs to name the first bad entry.
+            if not all(map(lt, offsets, offsets[1:])):
+                n = next(i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1])
+                raise CorruptIndexError(
+                    f"corrupt offset index {self._path}: entry {n} has offset "
+                    f"{self._base_offset + offsets[n]}, not above entry {n - 1}'s "
+                    f"{self._base_offset + offsets[n - 1]}"
+                )
+            if not all(map(le, positions, positions[1:])):
+                n = next(i for i in range(1, len(positions)) if positions[i] < positions[i - 1])
+                raise CorruptIndexError(
+                    f"corrupt offset index {self._path}: entry {n} has position {positions[n]}, "
+                    f"below entry {n - 1}'s {positions[n - 1]}"
+                )
+
+
+class TimeIndex(_Index):
+    """Map from timestamp to offset: 12-byte entries, int64 timestamp then int32 relative offset.
+
+    An entry (t, o) means: the largest timestamp seen before offset o is t.
+    """
+
+    ENTRY_SIZE = TIME_ENTRY_SIZE
+    _KIND = "time"
+
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        writable: bool = True,
+    ) -> None:
+        self._last = TimestampOffset(NO_TIMESTAMP, base_offset)
+        super().__init__(path, base_offset, max_index_size, writable)
+
+    def _timestamp_at(self, mm: mmap.mmap, n: int) -> int:
+        return int(_I64.unpack_from(mm, n * TIME_ENTRY_SIZE)[0])
+
+    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+        return int(_I32.unpack_from(mm, n * TIME_ENTRY_SIZE + 8)[0])
+
+    def _parse(self, mm: mmap.mmap, n: int) -> TimestampOffset:
+        ts, rel = _TIME_ENTRY.unpack_from(mm, n * TIME_ENTRY_SIZE)
+        return TimestampOffset(ts, self._base_offset + rel)
+
+    def _load_last_entry(self) -> None:
+        if self._entries == 0:
+            self._last = TimestampOffset(NO_TIMESTAMP, self._base_offset)
+        else:
+            self._last = self._parse(self._buf(), self._entries - 1)
+
+    @property
+    def is_full(self) -> bool:
+        # One slot stays free for the final entry written at roll or close (skip_full_check=True).
+        return self._entries >= self._max_entries - 1
+
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or ``(-1, base_offset)`` when empty."""
+        return self._last
+
+    def entry(self, n: int) -> TimestampOffset:
+        with self._lock:
+            if n < 0 or n >= self._entries:
+                raise IndexError(f"attempt to fetch entry {n} from {self._path}, which has {self._entries} entries")
+            return self._parse(self._buf(), n)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Append ``(timestamp, offset)`` if the timestamp is above the last one.
+
+        An offset below the last entry's raises InvalidOffsetError; a timestamp below the last one
+        raises TimestampOrderError; a repeat of the last timestamp is ignored (roll and close append
+        the segment's max timestamp, which usually is already the last entry).
+        """
+        with self._lock:
+            self._check_writable()
+            if not skip_full_check and self.is_full:
+                raise IndexFullError(f"attempt to append to a full time index {self._path} (size = {self._entries})")
+            last = self._last
+            if self._entries != 0 and offset < last.offset:
+                raise InvalidOffsetError(
+                    f"attempt to append an offset ({offset}) to slot {self._entries} no larger than the last "
+                    f"offset appended ({last.offset}) to {self._path}"
+                )
+            if self._entries != 0 and timestamp < last.timestamp:
+                raise TimestampOrderError(
+                    f"attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the "
+                    f"last timestamp appended ({last.timestamp}) to {self._path}"
+                )
+            if timestamp <= last.timestamp:
+                return
+            relative = self.relative_offset(offset)
+            if self._entries >= self._max_entries:
+                raise IndexFullError(f"no room for a time index entry in {self._path} (size = {self._entries})")
+            _TIME_ENTRY.pack_into(self._buf(), self._entries * TIME_ENTRY_SIZE, timestamp, relative)
+            self._entries += 1
+            self._last = TimestampOffset(timestamp, offset)
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """The entry with the largest timestamp ≤ ``target_timestamp``, or ``(-1, base_offset)``."""
+        with self._lock:
+            self._check_open()
+            slot = self._largest_lower_bound(target_timestamp, self._timestamp_at)
+            if slot < 0:
+                return TimestampOffset(NO_TIMESTAMP, self._base_offset)
+            return self._parse(self._buf(), slot)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError naming the file if it cannot be a valid time index: Kafka's three
+        checks plus every entry in order (timestamps strictly increasing, relative offsets ≥ 0 and
+        non-decreasing), which is what catches a zero-filled preallocated tail."""
+        with self._lock:
+            self._check_open()
+            if self._entries != 0:
+                first_ts = self._timestamp_at(self._buf(), 0)
+                if self._last.timestamp < first_ts:
+                    raise CorruptIndexError(
+                        f"corrupt time index {self._path}: it has non-zero size but the last timestamp is "
+                        f"{self._last.timestamp}, which is less than the first timestamp {first_ts}"
+                    )
+                if self._last.offset < self._base_offset:
+                    raise CorruptIndexError(
+                        f"corrupt time index {self._path}: it has non-zero size but the last offset is "
+                        f"{self._last.offset}, which is less than the base offset {self._base_offset}"
+                    )
+            self._check_length_multiple()
+            if self._entries == 0:
+                return
+            pairs = _TIME_ENTRY.iter_unpack(self._valid_bytes())
+            timestamps, rels = (list(column) for column in zip(*pairs, strict=True))
+            if rels[0] < 0:
+                raise CorruptIndexError(f"corrupt time index {self._path}: entry 0 has a negative offset")
+            if not all(map(lt, timestamps, timestamps[1:])):
+                n = next(i for i in range(1, len(timestamps)) if timestamps[i] <= timestamps[i - 1])
+                raise CorruptIndexError(
+                    f"corrupt time index {self._path}: entry {n} has timestamp {timestamps[n]}, not above "
+                    f"entry {n - 1}'s {timestamps[n - 1]}"
+                )
+            if not all(map(le, rels, rels[1:])):
+                n = next(i for i in range(1, len(rels)) if rels[i] < rels[i - 1])
+                raise CorruptIndexError(
+                    f"corrupt time index {self._path}: entry {n} has offset {self._base_offset + rels[n]}, "
+                    f"below entry {n - 1}'s {self._base_offset + rels[n - 1]}"
+                )
+
+    @staticmethod
+    def last_entry_from_file(path: Path, base_offset: int) -> TimestampOffset | None:
+        """The last whole entry of a time index file, reading only those 12 bytes; None if the file
+        is missing or holds no entry. A preallocated, never-trimmed file yields its zero tail, so
+        check :func:`looks_untrimmed` first where that matters."""
+        raw = read_last_entry(path, TIME_ENTRY_SIZE)
+        if raw is None:
+            return None
+        ts, rel = _TIME_ENTRY.unpack(raw)
+        return TimestampOffset(ts, base_offset + rel)
+
+    @staticmethod
+    def last_timestamp_from_file(path: Path) -> int | None:
+        """The segment's largest timestamp as the time index records it, without mapping the file.
+        Same caveats as :meth:`last_entry_from_file`."""
+        raw = read_last_entry(path, TIME_ENTRY_SIZE)
+        return None if raw is None else int(_I64.unpack_from(raw)[0])
+
+
+def read_last_entry(path: Path, entry_size: int) -> bytes | None:
+    """The last whole ``entry_size``-byte entry of an index file (as the index would count entries:
+    ``length // entry_size``), or None if the file is missing or shorter than one entry."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        entries = os.fstat(fd).st_size // entry_size
+        if entries == 0:
+            return None
+        raw = os.pread(fd, entry_size, (entries - 1) * entry_size)
+    finally:
+        os.close(fd)
+    return raw if len(raw) == entry_size else None
+
+
+def looks_untrimmed(path: Path, entry_size: int, max_index_size: int) -> bool:
+    """Seed 003's cheap startup check: does this inactive segment's index look like a preallocated
+    file that was never trimmed (the KAFKA-19200 signature)?
+
+    Costs one ``stat`` and a read of the last entry. Kafka preallocates an index to
+    ``roundDown(max_index_size, entry_size)`` zero bytes and trims it at roll or close, so a crash in
+    between leaves a file whose tail is zeros. Opened as is, every zero slot counts as an entry and
+    lookups go wrong; a segment below the recovery point is not rebuilt, so nothing would notice.
+
+    Returns True when the file holds more than one entry and its last entry is all zero bytes. The
+    classic case has exactly the preallocated size, but the test does not require it, because
+    ``segment.index.bytes`` may have changed since the file was created. A trimmed valid index
+    never matches: with two or more entries its last offset (offset index) or last timestamp
+    (time index) is strictly above the first, hence non-zero; a single entry may legitimately be
+    zeros, so one-entry files are never flagged. A missing or misaligned file returns False: the
+    first is handled by the segment's own rules, the second by :meth:`OffsetIndex.sanity_check`.
+    ``max_index_size`` is accepted so callers state the configured size; a file of exactly
+    that size with a zero tail is the case above.
+    """
+    del max_index_size  # see the docstring: the decision does not depend on it
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return False
+    if size <= entry_size or size % entry_size != 0:
+        return False
+    raw = read_last_entry(path, entry_size)
+    return raw is not None and raw.count(0) == entry_size
