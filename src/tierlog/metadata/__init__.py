@@ -1,1 +1,112 @@
-"""tierlog.metadata."""
+"""The cluster metadata: metadata records, the immutable image and the delta that replays records into
+it, the metadata log ``__cluster_metadata-0`` with its snapshots (seed 000, KIP-876), and the
+single-node controller that validates commands and appends their records."""
+
+from tierlog.metadata.configs import LIVE_METADATA_KEYS, AlterConfigOp, AlterConfigOpType
+from tierlog.metadata.controller import (
+    LATEST_METADATA_VERSION,
+    MIN_METADATA_VERSION,
+    PRODUCER_ID_BLOCK_SIZE,
+    Controller,
+    ControllerSettings,
+    CreateTopicResult,
+    Listener,
+    ProducerIdsBlock,
+    metadata_log_dir,
+)
+from tierlog.metadata.delta import MetadataDelta, replay_records
+from tierlog.metadata.errors import (
+    InconsistentMetadataLogError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    InvalidUpdateVersionError,
+    MetadataReplayError,
+    NotControllerError,
+    TopicExistsError,
+    UnsupportedVersionError,
+)
+from tierlog.metadata.image import (
+    EMPTY_IMAGE,
+    METADATA_VERSION_FEATURE,
+    BrokerRegistration,
+    MetadataImage,
+    MetadataProvenance,
+    PartitionImage,
+    ProducerIdsImage,
+    TopicImage,
+    image_records,
+)
+from tierlog.metadata.metadata_log import (
+    METADATA_LOG_DIR_NAME,
+    METADATA_TOPIC,
+    LoadResult,
+    MetadataLog,
+    MetadataLogSettings,
+    load_readonly,
+    resolve_metadata_dir,
+    restore_snapshot,
+)
+from tierlog.metadata.policy import SnapshotReason, plan_snapshot_retention, should_snapshot
+from tierlog.metadata.records import ConfigResourceType, MetadataRecord, decode_record, encode_record
+from tierlog.metadata.snapshot import SnapshotFile, SnapshotId, list_snapshots, load_snapshot, write_snapshot
+from tierlog.metadata.snapshot_generator import SnapshotMetrics, SnapshotSettings
+
+__all__ = [
+    "EMPTY_IMAGE",
+    "LATEST_METADATA_VERSION",
+    "LIVE_METADATA_KEYS",
+    "METADATA_LOG_DIR_NAME",
+    "METADATA_TOPIC",
+    "METADATA_VERSION_FEATURE",
+    "MIN_METADATA_VERSION",
+    "PRODUCER_ID_BLOCK_SIZE",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "BrokerRegistration",
+    "ConfigResourceType",
+    "Controller",
+    "ControllerSettings",
+    "CreateTopicResult",
+    "InconsistentMetadataLogError",
+    "InvalidPartitionsError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidTopicError",
+    "InvalidUpdateVersionError",
+    "Listener",
+    "LoadResult",
+    "MetadataDelta",
+    "MetadataImage",
+    "MetadataLog",
+    "MetadataLogSettings",
+    "MetadataProvenance",
+    "MetadataRecord",
+    "MetadataReplayError",
+    "NotControllerError",
+    "PartitionImage",
+    "ProducerIdsBlock",
+    "ProducerIdsImage",
+    "SnapshotFile",
+    "SnapshotId",
+    "SnapshotMetrics",
+    "SnapshotReason",
+    "SnapshotSettings",
+    "TopicExistsError",
+    "TopicImage",
+    "UnsupportedVersionError",
+    "decode_record",
+    "encode_record",
+    "image_records",
+    "list_snapshots",
+    "load_readonly",
+    "load_snapshot",
+    "metadata_log_dir",
+    "plan_snapshot_retention",
+    "replay_records",
+    "resolve_metadata_dir",
+    "restore_snapshot",
+    "should_snapshot",
+    "write_snapshot",
+]
