@@ -7,6 +7,7 @@ round-robin with increasing sequences), then times
   (a') the same with ``readinto`` a reused 1 MiB buffer (no allocation: the cheapest plain read);
   (b)  ``rebuild_producer_state`` from scratch (no snapshot, unclean shutdown: a full replay, including
        the three fsynced snapshots it writes),
+  (b') the replay alone (``replay_segment`` over every segment, no snapshot files),
 
 first warm (the files were just written, so all reads hit the page cache: CPU cost per byte), then
 cold (each file fsynced and dropped from the page cache with posix_fadvise(DONTNEED) before each run:
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from tierlog._util.crc import crc32c
 from tierlog._util.varint import write_varint
-from tierlog.storage.producer_rebuild import rebuild_producer_state, segment_sources_in
+from tierlog.storage.producer_rebuild import rebuild_producer_state, replay_segment, segment_sources_in
 from tierlog.storage.producer_state import ProducerStateManager
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -135,6 +136,13 @@ def rebuild_from_scratch(directory: Path, leo: int, producers: int) -> list[int]
     return [s.offset for s in psm.list_snapshots()]
 
 
+def replay_only(directory: Path, producers: int) -> None:
+    psm = ProducerStateManager.detached()
+    for segment in segment_sources_in(directory):
+        replay_segment(psm, segment, segment.base_offset, None)
+    assert psm.active_producers_count == producers
+
+
 def timed(fn: Callable[[], object]) -> float:
     t = time.perf_counter()
     fn()
@@ -167,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("a", "(a)  plain read, read(1 MiB)", lambda: plain_read(directory)),
                 ("a2", "(a') plain read, readinto(1 MiB)", lambda: plain_readinto(directory)),
                 ("b", "(b)  rebuild_producer_state", lambda: rebuild_from_scratch(directory, leo, args.producers)),
+                ("b2", "(b') replay only, no snapshots", lambda: replay_only(directory, args.producers)),
             ]
             print(f"-- {mode} page cache")
             rates: dict[str, float] = {}

@@ -154,6 +154,12 @@ def _mapped(segment: SegmentSource) -> Iterator[memoryview | None]:
             yield None
             return
         mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    # On a cold page cache a fault per header page would wait for the disk each time; MADV_SEQUENTIAL
+    # makes the kernel read ahead asynchronously, so the scan runs at the disk's streaming rate. Measured
+    # cold on 16 KiB batches: ~2x faster than no hint and ~10x faster than MADV_RANDOM (which reads one
+    # page per fault), no change warm. (posix_fadvise(SEQUENTIAL) on the file made it slower.)
+    if hasattr(mmap, "MADV_SEQUENTIAL"):
+        mm.madvise(mmap.MADV_SEQUENTIAL)
     try:
         view = memoryview(mm)
         try:
