@@ -25,7 +25,7 @@ class TaskHandle(Protocol):
 
 class Scheduler(Protocol):
     def schedule(
-        self, name: str, fn: Callable[[], None], delay_ms: int, period_ms: int | None = None
+        self, name: str, fn: Callable[[], object], delay_ms: int, period_ms: int | None = None
     ) -> TaskHandle:
         """Run ``fn`` after ``delay_ms``, then every ``period_ms`` if given."""
         ...
@@ -38,7 +38,7 @@ class _Entry:
     due_ns: int
     seq: int
     name: str = field(compare=False)
-    fn: Callable[[], None] = field(compare=False)
+    fn: Callable[[], object] = field(compare=False)
     period_ms: int | None = field(compare=False)
     cancelled: bool = field(default=False, compare=False)
 
@@ -62,7 +62,7 @@ class ThreadScheduler:
             t.start()
 
     def schedule(
-        self, name: str, fn: Callable[[], None], delay_ms: int, period_ms: int | None = None
+        self, name: str, fn: Callable[[], object], delay_ms: int, period_ms: int | None = None
     ) -> TaskHandle:
         entry = _Entry(self._clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
         with self._cv:

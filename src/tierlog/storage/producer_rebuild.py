@@ -29,7 +29,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tierlog.errors import CorruptRecordError
 from tierlog.records.header import (
@@ -342,9 +342,34 @@ def segments_in_range(segments: Sequence[SegmentSource], from_offset: int, to_of
     return [s for s in segments[first:] if s.base_offset < to_offset]
 
 
+@runtime_checkable
+class SegmentSet(Protocol):
+    """A log's segments by base offset, materialised on demand (the log's LogSegments)."""
+
+    @property
+    def base_offsets(self) -> list[int]: ...
+
+    def from_offset(self, offset: int) -> Sequence[SegmentSource]:
+        """The segment holding ``offset`` and every later one, oldest first."""
+        ...
+
+
+class _SortedSegments:
+    def __init__(self, segments: Sequence[SegmentSource]) -> None:
+        self._ordered = sorted(segments, key=lambda s: s.base_offset)
+
+    @property
+    def base_offsets(self) -> list[int]:
+        return [s.base_offset for s in self._ordered]
+
+    def from_offset(self, offset: int) -> Sequence[SegmentSource]:
+        first = max(bisect_right(self.base_offsets, offset) - 1, 0)
+        return self._ordered[first:]
+
+
 def rebuild_producer_state(
     psm: ProducerStateManager,
-    segments: Sequence[SegmentSource],
+    segments: Sequence[SegmentSource] | SegmentSet,
     log_start_offset: int,
     last_offset: int,
     now_ms: int,
@@ -365,13 +390,11 @@ def rebuild_producer_state(
     ``reload_from_clean_shutdown`` = whether the clean-shutdown marker was found; ``truncate_to`` calls it
     with the truncation offset and ``reload_from_clean_shutdown=False``.
     """
-    ordered = sorted(segments, key=lambda s: s.base_offset)
-    offsets_to_snapshot: list[int] = []
-    if ordered:
-        if len(ordered) >= 2:
-            offsets_to_snapshot.append(ordered[-2].base_offset)
-        offsets_to_snapshot.append(ordered[-1].base_offset)
-    offsets_to_snapshot.append(last_offset)
+    segment_set = segments if isinstance(segments, SegmentSet) else _SortedSegments(segments)
+    # Only base offsets up front: segments are materialised only where the replay starts, so a
+    # clean start with many inactive segments touches none of them (seed 003).
+    bases = segment_set.base_offsets
+    offsets_to_snapshot: list[int] = [*bases[-2:], last_offset]
 
     if psm.latest_snapshot_offset is None and reload_from_clean_shutdown:
         for offset in offsets_to_snapshot:
@@ -384,7 +407,9 @@ def rebuild_producer_state(
     psm.truncate_and_reload(log_start_offset, last_offset, now_ms)
     if last_offset > psm.map_end_offset and not empty_before_truncation:
         snapshot_bases = set(offsets_to_snapshot)
-        for segment in segments_in_range(ordered, psm.map_end_offset, last_offset):
+        for segment in segment_set.from_offset(psm.map_end_offset):
+            if segment.base_offset >= last_offset:
+                break
             start = max(segment.base_offset, psm.map_end_offset, log_start_offset)
             psm.update_map_end_offset(start)
             if segment.base_offset in snapshot_bases:

@@ -35,7 +35,7 @@ class _Task:
     due_ns: int
     seq: int
     name: str = field(compare=False)
-    fn: Callable[[], None] = field(compare=False)
+    fn: Callable[[], object] = field(compare=False)
     period_ms: int | None = field(compare=False)
     cancelled: bool = field(default=False, compare=False)
 
@@ -53,7 +53,7 @@ class ManualScheduler:
         clock._listeners.append(self.run_due)
 
     def schedule(
-        self, name: str, fn: Callable[[], None], delay_ms: int, period_ms: int | None = None
+        self, name: str, fn: Callable[[], object], delay_ms: int, period_ms: int | None = None
     ) -> _Task:
         task = _Task(self.clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
         heapq.heappush(self._heap, task)

@@ -1,0 +1,236 @@
+"""Opening a partition's log: leftover cleanup, recovery after an unclean shutdown, and seed 003's
+choice between checking every segment and checking only the active one (Kafka's LogLoader)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
+from tierlog.records.header import BatchHeader
+from tierlog.scheduler import Scheduler
+from tierlog.storage import files
+from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFile
+from tierlog.storage.log import UnifiedLog, leader_epoch_cache_for, random_roll_jitter_ms, segment_settings
+from tierlog.storage.producer_rebuild import rebuild_producer_state
+from tierlog.storage.producer_state import ProducerStateManager
+from tierlog.storage.segment import LogSegment
+from tierlog.storage.segments import LogSegments
+
+log = logging.getLogger(__name__)
+
+_INDEX_SUFFIXES = (files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX, files.TXN_INDEX_SUFFIX)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    had_clean_shutdown: bool = False
+    recovery_point: int = 0
+    log_start_offset: int = 0
+    #: Seed 003 (``sanity.check.all.logs.enabled``).
+    sanity_check_all: bool = True
+    producer_id_expiration_ms: int = 86400000
+
+
+@dataclass
+class LoadStats:
+    segments: int = 0
+    recovered_segments: int = 0
+    truncated_bytes: int = 0
+    rebuilt_indexes: int = 0
+    removed_files: int = 0
+
+
+def _clean_leftovers(directory: Path, names: list[str], stats: LoadStats) -> list[str]:
+    """Delete ``.deleted``, ``.cleaned`` and temp files; finish or undo ``.swap`` replacements;
+    delete orphan index files. Returns the surviving names."""
+    keep: list[str] = []
+    swaps: list[str] = []
+    cleaned_min: int | None = None
+    for name in names:
+        if name.endswith(files.DELETED_SUFFIX) or name.endswith(".tmp"):
+            (directory / name).unlink(missing_ok=True)
+            stats.removed_files += 1
+        elif name.endswith(files.CLEANED_SUFFIX):
+            try:
+                off = files.offset_from_file_name(name)
+                cleaned_min = off if cleaned_min is None else min(cleaned_min, off)
+            except ValueError:
+                pass
+            (directory / name).unlink(missing_ok=True)
+            stats.removed_files += 1
+        elif name.endswith(files.SWAP_SUFFIX):
+            swaps.append(name)
+        else:
+            keep.append(name)
+    for name in swaps:
+        try:
+            off = files.offset_from_file_name(name)
+        except ValueError:
+            off = -1
+        if cleaned_min is not None and off >= cleaned_min:
+            # An incomplete split: the swap is not usable.
+            (directory / name).unlink(missing_ok=True)
+            stats.removed_files += 1
+            continue
+        target = name[: -len(files.SWAP_SUFFIX)]
+        os.replace(directory / name, directory / target)
+        if target not in keep:
+            keep.append(target)
+    logs = {n[: -len(files.LOG_SUFFIX)] for n in keep if n.endswith(files.LOG_SUFFIX)}
+    survivors: list[str] = []
+    for name in keep:
+        stem, dot, suffix = name.partition(".")
+        if dot and "." + suffix in _INDEX_SUFFIXES and stem not in logs:
+            log.warning("deleting orphan index file %s (no matching .log)", directory / name)
+            (directory / name).unlink(missing_ok=True)
+            stats.removed_files += 1
+            continue
+        survivors.append(name)
+    return survivors
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    options: LoadOptions,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    scheduler: Scheduler | None = None,
+    stats: LoadStats | None = None,
+) -> UnifiedLog:
+    stats = stats if stats is not None else LoadStats()
+    directory.mkdir(parents=True, exist_ok=True)
+    names = _clean_leftovers(directory, os.listdir(directory), stats)
+    bases: list[int] = []
+    for name in names:
+        if name.endswith(files.LOG_SUFFIX):
+            try:
+                bases.append(files.offset_from_file_name(name))
+            except ValueError:
+                log.warning("ignoring %s: not a segment file name", directory / name)
+    settings = segment_settings(config)
+    now = clock.wall_ms()
+
+    def open_segment(base: int) -> LogSegment:
+        return LogSegment(directory, base, settings, created_ms=now, roll_jitter_ms=random_roll_jitter_ms(config))
+
+    segments = LogSegments(open_segment)
+    segments.add_base_offsets(bases)
+    stats.segments = len(segments)
+    epoch_cache = leader_epoch_cache_for(directory)
+
+    def assign_epoch(h: BatchHeader) -> None:
+        latest = epoch_cache.latest_epoch
+        if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
+            epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+
+    if not options.had_clean_shutdown and segments:
+        _recover(segments, options.recovery_point, assign_epoch, stats)
+    elif segments:
+        _check_after_clean_shutdown(segments, options.sanity_check_all, stats)
+
+    if not segments:
+        seg = LogSegment(directory, options.log_start_offset, settings, created_ms=now,
+                         roll_jitter_ms=random_roll_jitter_ms(config), create=True)
+        segments.add(seg)
+    active = segments.last
+    assert active is not None
+    active.resize_indexes(settings.max_index_size)
+    next_offset = active.read_next_offset()
+    if len(segments) > 1 and next_offset == active.base_offset:
+        next_offset = active.base_offset
+    first = segments.first
+    assert first is not None
+    log_start_offset = max(options.log_start_offset, first.base_offset)
+    if next_offset < options.log_start_offset:
+        # The files were removed behind our back: start over at the checkpointed start offset.
+        log.warning("%s: log end %d is below the checkpointed log start offset %d; starting an empty log there",
+                    directory, next_offset, options.log_start_offset)
+        for seg in list(segments):
+            segments.remove(seg.base_offset)
+            seg.delete_files()
+        seg = LogSegment(directory, options.log_start_offset, settings, created_ms=now, create=True)
+        segments.add(seg)
+        next_offset = log_start_offset = options.log_start_offset
+    recovery_point = next_offset if options.had_clean_shutdown else min(options.recovery_point, next_offset)
+    epoch_cache.truncate_from_end(next_offset)
+    epoch_cache.truncate_from_start(log_start_offset)
+
+    psm = ProducerStateManager(directory, options.producer_id_expiration_ms)
+    psm.remove_stray_snapshots(segments.base_offsets)
+    topic_id: bytes | None = None
+    pm = directory / PARTITION_METADATA
+    if pm.exists():
+        try:
+            topic_id = PartitionMetadataFile(pm).read()
+        except Exception as e:  # a damaged file is rewritten by the log manager from metadata
+            log.warning("ignoring unreadable %s: %s", pm, e)
+    ulog = UnifiedLog(
+        directory, config, segments, log_start_offset=log_start_offset, recovery_point=recovery_point,
+        next_offset=next_offset, producer_state=psm, leader_epoch_cache=epoch_cache, clock=clock,
+        scheduler=scheduler, topic_id=topic_id,
+    )
+    rebuild_producer_state(psm, segments, log_start_offset, next_offset, clock.wall_ms(), options.had_clean_shutdown)
+    return ulog
+
+
+def _recover(segments: LogSegments, recovery_point: int, assign_epoch: object, stats: LoadStats) -> None:
+    """Unclean shutdown: re-scan every segment from the one holding the recovery point; a segment
+    with invalid bytes is truncated there and every later segment is deleted (LogLoader#recoverLog)."""
+    to_recover = segments.from_offset(recovery_point)
+    for i, seg in enumerate(to_recover):
+        log.info("recovering segment %s from unclean shutdown", seg.log.path)
+        try:
+            truncated = seg.recover(assign_epoch)  # type: ignore[arg-type]
+        except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as e:
+            log.warning("segment %s could not be recovered (%s); truncating it to its base offset", seg.log.path, e)
+            truncated = seg.truncate_to(seg.base_offset)
+        stats.recovered_segments += 1
+        stats.truncated_bytes += truncated
+        if i < len(to_recover) - 1:
+            seg.on_become_inactive()
+        if truncated > 0:
+            for later in to_recover[i + 1 :]:
+                log.warning("deleting segment %s after the corrupt data in %s", later.log.path, seg.log.path)
+                segments.remove(later.base_offset)
+                later.delete_files()
+            break
+    # Segments below the recovery point were flushed before the crash; they stay unchecked until used.
+
+
+def _check_after_clean_shutdown(segments: LogSegments, sanity_check_all: bool, stats: LoadStats) -> None:
+    """Seed 003. ``sanity_check_all``: every segment's offset and time index is checked now and rebuilt
+    if it fails. Otherwise only the active segment is checked, plus one stat of the newest inactive
+    segment's indexes (a preallocated index that was never trimmed, KAFKA-19200); the rest stay
+    unchecked until first access or the background checker."""
+    bases = segments.base_offsets
+    if sanity_check_all:
+        for i, base in enumerate(bases):
+            seg = segments.get(base)
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            _check_or_rebuild(seg, next_base, stats)
+        return
+    active = segments.get(bases[-1])
+    _check_or_rebuild(active, None, stats)
+    if len(bases) > 1:
+        newest_inactive = segments.get(bases[-2])
+        if newest_inactive.cheap_untrimmed_check():
+            log.warning("the indexes of %s were never trimmed; rebuilding them", newest_inactive.log.path)
+            _check_or_rebuild(newest_inactive, bases[-1], stats)
+
+
+def _check_or_rebuild(seg: LogSegment, next_base: int | None, stats: LoadStats) -> None:
+    try:
+        seg.sanity_check(next_base, active=next_base is None)
+        seg.checked = True
+    except (CorruptIndexError, OSError) as e:
+        log.warning("rebuilding the indexes of %s: %s", seg.log.path, e)
+        seg.recover()
+        if next_base is not None:
+            seg.on_become_inactive()
+        stats.rebuilt_indexes += 1

@@ -1,0 +1,582 @@
+"""A partition's log: validated appends with offset assignment, reads, rolls, flushes, truncation,
+the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+from tierlog.records.header import (
+    LOG_APPEND_TIME,
+    BatchHeader,
+    iter_headers,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from tierlog.scheduler import Scheduler
+from tierlog.storage import files
+from tierlog.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    LeaderEpochCheckpointFile,
+    PartitionMetadataFile,
+)
+from tierlog.storage.leader_epoch import LeaderEpochFileCache
+from tierlog.storage.producer_rebuild import rebuild_producer_state
+from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
+from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
+from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
+from tierlog.storage.segments import LogSegments
+from tierlog.storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int  # -1 for CreateTime
+    log_start_offset: int
+    records_count: int
+    valid_bytes: int
+    duplicate: bool = False
+
+
+def segment_settings(config: LogConfig) -> SegmentSettings:
+    return SegmentSettings(
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+    )
+
+
+def random_roll_jitter_ms(config: LogConfig) -> int:
+    """Each segment draws its own jitter in [0, min(segment.jitter.ms, segment.ms)) (LogConfig#randomSegmentJitter)."""
+    bound = min(config.segment_jitter_ms, config.segment_ms)
+    return random.randrange(bound) if bound > 0 else 0
+
+
+def parse_and_validate(buf: bytearray, config: LogConfig) -> list[BatchHeader]:
+    """Every batch of a produce request, deep-validated before any byte of it is written."""
+    from tierlog.records import validate_batch
+
+    headers = list(iter_headers(buf))
+    consumed = sum(h.size_bytes for h in headers)
+    if not headers or consumed != len(buf):
+        raise CorruptRecordError(
+            f"the record set of {len(buf)} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
+        )
+    for h in headers:
+        if h.size_bytes > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
+            )
+        validate_batch(h)
+    if len(buf) > config.segment_bytes:
+        raise RecordBatchTooLargeError(
+            f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
+        )
+    return headers
+
+
+class UnifiedLog:
+    """One partition's log. All mutation happens under ``lock``; reads take it only briefly."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        producer_state: ProducerStateManager,
+        leader_epoch_cache: LeaderEpochFileCache,
+        clock: Clock = SYSTEM_CLOCK,
+        scheduler: Scheduler | None = None,
+        topic_id: bytes | None = None,
+    ) -> None:
+        self.dir = directory
+        self.topic, self.partition = files.parse_topic_partition_name(directory.name)
+        self.config = config
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._log_end_offset = next_offset
+        self.producer_state = producer_state
+        self.leader_epoch_cache = leader_epoch_cache
+        self.clock = clock
+        self.scheduler = scheduler
+        self.topic_id = topic_id
+        self.lock = threading.RLock()
+        self._unflushed_messages = 0
+        self.last_flush_ms = clock.wall_ms()
+        self.highest_offset_in_remote_storage = -1
+        #: Called with a segment that failed its lazy check, before the earlier ones are checked.
+        self.on_corrupt_segment: Callable[[LogSegment, Exception], None] | None = None
+        self.deleted = False
+
+    # -- offsets --------------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        # A single replica is the whole ISR: everything appended is committed.
+        return self._log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        return self.high_watermark if first_unstable is None else min(first_unstable, self.high_watermark)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        seg = self.segments.last
+        assert seg is not None, "a log always has an active segment"
+        return seg
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.segments)
+
+    def unchecked_segments(self) -> int:
+        """Seed 003: segments whose indexes have not been sanity-checked yet."""
+        return sum(
+            1 for b in self.segments.base_offsets
+            if not self.segments.is_materialized(b) or not self.segments.get(b).checked
+        )
+
+    # -- config ---------------------------------------------------------------------------------------
+
+    def update_config(self, config: LogConfig) -> None:
+        with self.lock:
+            self.config = config
+            settings = segment_settings(config)
+            for seg in self.segments.materialized():
+                seg.settings = settings
+
+    # -- append ---------------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append)."""
+        buf = bytearray(records)
+        config = self.config
+        headers = parse_and_validate(buf, config)
+        with self.lock:
+            now_ms = self.clock.wall_ms()
+            self._check_timestamps(headers, now_ms, config)
+            # Offsets are assigned before the producer checks, which record the batches' offsets.
+            offset = self._log_end_offset
+            assigned: list[BatchHeader] = []
+            for h in headers:
+                set_base_offset(buf, h.position, offset)
+                set_partition_leader_epoch(buf, h.position, leader_epoch)
+                if config.log_append_time:
+                    set_log_append_time(buf, h.position, now_ms)
+                assigned.append(BatchHeader(buf, h.position))
+                offset = assigned[-1].next_offset
+            staged = self.producer_state.validate_and_stage(assigned, origin)
+            duplicate = staged.duplicate
+            if duplicate is not None:
+                return LogAppendInfo(
+                    first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+                    max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
+                    log_append_time_ms=duplicate.timestamp if config.log_append_time else -1,
+                    log_start_offset=self.log_start_offset, records_count=0, valid_bytes=0, duplicate=True,
+                )
+            max_ts, offset_of_max = -1, assigned[0].base_offset
+            for h in assigned:
+                if h.max_timestamp > max_ts:
+                    max_ts, offset_of_max = h.max_timestamp, h.last_offset
+            segment = self._maybe_roll(len(buf), max_ts, assigned[0].base_offset, assigned[-1].last_offset, now_ms)
+            if leader_epoch >= 0 and (self.leader_epoch_cache.latest_epoch is None
+                                      or leader_epoch > self.leader_epoch_cache.latest_epoch):
+                self.leader_epoch_cache.assign(leader_epoch, assigned[0].base_offset)
+            segment.append(buf, assigned)
+            for completion in self.producer_state.commit_staged(staged, assigned[-1].last_offset):
+                if completion.is_aborted:
+                    txn = completion.txn
+                    segment.txn_index.append(
+                        AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, completion.last_stable_offset))
+            self._log_end_offset = assigned[-1].next_offset
+            count = sum(h.last_offset_delta + 1 for h in assigned)
+            self._unflushed_messages += count
+            if self._unflushed_messages >= config.flush_messages:
+                self.flush()
+            return LogAppendInfo(
+                first_offset=assigned[0].base_offset, last_offset=assigned[-1].last_offset,
+                max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
+                log_append_time_ms=now_ms if config.log_append_time else -1,
+                log_start_offset=self.log_start_offset, records_count=count, valid_bytes=len(buf),
+            )
+
+    def _check_timestamps(self, headers: list[BatchHeader], now_ms: int, config: LogConfig) -> None:
+        if config.log_append_time:
+            return
+        for h in headers:
+            if h.timestamp_type == LOG_APPEND_TIME:
+                continue
+            ts = h.max_timestamp
+            if ts >= 0 and (now_ms - ts > config.message_timestamp_before_max_ms
+                            or ts - now_ms > config.message_timestamp_after_max_ms):
+                raise InvalidTimestampError(f"timestamp {ts} of batch is out of the allowed range around {now_ms}")
+
+    def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
+        seg = self.active_segment
+        self._ensure_checked(seg)
+        if should_roll(
+            segment_size=seg.size_bytes, max_segment_bytes=self.config.segment_bytes, messages_size=size,
+            first_batch_timestamp=seg.first_batch_timestamp, created_ms=seg.created_ms, now_ms=now_ms,
+            max_timestamp_in_messages=max_ts, max_segment_ms=self.config.segment_ms,
+            roll_jitter_ms=seg.roll_jitter_ms, indexes_full=seg.indexes_full(), base_offset=seg.base_offset,
+            max_offset_in_messages=last_offset,
+        ):
+            return self.roll(first_offset)
+        return seg
+
+    # -- roll, flush ----------------------------------------------------------------------------------
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at max(expected, LEO); snapshot producer state."""
+        with self.lock:
+            new_offset = max(expected_next_offset or 0, self._log_end_offset)
+            active = self.active_segment
+            if active.base_offset == new_offset and active.size_bytes == 0:
+                return active
+            for stale in (files.log_file(self.dir, new_offset), files.index_file(self.dir, new_offset),
+                          files.time_index_file(self.dir, new_offset), files.txn_index_file(self.dir, new_offset)):
+                if stale.exists():
+                    log.warning("deleting stale file %s before rolling", stale)
+                    stale.unlink()
+            active.on_become_inactive()
+            self.producer_state.update_map_end_offset(new_offset)
+            self.producer_state.take_snapshot(sync=False)
+            seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
+                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+            self.segments.add(seg)
+            log.info("rolled %s-%d to a new segment at offset %d", self.topic, self.partition, new_offset)
+        # Kafka flushes the rolled segment asynchronously so the append path does not wait on fsync.
+        if self.scheduler is not None:
+            self.scheduler.schedule(f"flush-{self.topic}-{self.partition}", lambda: self.flush(new_offset), 0)
+        else:
+            self.flush(new_offset)
+        return seg
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default LEO); advance the recovery point."""
+        with self.lock:
+            if self.deleted:
+                return
+            target = self._log_end_offset if offset is None else offset
+            if target <= self.recovery_point and offset is not None:
+                return
+            for seg in self.segments.from_offset(self.recovery_point):
+                if seg.base_offset >= target and seg is not self.active_segment:
+                    break
+                if self.segments.is_materialized(seg.base_offset):
+                    seg.flush()
+                if seg.base_offset >= target:
+                    break
+            self.producer_state.flush_snapshots()
+            if target > self.recovery_point:
+                self.recovery_point = target
+            if offset is None:
+                self._unflushed_messages = 0
+            self.last_flush_ms = self.clock.wall_ms()
+
+    def maybe_flush_by_time(self, now_ms: int) -> None:
+        if self._unflushed_messages > 0 and now_ms - self.last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    # -- read -----------------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
+
+        Returns a file region so the broker can send it without copying it through Python."""
+        end_offset = self.high_watermark if max_offset is None else max_offset
+        with self.lock:
+            if start_offset == end_offset or start_offset == self._log_end_offset:
+                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+            if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
+                    f"of {self.topic}-{self.partition}"
+                )
+            segment = self.segments.floor(start_offset)
+        while segment is not None:
+            self._ensure_checked(segment)
+            max_position: int | None = None
+            next_base = self.segments.next_base_offset(segment.base_offset)
+            if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
+                pos = segment.translate_offset(end_offset)
+                max_position = pos.position if pos is not None else None
+            info = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if info is not None:
+                return info
+            with self.lock:
+                segment = self.segments.higher(segment.base_offset)
+        return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+
+    def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
+        return self.read(start_offset, max_bytes).read_bytes()
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
+        for seg in list(self.segments):
+            self._ensure_checked(seg)
+            if seg.size_bytes == 0 or seg.largest_timestamp < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        best = (-1, -1)
+        for seg in self.segments:
+            self._ensure_checked(seg)
+            if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
+                best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
+        return best
+
+    # -- seed 003: lazy checking ----------------------------------------------------------------------
+
+    def _ensure_checked(self, segment: LogSegment) -> None:
+        if segment.checked:
+            return
+        with self.lock:
+            self._check_segment(segment)
+
+    def _check_segment(self, segment: LogSegment) -> None:
+        if segment.checked:
+            return
+        next_base = self.segments.next_base_offset(segment.base_offset)
+        try:
+            segment.sanity_check(next_base, active=next_base is None)
+            segment.checked = True
+        except (CorruptIndexError, OSError) as e:
+            log.warning("segment %s of %s-%d failed its check (%s); rebuilding its indexes and checking "
+                        "every earlier segment first", segment.base_offset, self.topic, self.partition, e)
+            if self.on_corrupt_segment is not None:
+                self.on_corrupt_segment(segment, e)
+            segment.recover()
+            if next_base is not None:
+                segment.on_become_inactive()
+            # KIP-263: corruption in one segment forces a check of every earlier one before access.
+            for earlier in self.segments.lower(segment.base_offset):
+                self._check_segment(earlier)
+
+    def check_some_segments(self, limit: int) -> int:
+        """The background checker's step: check up to ``limit`` unchecked segments, oldest first."""
+        done = 0
+        for base in self.segments.base_offsets:
+            if done >= limit:
+                break
+            seg = self.segments.get(base)
+            if not seg.checked:
+                with self.lock:
+                    self._check_segment(seg)
+                done += 1
+        return done
+
+    # -- log start offset, truncation -----------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
+        with self.lock:
+            if new_offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot advance the log start offset to {new_offset}, past the high watermark {self.high_watermark}"
+                )
+            if new_offset <= self.log_start_offset:
+                return False
+            log.info("log start offset of %s-%d: %d -> %d (%s)", self.topic, self.partition,
+                     self.log_start_offset, new_offset, reason)
+            self.log_start_offset = new_offset
+            self.leader_epoch_cache.truncate_from_start(new_offset)
+            self.producer_state.on_log_start_offset_incremented(new_offset)
+            return True
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove everything at or after ``target_offset``; reload producer state to match."""
+        with self.lock:
+            if target_offset >= self._log_end_offset:
+                return False
+            first = self.segments.first
+            if first is None or target_offset < first.base_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            for seg in list(self.segments):
+                if seg.base_offset > target_offset:
+                    self.segments.remove(seg.base_offset)
+                    seg.delete_files()
+            active = self.active_segment
+            self._ensure_checked(active)
+            active.truncate_to(target_offset)
+            self._log_end_offset = target_offset
+            self.recovery_point = min(self.recovery_point, target_offset)
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, target_offset,
+                                   self.clock.wall_ms(), reload_from_clean_shutdown=False)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        with self.lock:
+            for seg in list(self.segments):
+                self.segments.remove(seg.base_offset)
+                seg.delete_files()
+            seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
+                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+            self.segments.add(seg)
+            self._log_end_offset = new_offset
+            self.log_start_offset = new_offset
+            self.recovery_point = new_offset
+            self.leader_epoch_cache.clear_and_flush()
+            self.producer_state.truncate_fully_and_start_at(new_offset)
+
+    # -- segment deletion (retention) -----------------------------------------------------------------
+
+    def delete_segments_async(self, segments: list[LogSegment]) -> list[Path]:
+        """Remove segments from the log, rename their files to ``.deleted`` now and delete them after
+        ``file.delete.delay.ms`` (LocalLog#deleteSegmentFiles). Returns the renamed paths."""
+        renamed: list[Path] = []
+        with self.lock:
+            for seg in segments:
+                self.segments.remove(seg.base_offset)
+                seg.change_file_suffixes("", files.DELETED_SUFFIX)
+                renamed.extend(p for p in seg.all_paths() if p.exists())
+                snap = self.producer_state.remove_and_mark_snapshot_for_deletion(seg.base_offset)
+                if snap is not None:
+                    renamed.append(snap)
+        delay = self.config.file_delete_delay_ms
+
+        def delete_now() -> None:
+            for seg in segments:
+                seg.delete_files()
+            for p in renamed:
+                p.unlink(missing_ok=True)
+
+        if self.scheduler is not None and delay > 0:
+            self.scheduler.schedule(f"delete-segments-{self.topic}-{self.partition}", delete_now, delay)
+        else:
+            delete_now()
+        return renamed
+
+    # -- retention ------------------------------------------------------------------------------------
+
+    def segment_infos(self) -> Iterator[SegmentInfo]:
+        """Oldest first, lazily: retention usually stops after a few segments."""
+        bases = self.segments.base_offsets
+        for i, base in enumerate(bases):
+            seg = self.segments.get(base)
+            self._ensure_checked(seg)
+            upper = bases[i + 1] if i + 1 < len(bases) else self._log_end_offset
+            yield SegmentInfo(base, upper, seg.size_bytes, seg.largest_timestamp, i == len(bases) - 1)
+
+    def retention_policy(self, *, local: bool = False) -> RetentionPolicy:
+        return RetentionPolicy.from_config(
+            self.config, log_start_offset=self.log_start_offset, high_watermark=self.high_watermark, local=local,
+            highest_offset_in_remote=self.highest_offset_in_remote_storage if local else None,
+        )
+
+    def retention_plan(self, now_ms: int, policy: RetentionPolicy | None = None) -> list[Deletion]:
+        """What retention would delete now (the dry run uses this directly)."""
+        with self.lock:
+            policy = policy if policy is not None else self.retention_policy()
+            total = self.size_bytes if policy.retention_bytes >= 0 else None
+            return deletable_segments(self.segment_infos(), policy, now_ms, total)
+
+    def delete_old_segments(self, now_ms: int | None = None, policy: RetentionPolicy | None = None) -> list[Deletion]:
+        """One retention pass: delete the planned segments and advance the log start offset."""
+        now_ms = self.clock.wall_ms() if now_ms is None else now_ms
+        with self.lock:
+            plan = self.retention_plan(now_ms, policy)
+            if not plan:
+                return []
+            if len(plan) == len(self.segments):
+                # Every segment goes, the active one included: roll first so appends continue at the
+                # right offset in a fresh segment (UnifiedLog#deleteSegments).
+                self.roll()
+            doomed = [self.segments.get(d.segment.base_offset) for d in plan]
+            next_base = self.segments.next_base_offset(doomed[-1].base_offset)
+            assert next_base is not None
+            if next_base > self.log_start_offset:
+                self.log_start_offset = next_base
+                self.leader_epoch_cache.truncate_from_start(next_base)
+                self.producer_state.on_log_start_offset_incremented(next_base)
+            for d in plan:
+                log.info("deleting segment %d of %s-%d (reason: %s; largest timestamp %d, %d bytes)",
+                         d.segment.base_offset, self.topic, self.partition, d.reason.value,
+                         d.segment.largest_timestamp_ms, d.segment.size_bytes)
+            self.delete_segments_async(doomed)
+            return plan
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def write_partition_metadata(self, topic_id: bytes) -> None:
+        self.topic_id = topic_id
+        PartitionMetadataFile(self.dir / PARTITION_METADATA).write(topic_id)
+
+    def close(self) -> None:
+        """Flush everything, snapshot producer state at the LEO and close files (clean shutdown)."""
+        with self.lock:
+            if self.deleted:
+                return
+            self.flush()
+            self.producer_state.update_map_end_offset(self._log_end_offset)
+            self.producer_state.take_snapshot(sync=True)
+            active = self.active_segment
+            for seg in self.segments.materialized():
+                if seg is not active:
+                    seg.close()
+            # The active segment keeps its preallocated index size on disk only while open.
+            active.on_become_inactive()
+            active.close()
+
+    def delete(self) -> None:
+        with self.lock:
+            for seg in list(self.segments):
+                seg.delete_files()
+            self.segments = LogSegments(_no_segment)
+            self.deleted = True
+
+
+def _no_segment(base_offset: int) -> LogSegment:
+    raise KeyError(f"the log was deleted; no segment {base_offset}")
+
+
+def leader_epoch_cache_for(directory: Path) -> LeaderEpochFileCache:
+    return LeaderEpochFileCache(LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT))
+
+
+__all__ = ["InvalidRecordError", "LogAppendInfo", "UnifiedLog", "leader_epoch_cache_for", "parse_and_validate"]

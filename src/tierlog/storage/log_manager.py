@@ -1,0 +1,353 @@
+"""All logs of a broker across its log directories: load at startup, create/get/delete, the
+background tasks (flush, checkpoints, seed 003's lazy checker, producer expiry), clean shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.scheduler import Scheduler, TaskHandle
+from tierlog.storage import files
+from tierlog.storage.checkpoints import (
+    CLEAN_SHUTDOWN,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    CleanShutdownFile,
+    MetaProperties,
+    OffsetCheckpointFile,
+    random_uuid,
+    uuid_to_base64,
+)
+from tierlog.storage.loader import LoadOptions, LoadStats, load_log
+from tierlog.storage.log import UnifiedLog
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class LogManagerSettings:
+    sanity_check_all_logs: bool = True
+    flush_check_interval_ms: int = 2**63 - 1
+    recovery_point_checkpoint_interval_ms: int = 60000
+    log_start_offset_checkpoint_interval_ms: int = 60000
+    lazy_check_interval_ms: int = 1000
+    retention_check_interval_ms: int = 300000
+    lazy_check_batch: int = 64
+    producer_id_expiration_ms: int = 86400000
+    producer_id_expiration_check_interval_ms: int = 600000
+    recovery_threads_per_data_dir: int = 1
+    node_id: int = 1
+    cluster_id: str = ""
+
+
+@dataclass
+class StartupReport:
+    logs: int = 0
+    segments: int = 0
+    recovered_segments: int = 0
+    rebuilt_indexes: int = 0
+    truncated_bytes: int = 0
+    clean_shutdown_dirs: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        config_for_topic: Callable[[str], LogConfig],
+        settings: LogManagerSettings = LogManagerSettings(),
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        scheduler: Scheduler | None = None,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log directory is needed")
+        self.log_dirs = [d.resolve() for d in log_dirs]
+        self.config_for_topic = config_for_topic
+        self.settings = settings
+        self.clock = clock
+        self.scheduler = scheduler
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
+        self._lock = threading.RLock()
+        self._tasks: list[TaskHandle] = []
+        self.startup = StartupReport()
+        self._started = False
+        #: Segments deleted by retention, per reason (time, size, log_start_offset, timestamp_floor).
+        self.deletions: Counter[str] = Counter()
+
+    # -- startup --------------------------------------------------------------------------------------
+
+    def startup_logs(self) -> StartupReport:
+        """Load every log in every log dir (KAFKA-FACTS §2.9, §2.12)."""
+        t0 = time.monotonic()
+        report = self.startup
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._ensure_meta_properties(d)
+            marker = CleanShutdownFile(d / CLEAN_SHUTDOWN)
+            clean = marker.exists()
+            # Delete the marker at once: a crash while loading must count as unclean (KAFKA-10471).
+            if clean:
+                marker.delete()
+                report.clean_shutdown_dirs += 1
+            recovery_points = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT, report)
+            start_offsets = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, report)
+            partition_dirs: list[tuple[Path, TopicPartition]] = []
+            with os.scandir(d) as it:
+                for entry in it:
+                    if not entry.is_dir():
+                        continue
+                    if entry.name.endswith("-delete"):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                        continue
+                    if entry.name in ("remote-log-index-cache", "__cluster_metadata-0"):
+                        continue
+                    try:
+                        tp = files.parse_topic_partition_name(entry.name)
+                    except ValueError:
+                        log.warning("ignoring %s: not a <topic>-<partition> directory", entry.path)
+                        continue
+                    partition_dirs.append((Path(entry.path), tp))
+
+            def load_one(item: tuple[Path, TopicPartition], clean: bool = clean,
+                         recovery_points: dict[TopicPartition, int] = recovery_points,
+                         start_offsets: dict[TopicPartition, int] = start_offsets) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
+                path, tp = item
+                stats = LoadStats()
+                options = LoadOptions(
+                    had_clean_shutdown=clean,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    sanity_check_all=self.settings.sanity_check_all_logs,
+                    producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                )
+                ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock,
+                                scheduler=self.scheduler, stats=stats)
+                return tp, ulog, stats
+
+            threads = max(1, self.settings.recovery_threads_per_data_dir)
+            if threads == 1:
+                results = [load_one(p) for p in partition_dirs]
+            else:
+                with ThreadPoolExecutor(threads) as pool:
+                    results = list(pool.map(load_one, partition_dirs))
+            for tp, ulog, stats in results:
+                self._logs[tp] = ulog
+                report.logs += 1
+                report.segments += stats.segments
+                report.recovered_segments += stats.recovered_segments
+                report.rebuilt_indexes += stats.rebuilt_indexes
+                report.truncated_bytes += stats.truncated_bytes
+        report.seconds = time.monotonic() - t0
+        log.info("loaded %d logs with %d segments in %.3f s (%d recovered, %d indexes rebuilt, %d unchecked)",
+                 report.logs, report.segments, report.seconds, report.recovered_segments,
+                 report.rebuilt_indexes, self.unchecked_segments())
+        self._started = True
+        return report
+
+    def _read_checkpoint(self, path: Path, report: StartupReport) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except FileNotFoundError:
+            return {}
+        except TierlogError as e:
+            # A damaged checkpoint only costs a longer recovery: recover from the start.
+            log.error("%s; recovering those logs from their start", e)
+            report.errors.append(str(e))
+            return {}
+
+    def _ensure_meta_properties(self, d: Path) -> None:
+        path = d / META_PROPERTIES
+        if path.exists():
+            return
+        cluster_id = self.settings.cluster_id or uuid_to_base64(uuid.uuid4().bytes)
+        MetaProperties(node_id=self.settings.node_id, cluster_id=cluster_id,
+                       directory_id=random_uuid()).write(path)
+
+    def start_background_tasks(self) -> None:
+        if self.scheduler is None:
+            return
+        s = self.settings
+        sched = self.scheduler
+        self._tasks += [
+            sched.schedule("kafka-recovery-point-checkpoint", self.checkpoint_recovery_points,
+                           s.recovery_point_checkpoint_interval_ms, s.recovery_point_checkpoint_interval_ms),
+            sched.schedule("kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
+                           s.log_start_offset_checkpoint_interval_ms, s.log_start_offset_checkpoint_interval_ms),
+            sched.schedule("kafka-producer-expiration", self.remove_expired_producers,
+                           s.producer_id_expiration_check_interval_ms, s.producer_id_expiration_check_interval_ms),
+        ]
+        self._tasks.append(sched.schedule("kafka-log-retention", self.cleanup_logs,
+                                          s.retention_check_interval_ms, s.retention_check_interval_ms))
+        if s.flush_check_interval_ms < 2**62:
+            self._tasks.append(sched.schedule("kafka-log-flusher", self.flush_dirty_logs,
+                                              s.flush_check_interval_ms, s.flush_check_interval_ms))
+        if self.unchecked_segments() > 0:
+            self._tasks.append(sched.schedule("tierlog-lazy-segment-checker", self.check_unchecked_segments,
+                                              s.lazy_check_interval_ms, s.lazy_check_interval_ms))
+
+    # -- access ---------------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, UnifiedLog]:
+        with self._lock:
+            return dict(self._logs)
+
+    def _pick_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for ulog in self._logs.values():
+            parent = ulog.dir.parent
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None = None) -> UnifiedLog:
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                if topic_id is not None and existing.topic_id != topic_id:
+                    existing.write_partition_metadata(topic_id)
+                return existing
+            path = self._pick_log_dir() / files.topic_partition_dir_name(topic, partition)
+            path.mkdir(parents=True, exist_ok=True)
+            ulog = load_log(path, self.config_for_topic(topic),
+                            LoadOptions(had_clean_shutdown=True,
+                                        producer_id_expiration_ms=self.settings.producer_id_expiration_ms),
+                            clock=self.clock, scheduler=self.scheduler)
+            if topic_id is not None:
+                ulog.write_partition_metadata(topic_id)
+            self._logs[(topic, partition)] = ulog
+            log.info("created log for %s-%d in %s", topic, partition, path.parent)
+            return ulog
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Rename the partition dir to ``<topic>-<partition>.<uuid>-delete`` and remove it (async in Kafka)."""
+        with self._lock:
+            ulog = self._logs.pop((topic, partition), None)
+        if ulog is None:
+            return False
+        with ulog.lock:
+            for seg in ulog.segments.materialized():
+                seg.close()
+            ulog.deleted = True
+            target = ulog.dir.parent / files.delete_dir_name(topic, partition)
+            os.replace(ulog.dir, target)
+        shutil.rmtree(target, ignore_errors=True)
+        log.info("deleted log %s-%d", topic, partition)
+        return True
+
+    def update_topic_config(self, topic: str) -> None:
+        config = self.config_for_topic(topic)
+        for (t, _), ulog in self.all_logs().items():
+            if t == topic:
+                ulog.update_config(config)
+
+    # -- background work ------------------------------------------------------------------------------
+
+    def unchecked_segments(self) -> int:
+        return sum(ulog.unchecked_segments() for ulog in self._logs.values())
+
+    def check_unchecked_segments(self) -> int:
+        """Seed 003's background checker: a bounded batch per run, so it never hogs a log's lock."""
+        budget = self.settings.lazy_check_batch
+        done = 0
+        for ulog in self.all_logs().values():
+            if done >= budget:
+                break
+            done += ulog.check_some_segments(budget - done)
+        return done
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log (LogManager.cleanupLogs); returns segments deleted."""
+        now = self.clock.wall_ms()
+        deleted = 0
+        for (topic, partition), ulog in self.all_logs().items():
+            try:
+                plan = ulog.delete_old_segments(now)
+            except (OSError, TierlogError) as e:
+                log.error("retention of %s-%d failed: %s", topic, partition, e)
+                continue
+            for d in plan:
+                self.deletions[d.reason.value] += 1
+            deleted += len(plan)
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        now = self.clock.wall_ms()
+        for ulog in self.all_logs().values():
+            try:
+                ulog.maybe_flush_by_time(now)
+            except OSError as e:
+                log.error("flush of %s failed: %s", ulog.dir, e)
+
+    def remove_expired_producers(self) -> None:
+        now = self.clock.wall_ms()
+        for ulog in self.all_logs().values():
+            with ulog.lock:
+                ulog.producer_state.remove_expired_producers(now)
+
+    def _by_dir(self) -> dict[Path, dict[TopicPartition, UnifiedLog]]:
+        out: dict[Path, dict[TopicPartition, UnifiedLog]] = {d: {} for d in self.log_dirs}
+        for tp, ulog in self.all_logs().items():
+            out.setdefault(ulog.dir.parent, {})[tp] = ulog
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        for d, logs in self._by_dir().items():
+            try:
+                OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(
+                    {tp: ulog.recovery_point for tp, ulog in logs.items()})
+            except OSError as e:
+                raise KafkaStorageError(f"could not write the recovery point checkpoint in {d}: {e}") from e
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for d, logs in self._by_dir().items():
+            entries: dict[TopicPartition, int] = {}
+            for tp, ulog in logs.items():
+                first = ulog.segments.base_offsets[:1]
+                if ulog.config.remote_storage_enable or (first and ulog.log_start_offset > first[0]):
+                    entries[tp] = ulog.log_start_offset
+            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(entries)
+
+    # -- shutdown -------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Clean shutdown: close every log (flush + producer snapshot), write the checkpoints, and
+        then the clean-shutdown marker in each dir."""
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+        failed_dirs: set[Path] = set()
+        for ulog in self.all_logs().values():
+            try:
+                ulog.close()
+            except (OSError, TierlogError) as e:
+                log.error("closing %s failed: %s", ulog.dir, e)
+                failed_dirs.add(ulog.dir.parent)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        for d in self.log_dirs:
+            if d not in failed_dirs:
+                CleanShutdownFile(d / CLEAN_SHUTDOWN).write(broker_epoch=0)
+        log.info("log manager shut down cleanly")

@@ -1,0 +1,518 @@
+"""One log segment: the ``.log`` file and its offset, time and transaction indexes.
+
+Indexes are lazy (Kafka's LazyIndex): the files are not opened until first use, so a log with
+many inactive segments opens without touching them (seed 003).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from tierlog.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    IndexOffsetOverflowError,
+    InvalidRecordError,
+    TierlogError,
+)
+from tierlog.records.header import INT32_MAX, BatchHeader, iter_headers
+from tierlog.storage import files
+from tierlog.storage.file_records import FileRecords, FileRegion
+from tierlog.storage.index import OffsetIndex, TimeIndex, looks_untrimmed
+from tierlog.storage.txn_index import TransactionIndex
+
+log = logging.getLogger(__name__)
+
+OFFSET_ENTRY_BYTES = 8
+TIME_ENTRY_BYTES = 12
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+    def delete_if_exists(self) -> bool: ...
+    def rename_to(self, path: Path) -> None: ...
+
+
+IndexT = TypeVar("IndexT", OffsetIndex, TimeIndex)
+
+
+class LazyIndex(Generic[IndexT]):
+    """An index that is constructed (and its file opened) on first :meth:`get`."""
+
+    def __init__(self, path: Path, factory: Callable[[Path], IndexT]) -> None:
+        self.path = path
+        self._factory: Callable[[Path], IndexT] = factory
+        self._index: IndexT | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._index is not None
+
+    def get(self) -> IndexT:
+        index = self._index
+        if index is None:
+            with self._lock:
+                if self._index is None:
+                    self._index = self._factory(self.path)
+                index = self._index
+        return index
+
+    def rename_to(self, path: Path) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.rename_to(path)
+            elif self.path.exists():
+                os.replace(self.path, path)
+            self.path = path
+
+    def delete_if_exists(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+
+@dataclass(frozen=True)
+class LogOffsetMetadata:
+    message_offset: int
+    segment_base_offset: int = -1
+    relative_position: int = 0
+
+
+@dataclass(frozen=True)
+class FetchDataInfo:
+    offset_metadata: LogOffsetMetadata
+    records: FileRegion | None
+    first_entry_incomplete: bool = False
+
+    @property
+    def size_bytes(self) -> int:
+        return 0 if self.records is None else self.records.size
+
+    def read_bytes(self) -> bytes:
+        return b"" if self.records is None else self.records.read_bytes()
+
+
+@dataclass(frozen=True)
+class BatchPosition:
+    offset: int  # the batch's base offset
+    position: int
+    size: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class SegmentSettings:
+    """The parts of the topic config a segment needs (the log rebuilds it on a config change)."""
+
+    index_interval_bytes: int = 4096
+    max_index_size: int = 10485760
+    preallocate_bytes: int = 0
+
+
+def should_roll(
+    *,
+    segment_size: int,
+    max_segment_bytes: int,
+    messages_size: int,
+    first_batch_timestamp: int | None,
+    created_ms: int,
+    now_ms: int,
+    max_timestamp_in_messages: int,
+    max_segment_ms: int,
+    roll_jitter_ms: int,
+    indexes_full: bool,
+    base_offset: int,
+    max_offset_in_messages: int,
+) -> bool:
+    """Kafka's roll conditions (LogSegment#shouldRoll, KAFKA-FACTS §3.2), as a pure function."""
+    if segment_size > max_segment_bytes - messages_size:
+        return True
+    if segment_size > 0:
+        if first_batch_timestamp is not None and first_batch_timestamp >= 0:
+            waited = max_timestamp_in_messages - first_batch_timestamp
+        else:
+            waited = now_ms - created_ms
+        if waited > max_segment_ms - roll_jitter_ms:
+            return True
+    if indexes_full:
+        return True
+    return max_offset_in_messages - base_offset > INT32_MAX
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        settings: SegmentSettings,
+        *,
+        created_ms: int,
+        roll_jitter_ms: int = 0,
+        create: bool = False,
+        file_suffix: str = "",
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.settings = settings
+        self.created_ms = created_ms
+        self.roll_jitter_ms = roll_jitter_ms
+        self.log = FileRecords(
+            Path(str(files.log_file(directory, base_offset)) + file_suffix),
+            preallocate_bytes=settings.preallocate_bytes if create else 0,
+            create=create,
+        )
+        self._offset_index = LazyIndex(
+            Path(str(files.index_file(directory, base_offset)) + file_suffix),
+            lambda p: OffsetIndex(p, base_offset, settings.max_index_size),
+        )
+        self._time_index = LazyIndex(
+            Path(str(files.time_index_file(directory, base_offset)) + file_suffix),
+            lambda p: TimeIndex(p, base_offset, settings.max_index_size),
+        )
+        self.txn_index = TransactionIndex(
+            Path(str(files.txn_index_file(directory, base_offset)) + file_suffix), base_offset
+        )
+        self._bytes_since_last_index_entry = 0
+        self._max_ts_and_offset: tuple[int, int] | None = None
+        self._first_batch_timestamp: int | None = None
+        self._first_batch_timestamp_loaded = False
+        #: Seed 003: False until the offset and time index passed their sanity check.
+        self.checked = create
+        if create:
+            self._max_ts_and_offset = (-1, base_offset)
+            self._first_batch_timestamp_loaded = True
+            # Kafka creates both index files with the segment so a crash leaves them present.
+            self._offset_index.get()
+            self._time_index.get()
+
+    # -- indexes ----------------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._offset_index.get()
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._time_index.get()
+
+    @property
+    def indexes_loaded(self) -> bool:
+        return self._offset_index.loaded or self._time_index.loaded
+
+    @property
+    def offset_index_path(self) -> Path:
+        return self._offset_index.path
+
+    @property
+    def time_index_path(self) -> Path:
+        return self._time_index.path
+
+    # -- producer-state replay (producer_rebuild.SegmentSource) ---------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        return self.log.path
+
+    def start_position_for(self, offset: int) -> int:
+        return self.offset_index.lookup(offset)[1]
+
+    # -- sizes and timestamps ---------------------------------------------------------------------
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
+
+    def _max_ts(self) -> tuple[int, int]:
+        if self._max_ts_and_offset is None:
+            entry = self.time_index.last_entry()
+            self._max_ts_and_offset = (entry[0], entry[1])
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_ts()[0]
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_ts()[1]
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the file's mtime when no record has one (retention)."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    @property
+    def first_batch_timestamp(self) -> int | None:
+        if not self._first_batch_timestamp_loaded:
+            first = next(self.log.iter_headers_from(0), None)
+            self._first_batch_timestamp = None if first is None else first.max_timestamp
+            self._first_batch_timestamp_loaded = True
+        return self._first_batch_timestamp
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # -- append and read ----------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
+        """Append already-validated batches (offsets assigned). ``headers`` give each batch's fields
+        and its position within ``records``."""
+        if not headers:
+            return
+        last = headers[-1].last_offset
+        if last - self.base_offset > INT32_MAX or headers[0].base_offset < self.base_offset:
+            raise IndexOffsetOverflowError(
+                f"offsets [{headers[0].base_offset}, {last}] do not fit segment {self.base_offset}"
+            )
+        physical_position = self.log.size_bytes
+        if physical_position == 0 and not self._first_batch_timestamp_loaded:
+            self._first_batch_timestamp_loaded = True
+        if physical_position == 0:
+            self._first_batch_timestamp = headers[0].max_timestamp
+        self.log.append(records)
+        max_ts, offset_of_max = self._max_ts()
+        for h in headers:
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+            if self._bytes_since_last_index_entry > self.settings.index_interval_bytes:
+                self.offset_index.append(h.last_offset, physical_position + h.position - headers[0].position)
+                self.time_index.maybe_append(max_ts, offset_of_max)
+                self._bytes_since_last_index_entry = 0
+            self._bytes_since_last_index_entry += h.size_bytes
+        self._max_ts_and_offset = (max_ts, offset_of_max)
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
+        """The first batch whose last offset is ≥ ``offset`` (FileRecords.searchForOffsetWithSize)."""
+        _, position = self.offset_index.lookup(offset)
+        for h in self.log.iter_headers_from(max(position, starting_position)):
+            if h.last_offset >= offset:
+                return BatchPosition(h.base_offset, h.position, h.size_bytes, h.last_offset)
+        return None
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> FetchDataInfo | None:
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read from segment {self.log.path}")
+        start = self.translate_offset(start_offset)
+        if start is None:
+            return None
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)
+        adjusted_max = max(max_size, start.size) if min_one_message else max_size
+        if adjusted_max == 0:
+            return FetchDataInfo(metadata, None)
+        limit = self.log.size_bytes if max_position is None else max_position
+        fetch_size = min(limit - start.position, adjusted_max)
+        if fetch_size <= 0:
+            return FetchDataInfo(metadata, None)
+        return FetchDataInfo(
+            metadata, self.log.region(start.position, fetch_size), first_entry_incomplete=adjusted_max < start.size
+        )
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch in this segment (base offset when empty)."""
+        _, position = self.offset_index.last_entry()
+        next_offset = self.base_offset
+        for h in self.log.iter_headers_from(position):
+            next_offset = h.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp ≥ ``timestamp`` and an offset
+        ≥ ``starting_offset``, or None."""
+        from tierlog.records import decode_batch  # decoding records is needed only here
+
+        _, index_offset = self.time_index.lookup(timestamp)
+        start = self.translate_offset(max(index_offset, starting_offset))
+        if start is None:
+            return None
+        for h in self.log.iter_headers_from(start.position):
+            if h.max_timestamp >= timestamp and not h.is_control:
+                full = BatchHeader(self.log.read(h.position, h.size_bytes), 0)
+                for record in decode_batch(full):
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    # -- recovery and checks ------------------------------------------------------------------------
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Rebuild the indexes from the log, truncating at the first invalid batch (LogSegment#recover).
+
+        Returns how many bytes were truncated. ``on_batch`` sees every valid batch (leader epochs,
+        producer state).
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.txn_index.reset()
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts, offset_of_max = -1, self.base_offset
+        first_ts: int | None = None
+        size = self.log.size_bytes
+        if size > 0:
+            with open(self.log.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                try:
+                    for h in iter_headers(mm, 0, size):
+                        h.ensure_valid()
+                        if h.last_offset - self.base_offset > INT32_MAX or h.base_offset < self.base_offset:
+                            raise CorruptRecordError(
+                                f"batch offsets [{h.base_offset}, {h.last_offset}] do not fit segment {self.base_offset}"
+                            )
+                        if first_ts is None:
+                            first_ts = h.max_timestamp
+                        if h.max_timestamp > max_ts:
+                            max_ts, offset_of_max = h.max_timestamp, h.last_offset
+                        if valid_bytes - last_index_entry > self.settings.index_interval_bytes:
+                            self.offset_index.append(h.last_offset, valid_bytes)
+                            self.time_index.maybe_append(max_ts, offset_of_max)
+                            last_index_entry = valid_bytes
+                        valid_bytes += h.size_bytes
+                        if on_batch is not None:
+                            # Hand out a copy of the header so no view of the mapping outlives it.
+                            on_batch(BatchHeader(bytes(mm[h.position : h.position + 61]), 0))
+                        del h
+                except (CorruptRecordError, InvalidRecordError) as e:
+                    log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, valid_bytes, e)
+        truncated = size - valid_bytes
+        if truncated > 0:
+            log.warning("truncated %d invalid bytes at the end of %s", truncated, self.log.path)
+        self.log.truncate_to(valid_bytes)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        self.time_index.trim_to_valid_size()
+        self._max_ts_and_offset = (max_ts, offset_of_max)
+        self._first_batch_timestamp = first_ts
+        self._first_batch_timestamp_loaded = True
+        self._bytes_since_last_index_entry = 0
+        self.checked = True
+        return truncated
+
+    def cheap_untrimmed_check(self) -> bool:
+        """True if the time or offset index looks like a preallocated file never trimmed (KAFKA-19200),
+        judged from a stat and at most the last entry."""
+        size = self.settings.max_index_size
+        return looks_untrimmed(self._time_index.path, TIME_ENTRY_BYTES, size) or looks_untrimmed(
+            self._offset_index.path, OFFSET_ENTRY_BYTES, size
+        )
+
+    def sanity_check(self, next_base_offset: int | None, *, active: bool = False) -> None:
+        """Seed 003's index check: files present, entry count vs file size, monotonic entries, last
+        offsets within [base, next base). Raises CorruptIndexError saying what is wrong."""
+        for path in (self._offset_index.path, self._time_index.path):
+            if not path.exists():
+                raise CorruptIndexError(f"{path} is missing")
+        if not active and self.cheap_untrimmed_check():
+            raise CorruptIndexError(f"an index of {self.log.path} is preallocated and was never trimmed")
+        oi, ti = self.offset_index, self.time_index
+        oi.sanity_check()
+        ti.sanity_check()
+        if next_base_offset is not None:
+            last_offset, _ = oi.last_entry()
+            if oi.entries > 0 and last_offset >= next_base_offset:
+                raise CorruptIndexError(
+                    f"{oi.path}: last offset {last_offset} is not below the next segment's base {next_base_offset}"
+                )
+            _, ts_offset = ti.last_entry()
+            if ti.entries > 0 and ts_offset >= next_base_offset:
+                raise CorruptIndexError(
+                    f"{ti.path}: last offset {ts_offset} is not below the next segment's base {next_base_offset}"
+                )
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after ``offset``; return the bytes removed."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        # The segment becomes the active one again: give its indexes their full size back.
+        self.offset_index.resize(self.settings.max_index_size)
+        self.time_index.resize(self.settings.max_index_size)
+        if mapping is None:
+            return 0
+        removed = self.log.truncate_to(mapping.position)
+        if self.log.size_bytes == 0:
+            self.created_ms = self.created_ms  # unchanged; kept for clarity of Kafka's parity
+            self._first_batch_timestamp = None
+        entry = self.time_index.last_entry()
+        self._max_ts_and_offset = (entry[0], entry[1])
+        self._bytes_since_last_index_entry = 0
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Final time index entry, then trim indexes and log to their valid sizes (roll and close)."""
+        max_ts, offset_of_max = self._max_ts()
+        self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def flush(self) -> None:
+        self.log.flush()
+        if self._offset_index.loaded:
+            self.offset_index.flush()
+        if self._time_index.loaded:
+            self.time_index.flush()
+        self.txn_index.flush()
+
+    def close(self) -> None:
+        if self._time_index.loaded or self.log.is_open:
+            try:
+                max_ts, offset_of_max = self._max_ts()
+                self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+            except TierlogError as e:
+                log.warning("could not write the final time index entry of %s: %s", self.log.path, e)
+        self._offset_index.close()
+        self._time_index.close()
+        self.txn_index.close()
+        self.log.close()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        def renamed(p: Path) -> Path:
+            name = p.name[: len(p.name) - len(old_suffix)] if old_suffix and p.name.endswith(old_suffix) else p.name
+            return p.with_name(name + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        self._offset_index.rename_to(renamed(self._offset_index.path))
+        self._time_index.rename_to(renamed(self._time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
+
+    def delete_files(self) -> None:
+        self.close()
+        for p in (self.log.path, self._offset_index.path, self._time_index.path, self.txn_index.path):
+            p.unlink(missing_ok=True)
+
+    def all_paths(self) -> list[Path]:
+        return [self.log.path, self._offset_index.path, self._time_index.path, self.txn_index.path]
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, path={self.log.path})"
