@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from tierlog.errors import CorruptRecordError, InvalidRecordError
+from tierlog.records._fastwalk import walk_records
 from tierlog.records.compression import CompressionType, decompress
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
@@ -167,6 +170,11 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
 
     buf, pos, end = _records_region(header)
     uncompressed_size = end - pos
+    fast = walk_records(np.frombuffer(buf, dtype=np.uint8), pos, end, count, header.base_timestamp, from_client)
+    ok, found, walked_to, min_ts, max_ts, max_ts_delta, has_null_key, last_delta = fast
+    if ok and found == count and walked_to == end and not (count and last_delta > header.last_offset_delta):
+        return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
+    # Something is wrong (or unusual): the Python walk below finds it and says exactly what.
     base_timestamp = header.base_timestamp
     min_ts = max_ts = NO_TIMESTAMP
     max_ts_delta = -1

@@ -265,8 +265,10 @@ class LeaderEpochFileCache:
         """Remove entries that start at or before ``start_offset`` except that the last of them is kept
         with its start moved to ``start_offset`` (the log start moved there)."""
         with self._lock:
+            before = list(self._epochs)
             removed = _truncate_from_start(self._epochs, start_offset)
-            if removed:
+            # Re-adding the same entry (start already there) changes nothing: skip the fsync.
+            if removed and self._epochs != before:
                 log.debug("%scleared %s after truncating to start offset %d", self._prefix(), removed, start_offset)
                 self._write_after_truncation()
 

@@ -385,7 +385,7 @@ class UnifiedLog:
         try:
             segment.sanity_check(next_base, active=next_base is None)
             segment.checked = True
-        except (CorruptIndexError, OSError) as e:
+        except CorruptIndexError as e:
             log.warning("segment %s of %s-%d failed its check (%s); rebuilding its indexes and checking "
                         "every earlier segment first", segment.base_offset, self.topic, self.partition, e)
             if self.on_corrupt_segment is not None:
@@ -405,8 +405,11 @@ class UnifiedLog:
                 break
             seg = self.segments.get(base)
             if not seg.checked:
+                was_loaded = seg.indexes_loaded
                 with self.lock:
                     self._check_segment(seg)
+                    if not was_loaded and seg is not self.active_segment:
+                        seg.release_indexes()  # keep descriptors bounded while sweeping
                 done += 1
         return done
 

@@ -131,27 +131,35 @@ def offset_from_file_name(name: str) -> int | None:
     return int(prefix)
 
 
-def list_snapshot_files(log_dir: Path) -> dict[int, Path]:
-    """Every live snapshot in ``log_dir`` by offset (``.deleted`` and ``.tmp`` files are not live)."""
-    found: dict[int, Path] = {}
-    try:
-        names = os.listdir(log_dir)
-    except FileNotFoundError:
-        return found
+def list_snapshot_names(log_dir: Path, names: Iterable[str] | None = None) -> dict[int, str]:
+    """Every live snapshot in ``log_dir`` by offset (``.deleted`` and ``.tmp`` files are not live).
+    ``names`` is a listing the caller already has (the loader lists each partition once)."""
+    found: dict[int, str] = {}
+    if names is None:
+        try:
+            names = os.listdir(log_dir)
+        except FileNotFoundError:
+            return found
     for name in names:
-        offset = offset_from_file_name(name)
-        if offset is not None:
-            found[offset] = log_dir / name
+        if name.endswith(SNAPSHOT_SUFFIX):
+            offset = offset_from_file_name(name)
+            if offset is not None:
+                found[offset] = name
     return found
 
 
-def remove_temp_snapshots(log_dir: Path) -> None:
+def list_snapshot_files(log_dir: Path) -> dict[int, Path]:
+    return {o: log_dir / n for o, n in list_snapshot_names(log_dir).items()}
+
+
+def remove_temp_snapshots(log_dir: Path, names: Iterable[str] | None = None) -> None:
     """Delete ``*.snapshot.tmp`` left by a crash inside ``write_atomic``; they were never renamed into
     place, so nothing refers to them."""
-    try:
-        names = os.listdir(log_dir)
-    except FileNotFoundError:
-        return
+    if names is None:
+        try:
+            names = os.listdir(log_dir)
+        except FileNotFoundError:
+            return
     for name in names:
         if name.endswith(SNAPSHOT_SUFFIX + TMP_SUFFIX):
             try:
@@ -191,25 +199,31 @@ class SnapshotFiles:
     With ``log_dir=None`` the index stays empty and never touches a disk.
     """
 
-    def __init__(self, log_dir: Path | None) -> None:
+    def __init__(self, log_dir: Path | None, names: Iterable[str] | None = None) -> None:
         self.log_dir = log_dir
         self._offsets: list[int] = []
-        self._paths: dict[int, Path] = {}
+        # File names, not Paths: a log with thousands of segments has as many snapshots, and building
+        # a Path for each at startup costs more than everything else the load does (seed 003).
+        self._names: dict[int, str] = {}
         # written with sync=False (the roll path) and not yet fsynced
         self._unflushed: set[Path] = set()
-        self.refresh()
+        self.refresh(names)
 
-    def refresh(self) -> None:
+    def refresh(self, names: Iterable[str] | None = None) -> None:
         """Re-list the directory, e.g. after another component wrote a snapshot into it."""
         if self.log_dir is None:
             return
-        self._paths = list_snapshot_files(self.log_dir)
-        self._offsets = sorted(self._paths)
+        self._names = list_snapshot_names(self.log_dir, names)
+        self._offsets = sorted(self._names)
+
+    def _path(self, offset: int) -> Path:
+        assert self.log_dir is not None
+        return self.log_dir / self._names[offset]
 
     def add(self, offset: int, path: Path, *, synced: bool) -> None:
-        if offset not in self._paths:
+        if offset not in self._names:
             insort(self._offsets, offset)
-        self._paths[offset] = path
+        self._names[offset] = path.name
         if not synced:
             self._unflushed.add(path)
 
@@ -225,7 +239,7 @@ class SnapshotFiles:
         return list(self._offsets)
 
     def files(self) -> list[SnapshotFile]:
-        return [SnapshotFile(o, self._paths[o]) for o in self._offsets]
+        return [SnapshotFile(o, self._path(o)) for o in self._offsets]
 
     @property
     def latest(self) -> int | None:
@@ -236,10 +250,11 @@ class SnapshotFiles:
         return self._offsets[0] if self._offsets else None
 
     def get(self, offset: int) -> Path | None:
-        return self._paths.get(offset)
+        return self._path(offset) if offset in self._names else None
 
     def forget(self, offset: int) -> Path | None:
-        path = self._paths.pop(offset, None)
+        path = self.get(offset)
+        self._names.pop(offset, None)
         if path is not None:
             self._unflushed.discard(path)
             del self._offsets[bisect_right(self._offsets, offset) - 1]
@@ -278,14 +293,15 @@ class SnapshotFiles:
         for o in list(self._offsets):
             self.delete(o)
 
-    def remove_strays(self, segment_base_offsets: Iterable[int]) -> None:
+    def remove_strays(self, segment_base_offsets: Iterable[int], names: Iterable[str] | None = None) -> None:
         """Keep the snapshots at segment bases, plus the single newest other one if it lies above every
         base (the log-end snapshot of a clean shutdown); delete the rest (KAFKA-FACTS §2.12 step 7)."""
         bases = set(segment_base_offsets)
         if self.log_dir is not None:
             # load time is when a crash's half-written temp files are known to be orphans
-            remove_temp_snapshots(self.log_dir)
-        self.refresh()
+            names = list(names) if names is not None else None
+            remove_temp_snapshots(self.log_dir, names)
+        self.refresh(names)
         strays = [o for o in self._offsets if o not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for o in strays:

@@ -472,6 +472,12 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self.log.trim()
 
+    def release_indexes(self) -> None:
+        """Close the index files (and their mappings) of an inactive segment; they reopen lazily.
+        Checking thousands of segments would otherwise hold a descriptor per index."""
+        self._offset_index.close()
+        self._time_index.close()
+
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
         self.time_index.resize(size)

@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from _records_helpers import raw_batch, raw_record, recrc
+from ._records_helpers import raw_batch, raw_record, recrc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from _records_helpers import raw_batch, raw_record, recrc
+from ._records_helpers import raw_batch, raw_record, recrc
 
 from tierlog.errors import CorruptRecordError, InvalidRecordError
 from tierlog.records import BatchHeader, BatchStats, Record, SimpleRecord, build_batch, validate_batch

@@ -57,10 +57,12 @@ def test_sigkill_mid_append_keeps_every_acknowledged_append(open_log: OpenLog, t
     acked = -1
     for _ in range(6):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(d)], stdout=subprocess.PIPE, text=True)
-        time.sleep(0.3 + rng.random() * 0.5)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the writer is up and appending: now kill it at a random moment
+        time.sleep(0.05 + rng.random() * 0.4)
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
-        lines = [int(x) for x in out.split("\n") if x.strip().isdigit()]
+        lines = [int(x) for x in (first + out).split("\n") if x.strip().isdigit()]
         if lines:
             acked = max(acked, lines[-1])
         log = open_log(LogConfig(segment_bytes=20000, index_interval_bytes=500))
