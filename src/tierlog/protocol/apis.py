@@ -1,0 +1,232 @@
+"""The APIs tierlog implements, the versions it advertises, and their kio message types.
+
+This table is the only place versions are decided: the codec refuses what is not in it and the
+ApiVersions response is generated from it, so the broker advertises exactly what it parses.
+
+How the ranges were chosen (clients negotiate the highest version both sides support, so the
+maximum decides what clients send and the minimum decides which old clients can connect):
+
+* Minimum = the oldest version kio has a schema for. kio generates its schemas from Kafka 4.x, whose
+  baseline (KIP-896) removed the versions no client released after Kafka 2.1 sends. Every version
+  the installed clients can pick is at or above it: aiokafka 0.14 tops out at Produce 7, Fetch 11,
+  ListOffsets 3, Metadata 5, OffsetCommit 3, OffsetFetch 3, CreateTopics 3, DeleteTopics 3,
+  DescribeConfigs 2 (all >= the minimums), kafka-python 3.0 negotiates (capped at Produce 9,
+  Fetch 12, JoinGroup 7, SyncGroup 5, OffsetCommit 8, OffsetFetch 8), kafka-python 2.0 hard-codes
+  Metadata 1, JoinGroup 2, OffsetCommit 2, OffsetFetch 1, ListOffsets 1 -- all parseable.
+* Maximum = the newest version kio has a schema for, which for every API here equals what Kafka
+  4.3 advertises -- except InitProducerId, whose v6 (KIP-939 two-phase commit) is still unstable in
+  Kafka and is not advertised by it, so tierlog stops at v5.
+* Produce is *advertised* from v0 but parsed from v3 (v3 is the first with record batch v2), as
+  Kafka 4.0 does (KAFKA-18659): librdkafka 2.x checks for compression support by looking for
+  Produce v0-v2 in the ApiVersions response and silently stops compressing when they are missing
+  (confluentinc/librdkafka#4956). Clients pick the highest common version, so none sends v0-v2.
+
+Versions that carry topic ids instead of names, which the handlers must resolve: Produce 13,
+Fetch 13+, OffsetCommit 10, OffsetFetch 10, DeleteTopics 6+ (optional). Metadata 10+ returns them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cache
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from tierlog.protocol.errors import UnsupportedApiError, UnsupportedVersionError
+
+#: A kio request dataclass (``kio.schema.<api>.v<N>.request.<Api>Request``).
+RequestBody: TypeAlias = RequestPayload
+#: A kio response dataclass (``kio.schema.<api>.v<N>.response.<Api>Response``).
+ResponseBody: TypeAlias = ResponsePayload
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    api_key: ApiKey
+    #: Kafka's name for the API, as printed by ``kafka-broker-api-versions``.
+    name: str
+    #: The versions the codec parses.
+    min_version: int
+    max_version: int
+    #: The minimum written in the ApiVersions response, when it differs from ``min_version``.
+    advertised_min_version: int | None = None
+
+    @property
+    def advertised_versions(self) -> tuple[int, int]:
+        low = self.min_version if self.advertised_min_version is None else self.advertised_min_version
+        return low, self.max_version
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+_SPECS = (
+    ApiSpec(ApiKey.PRODUCE, "Produce", 3, 13, advertised_min_version=0),
+    ApiSpec(ApiKey.FETCH, "Fetch", 4, 18),
+    ApiSpec(ApiKey.LIST_OFFSETS, "ListOffsets", 1, 11),
+    ApiSpec(ApiKey.METADATA, "Metadata", 0, 13),
+    ApiSpec(ApiKey.OFFSET_COMMIT, "OffsetCommit", 2, 10),
+    ApiSpec(ApiKey.OFFSET_FETCH, "OffsetFetch", 1, 10),
+    ApiSpec(ApiKey.FIND_COORDINATOR, "FindCoordinator", 0, 6),
+    ApiSpec(ApiKey.JOIN_GROUP, "JoinGroup", 0, 9),
+    ApiSpec(ApiKey.HEARTBEAT, "Heartbeat", 0, 4),
+    ApiSpec(ApiKey.LEAVE_GROUP, "LeaveGroup", 0, 5),
+    ApiSpec(ApiKey.SYNC_GROUP, "SyncGroup", 0, 5),
+    ApiSpec(ApiKey.DESCRIBE_GROUPS, "DescribeGroups", 0, 6),
+    ApiSpec(ApiKey.LIST_GROUPS, "ListGroups", 0, 5),
+    ApiSpec(ApiKey.API_VERSIONS, "ApiVersions", 0, 4),
+    ApiSpec(ApiKey.CREATE_TOPICS, "CreateTopics", 2, 7),
+    ApiSpec(ApiKey.DELETE_TOPICS, "DeleteTopics", 1, 6),
+    ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
+    ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
+    ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
+    ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
+    ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
+    ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
+    ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
+    ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
+)
+
+SUPPORTED_APIS: Mapping[int, ApiSpec] = MappingProxyType({spec.api_key.value: spec for spec in _SPECS})
+
+
+def api_spec(api_key: int) -> ApiSpec | None:
+    return SUPPORTED_APIS.get(api_key)
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    spec = SUPPORTED_APIS.get(api_key)
+    return spec is not None and spec.supports(api_version)
+
+
+def _require(api_key: int, api_version: int) -> None:
+    spec = SUPPORTED_APIS.get(api_key)
+    if spec is None:
+        raise UnsupportedApiError(api_key, api_version, None)
+    if not spec.supports(api_version):
+        raise UnsupportedVersionError(api_key, api_version, None)
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> type[RequestBody]:
+    """The kio request class of a supported API version (UnsupportedApi/VersionError otherwise)."""
+    _require(api_key, api_version)
+    try:
+        return load_request_schema(api_key, api_version)
+    except KioIndexError:  # pragma: no cover - the table is checked against kio by the tests
+        raise UnsupportedVersionError(api_key, api_version, None) from None
+
+
+@cache
+def response_type(api_key: int, api_version: int) -> type[ResponseBody]:
+    """The kio response class of a supported API version (UnsupportedApi/VersionError otherwise)."""
+    _require(api_key, api_version)
+    try:
+        return load_response_schema(api_key, api_version)
+    except KioIndexError:  # pragma: no cover - the table is checked against kio by the tests
+        raise UnsupportedVersionError(api_key, api_version, None) from None
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """2 for flexible versions (KIP-482 tagged fields in the header), else 1."""
+    return 2 if request_type(api_key, api_version).__flexible__ else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """1 for flexible versions, else 0 -- but always 0 for ApiVersions: a client that sent a version
+    the broker does not know must still be able to read the error response's header."""
+    if api_key == ApiKey.API_VERSIONS:
+        return 0
+    return 1 if response_type(api_key, api_version).__flexible__ else 0
+
+
+def api_versions_response(
+    api_version: int, *, error_code: int = 0, throttle_time_ms: int = 0
+) -> ResponseBody:
+    """The ApiVersions response body listing every supported API with its advertised range.
+
+    No features (v3+ ``supported_features``/``finalized_features``) are advertised: tierlog has
+    none of Kafka's feature levels, and clients treat their absence as the lowest level.
+    """
+    # Imported here because tierlog.protocol.build imports this module.
+    from tierlog.protocol.build import build_response
+
+    api_keys = [
+        {"api_key": spec.api_key.value, "min_version": low, "max_version": high}
+        for spec in _SPECS
+        for low, high in (spec.advertised_versions,)
+    ]
+    return build_response(
+        ApiKey.API_VERSIONS,
+        api_version,
+        {"error_code": error_code, "api_keys": api_keys, "throttle_time": throttle_time_ms},
+    )
+
+
+def unsupported_api_versions_body() -> ApiVersionsResponseV0:
+    """The v0 body answering an ApiVersions request of a version tierlog does not know.
+
+    As in Kafka (KIP-511, ``ApiVersionsRequest.getErrorResponse``) it lists only ApiVersions itself,
+    which is all a client reads from it: it retries with the highest version listed there.
+    """
+    from tierlog.protocol.build import build  # see api_versions_response
+
+    low, high = SUPPORTED_APIS[ApiKey.API_VERSIONS].advertised_versions
+    return build(
+        ApiVersionsResponseV0,
+        {
+            "error_code": UnsupportedVersionError.error_code,
+            "api_keys": [{"api_key": ApiKey.API_VERSIONS.value, "min_version": low, "max_version": high}],
+        },
+    )
+
+
+# ApiVersionsRequest.java SOFTWARE_NAME_VERSION_PATTERN.
+_SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def api_versions_request_is_valid(body: Any) -> bool:
+    """Kafka answers INVALID_REQUEST (42) to an ApiVersions v3+ request whose client software name
+    or version is empty or holds characters other than letters, digits, '-' and '.'."""
+    if body.__version__ < 3:
+        return True
+    return all(
+        isinstance(value, str) and _SOFTWARE_PATTERN.fullmatch(value) is not None
+        for value in (body.client_software_name, body.client_software_version)
+    )

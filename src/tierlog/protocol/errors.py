@@ -1,0 +1,112 @@
+"""Errors of the wire protocol layer.
+
+Every failure to frame, parse or encode a message surfaces as a :class:`ProtocolError`, so the
+server needs one ``except`` clause per connection and no kio (or struct) exception type ever leaves
+this package. What the server does with each one follows Kafka's ``SocketServer``: a frame error or
+a malformed request closes the connection; an unsupported ApiVersions version is answered (see
+:func:`tierlog.protocol.codec.unsupported_api_versions_response`); any other unsupported API or
+version closes the connection too, because the client cannot parse a response it did not ask for.
+"""
+
+from __future__ import annotations
+
+from tierlog.errors import TierlogError
+
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+
+
+class ProtocolError(TierlogError):
+    """Root of every error raised by :mod:`tierlog.protocol`."""
+
+    error_code = INVALID_REQUEST
+
+
+class FrameError(ProtocolError):
+    """The size prefix of a frame cannot be honoured; the connection must be closed."""
+
+
+class InvalidFrameError(FrameError):
+    """A negative frame size (Kafka's ``InvalidReceiveException``)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"invalid frame size {size}")
+        self.size = size
+
+
+class FrameTooLargeError(FrameError):
+    """A frame larger than ``socket.request.max.bytes``."""
+
+    def __init__(self, size: int, max_frame_bytes: int) -> None:
+        super().__init__(f"frame of {size} bytes is larger than the maximum of {max_frame_bytes}")
+        self.size = size
+        self.max_frame_bytes = max_frame_bytes
+
+
+class RequestError(ProtocolError):
+    """A request that cannot be served; carries what could be read of its header.
+
+    ``correlation_id`` is None only when the frame was too short to hold one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        correlation_id: int | None,
+        api_key: int | None = None,
+        api_version: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+
+
+class UnsupportedApiError(RequestError):
+    """An API key tierlog does not implement."""
+
+    error_code = UNSUPPORTED_VERSION
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
+        super().__init__(
+            f"unsupported API key {api_key} (version {api_version})",
+            correlation_id=correlation_id,
+            api_key=api_key,
+            api_version=api_version,
+        )
+
+
+class UnsupportedVersionError(RequestError):
+    """A known API at a version tierlog does not parse."""
+
+    error_code = UNSUPPORTED_VERSION
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
+        super().__init__(
+            f"unsupported version {api_version} of API key {api_key}",
+            correlation_id=correlation_id,
+            api_key=api_key,
+            api_version=api_version,
+        )
+
+
+class MalformedRequestError(RequestError):
+    """A request whose header or body does not match its schema."""
+
+
+class MalformedResponseError(ProtocolError):
+    """A response that does not match its schema (only tierlog's own clients and tests parse them)."""
+
+
+class EntityBuildError(ProtocolError):
+    """Values that do not fit the message being built (a handler bug, not a client error)."""
+
+    error_code = -1  # UNKNOWN_SERVER_ERROR
+
+
+class ResponseEncodeError(ProtocolError):
+    """A response body that cannot be encoded: the wrong type for the API/version, or a value out
+    of range. Always a broker bug, never the client's fault."""
+
+    error_code = -1  # UNKNOWN_SERVER_ERROR
