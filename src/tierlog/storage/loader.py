@@ -18,6 +18,7 @@ from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFil
 from tierlog.storage.log import UnifiedLog, leader_epoch_cache_for, random_roll_jitter_ms, segment_settings
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
+from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.segment import LogSegment
 from tierlog.storage.segments import LogSegments
 
@@ -155,9 +156,7 @@ def load_log(
     next_offset = active.read_next_offset()
     if len(segments) > 1 and next_offset == active.base_offset:
         next_offset = active.base_offset
-    first = segments.first
-    assert first is not None
-    log_start_offset = max(options.log_start_offset, first.base_offset)
+    log_start_offset = max(options.log_start_offset, segments.base_offsets[0])
     if next_offset < options.log_start_offset:
         # The files were removed behind our back: start over at the checkpointed start offset.
         log.warning("%s: log end %d is below the checkpointed log start offset %d; starting an empty log there",
@@ -229,8 +228,12 @@ def _check_after_clean_shutdown(segments: LogSegments, sanity_check_all: bool, s
     active = segments.get(bases[-1])
     _check_or_rebuild(active, None, stats)
     if len(bases) > 1:
-        newest_inactive = segments.get(bases[-2])
-        if newest_inactive.cheap_untrimmed_check():
+        # One stat (and at most one entry read) per partition, without materialising the segment.
+        prefix = active.dir / f"{bases[-2]:020d}"
+        max_size = active.settings.max_index_size
+        if looks_untrimmed(Path(f"{prefix}{files.TIME_INDEX_SUFFIX}"), 12, max_size) or looks_untrimmed(
+                Path(f"{prefix}{files.INDEX_SUFFIX}"), 8, max_size):
+            newest_inactive = segments.get(bases[-2])
             log.warning("the indexes of %s were never trimmed; rebuilding them", newest_inactive.log.path)
             _check_or_rebuild(newest_inactive, bases[-1], stats)
 

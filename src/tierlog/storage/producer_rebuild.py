@@ -390,7 +390,10 @@ def rebuild_producer_state(
     ``reload_from_clean_shutdown`` = whether the clean-shutdown marker was found; ``truncate_to`` calls it
     with the truncation offset and ``reload_from_clean_shutdown=False``.
     """
-    segment_set = segments if isinstance(segments, SegmentSet) else _SortedSegments(segments)
+    # hasattr, not isinstance: a runtime Protocol check costs more than the rest of a lazy load.
+    segment_set: SegmentSet = (
+        segments if hasattr(segments, "from_offset") else _SortedSegments(segments)  # type: ignore[assignment]
+    )
     # Only base offsets up front: segments are materialised only where the replay starts, so a
     # clean start with many inactive segments touches none of them (seed 003).
     bases = segment_set.base_offsets
