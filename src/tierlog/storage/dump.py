@@ -181,7 +181,12 @@ def dump_file(path: Path, options: DumpOptions, report: DumpReport) -> None:
 @contextmanager
 def _mapped(path: Path) -> Iterator[Buffer]:
     """The file's bytes, memory-mapped read-only, so a 1 GiB segment is walked without being read
-    into memory; an empty file (which mmap refuses) is ``b""``."""
+    into memory; an empty file (which mmap refuses) is ``b""``.
+
+    The map's length is fixed when it is made, so a broker appending meanwhile is harmless; a broker
+    truncating the same file meanwhile (log truncation) would make reads past the new end fail with
+    SIGBUS, which is why this tool is meant for inactive segments or a stopped broker, like Kafka's.
+    """
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             yield b""
@@ -460,8 +465,8 @@ def _untrimmed_tail(entries: Sequence[OffsetPosition | TimestampOffset], base: i
 
 
 def _untrimmed_message(shown: int, total: int) -> str:
-    return (f"entry {shown} repeats the base offset: its {total - shown} entries from there on look like the "
-            "zero-filled tail of an index that was preallocated and never trimmed; they are not shown or checked")
+    return (f"entry {shown} repeats the base offset: it and the {total - shown - 1} entries after it look like "
+            "the zero-filled tail of an index that was preallocated and never trimmed; they are not shown or checked")
 
 
 def _companion_log(path: Path, options: DumpOptions, report: DumpReport) -> Path | None:
