@@ -286,12 +286,13 @@ def _i32_array(values: tuple[int, ...]) -> bytes:
     return bytes(w.buf)
 
 
-def _read_partition_fast(r: Reader) -> PartitionRecord | None:
-    """The common shape (short arrays, no tagged fields) read with a few struct calls; None sends
-    anything else to the general field-by-field reader."""
-    buf = r.buf
-    pos = r.pos
-    end = r.end
+PartitionFields = tuple[int, bytes, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int, int]
+
+
+def _partition_fields(buf: bytes, pos: int, end: int) -> tuple[PartitionFields, int] | None:
+    """PartitionRecord v0 in its common shape (arrays under 32 entries, no tagged field) read with a
+    few struct calls, as (partition_id, topic_id, replicas, isr, removing, adding, leader, leader_epoch,
+    partition_epoch) and the position after it; None sends anything else to the general reader."""
     if pos + 20 > end:
         return None
     (partition_id,) = _I32.unpack_from(buf, pos)
@@ -309,9 +310,27 @@ def _read_partition_fast(r: Reader) -> PartitionRecord | None:
     if pos + 13 > end or buf[pos + 12] != 0:
         return None
     leader, leader_epoch, partition_epoch = _I32X3.unpack_from(buf, pos)
-    r.pos = pos + 13
-    return PartitionRecord(partition_id, topic_id, arrays[0], arrays[1], leader, leader_epoch, partition_epoch,
-                           arrays[2], arrays[3])
+    return (partition_id, topic_id, arrays[0], arrays[1], arrays[2], arrays[3], leader, leader_epoch,
+            partition_epoch), pos + 13
+
+
+def _read_partition_fast(r: Reader) -> PartitionRecord | None:
+    found = _partition_fields(r.buf, r.pos, r.end)
+    if found is None:
+        return None
+    (pid, tid, replicas, isr, removing, adding, leader, leader_epoch, partition_epoch), r.pos = found
+    return PartitionRecord(pid, tid, replicas, isr, leader, leader_epoch, partition_epoch, removing, adding)
+
+
+def decode_partition_value(value: bytes) -> PartitionFields | None:
+    """A whole PartitionRecord value decoded to its fields without building the record, for replaying
+    snapshots (one such record per partition); None if it is not a common-shape PartitionRecord v0."""
+    if not value.startswith(_PARTITION_PREFIX):
+        return None
+    found = _partition_fields(value, len(_PARTITION_PREFIX), len(value))
+    if found is None or found[1] != len(value):
+        return None
+    return found[0]
 
 
 @register

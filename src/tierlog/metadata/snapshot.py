@@ -205,14 +205,23 @@ class SnapshotReader:
         self.last_contained_timestamp_ms = -1
 
     def __iter__(self) -> Iterator[MetadataRecord]:
+        for value in self.values():
+            try:
+                record = decode_record(value)
+            except TierlogError as e:
+                raise CorruptSnapshotError(f"{self.source}: {e}") from e
+            yield record
+
+    def values(self) -> Iterator[bytes | None]:
+        """The encoded records (the caller decodes them)."""
         try:
-            yield from self._records()
+            yield from self._values()
         except CorruptSnapshotError:
             raise
         except (CorruptRecordError, InvalidRecordError, TierlogError) as e:
             raise CorruptSnapshotError(f"{self.source}: {e}") from e
 
-    def _records(self) -> Iterator[MetadataRecord]:
+    def _values(self) -> Iterator[bytes | None]:
         data = self.data
         source = self.source
         expected_offset = 0
@@ -240,7 +249,7 @@ class SnapshotReader:
                     footer_seen = True
                 continue  # other control records (kraft.version, voters) carry no metadata state
             for rec in records:
-                yield decode_record(rec.value)
+                yield rec.value
         if first:
             raise CorruptSnapshotError(f"{source}: empty snapshot (no header batch)")
         if not footer_seen:
@@ -262,11 +271,11 @@ def _parse_header(h: BatchHeader, records: list[Record], source: str) -> int:
 def load_snapshot_data(data: bytes, snapshot_id: SnapshotId, *, source: str = "snapshot") -> LoadedSnapshot:
     delta = MetadataDelta(EMPTY_IMAGE)
     reader = SnapshotReader(data, source=source)
-    replay = delta.replay
+    replay = delta.replay_value
     count = 0
     try:
-        for rec in reader:
-            replay(rec)
+        for value in reader.values():
+            replay(value)
             count += 1
     except CorruptSnapshotError:
         raise

@@ -140,3 +140,16 @@ def test_snapshot_plus_tail_equals_full_replay(ops: list[tuple[int, int, int]], 
         tail.replay_all(b)
     tail.set_provenance(final)
     assert tail.apply() == full_image
+
+
+def test_replay_value_fast_path_matches_record_replay() -> None:
+    from tierlog.metadata.records import encode_record
+
+    records = [TopicRecord("a", T1), PartitionRecord(0, T1, (1,), (1,), 1, 0, 0),
+               PartitionRecord(1, T1, (1, 2), (2,), 2, 3, 4, (5,), (6, 7)),
+               PartitionRecord(2, T1, (), (), -1, 0, 0, leader_recovery_state=1),  # tagged: general path
+               PartitionRecord(3, T1, tuple(range(40)), (1,), 1, 0, 0)]  # long array: general path
+    by_value = MetadataDelta(EMPTY_IMAGE)
+    for r in records:
+        by_value.replay_value(encode_record(r))
+    assert by_value.apply() == replay_records(EMPTY_IMAGE, records)

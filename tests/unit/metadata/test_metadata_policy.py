@@ -29,6 +29,10 @@ def test_time_trigger_fires_once_an_unsnapshotted_record_is_older_than_the_inter
 
 def test_time_trigger_never_fires_when_everything_is_in_a_snapshot() -> None:
     assert decide(0, None, now=NOW + 100 * HOUR_MS) is None
+    # Nothing new means no snapshot, whatever else the caller passes.
+    assert decide(0, NOW - 100 * HOUR_MS) is None
+    assert decide(0, None, mv=True) is None
+    assert decide(0, None, max_bytes=0) is None
 
 
 def test_zero_interval_disables_the_time_trigger() -> None:

@@ -1,0 +1,149 @@
+"""Validating dynamic topic and broker configs before the controller records them.
+
+Values are stored as Kafka stores them — strings under the canonical key name — after checking them
+against the one definition of each key (TOPIC_DEF / BROKER_DEF) and, for topics, building the
+resulting LogConfig so rules that span keys (local.retention.* against retention.*) hold too.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tierlog.config.definition import ConfigDef, ConfigKey, Type, Value, parse_value
+from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import ConfigError
+from tierlog.metadata.errors import InvalidRequestError
+from tierlog.metadata.records import ConfigRecord, ConfigResourceType
+
+#: Broker keys the metadata layer applies as soon as they change, although the static definitions
+#: mark them read-only: the snapshot and retention settings are only read by the controller itself.
+LIVE_METADATA_KEYS = frozenset({
+    "metadata.log.max.record.bytes.between.snapshots",
+    "metadata.log.max.snapshot.interval.ms",
+    "metadata.max.retention.bytes",
+    "metadata.max.retention.ms",
+})
+
+
+class AlterConfigOpType(enum.IntEnum):
+    """IncrementalAlterConfigs operation ids (Kafka's AlterConfigOp.OpType)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True)
+class AlterConfigOp:
+    name: str
+    op: AlterConfigOpType = AlterConfigOpType.SET
+    value: str | None = None
+
+
+def kafka_string(value: object) -> str:
+    """A config value as Kafka writes it in a ConfigRecord."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v).strip() for v in value)
+    return str(value).strip()
+
+
+def _definition(resource_type: ConfigResourceType) -> tuple[ConfigDef, str]:
+    if resource_type == ConfigResourceType.TOPIC:
+        return TOPIC_DEF, "topic config"
+    return BROKER_DEF, "broker config"
+
+
+def _key(resource_type: ConfigResourceType, name: str) -> ConfigKey:
+    definition, what = _definition(resource_type)
+    key = definition.require(name, what)
+    if resource_type == ConfigResourceType.BROKER and not key.dynamic and key.name not in LIVE_METADATA_KEYS:
+        raise ConfigError(key.name, "cannot be updated dynamically; set it in server.properties and restart")
+    return key
+
+
+def validate_broker_resource_name(name: str) -> None:
+    """"" is the cluster-wide default; anything else must be a broker id."""
+    if name and not (name.isdigit() and int(name) <= 2**31 - 1):
+        raise InvalidRequestError(f"Invalid broker name {name!r}: a broker id, or empty for the cluster default")
+
+
+def canonical_configs(resource_type: ConfigResourceType, configs: Mapping[str, object]) -> dict[str, str]:
+    """``configs`` under canonical key names, each value checked; a null value is an error here (use a
+    DELETE operation to remove a key)."""
+    out: dict[str, str] = {}
+    for raw_name, raw_value in configs.items():
+        key = _key(resource_type, raw_name)
+        if raw_value is None:
+            raise ConfigError(key.name, "null value not supported; delete the key instead")
+        if key.name in out:
+            raise ConfigError(key.name, f"given twice (also as {raw_name!r})")
+        parse_value(key, raw_value)
+        out[key.name] = kafka_string(raw_value)
+    return out
+
+
+def apply_ops(resource_type: ConfigResourceType, current: Mapping[str, str],
+              ops: Sequence[AlterConfigOp]) -> dict[str, str]:
+    """The configs after IncrementalAlterConfigs ``ops``, each value checked."""
+    new = dict(current)
+    seen: set[str] = set()
+    for op in ops:
+        key = _key(resource_type, op.name)
+        if key.name in seen:
+            raise InvalidRequestError(f"Error due to duplicate config keys: {key.name}")
+        seen.add(key.name)
+        if op.op == AlterConfigOpType.DELETE:
+            new.pop(key.name, None)
+            continue
+        if op.value is None:
+            raise ConfigError(key.name, f"{op.op.name} needs a value")
+        if op.op == AlterConfigOpType.SET:
+            parse_value(key, op.value)
+            new[key.name] = kafka_string(op.value)
+            continue
+        if key.type is not Type.LIST:
+            raise ConfigError(key.name, f"{op.op.name} is only allowed for list configs")
+        base = new.get(key.name)
+        items = _split(base) if base is not None else list(_default_items(key.default))
+        changes = _split(op.value)
+        if op.op == AlterConfigOpType.APPEND:
+            items += [v for v in changes if v not in items]
+        else:
+            items = [v for v in items if v not in changes]
+        parse_value(key, ",".join(items))
+        new[key.name] = ",".join(items)
+    return new
+
+
+def _split(value: str) -> list[str]:
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def _default_items(default: Value) -> tuple[str, ...]:
+    if isinstance(default, tuple):
+        return default
+    return () if default is None else (str(default),)
+
+
+def check_topic_configs(configs: Mapping[str, str], topic_defaults: Mapping[str, Value]) -> None:
+    """The whole resulting set must make a valid LogConfig (cross-key rules)."""
+    try:
+        LogConfig.from_props(configs, defaults=topic_defaults)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError("topic config", str(e)) from e
+
+
+def diff_records(resource_type: ConfigResourceType, resource_name: str, old: Mapping[str, str],
+                 new: Mapping[str, str]) -> list[ConfigRecord]:
+    """ConfigRecords turning ``old`` into ``new`` (None values delete), in a stable order."""
+    records = [ConfigRecord(int(resource_type), resource_name, k, v) for k, v in sorted(new.items()) if old.get(k) != v]
+    records += [ConfigRecord(int(resource_type), resource_name, k, None) for k in sorted(old) if k not in new]
+    return records
