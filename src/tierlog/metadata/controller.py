@@ -152,6 +152,8 @@ class Controller:
         self._listeners: list[Listener] = []
         self._generator = SnapshotGenerator(mlog, clock, load)
         self._pending: PendingSnapshot | None = None
+        #: '.'/'_' spelling of every topic name that has one of them → the name (collision checks).
+        self._collision_names = {_unify(n): n for n in load.image.topics_by_name if _has_collision_chars(n)}
         self._failure: BaseException | None = None
         self._closed = False
         self._tasks: list[TaskHandle] = []
@@ -172,13 +174,18 @@ class Controller:
         for warning in load.warnings:
             log.warning("%s", warning)
         controller = cls(mlog, load, settings, clock=clock, scheduler=scheduler)
-        if bootstrap and controller.image.metadata_version is None:
-            with controller._lock:
-                controller._commit([FeatureLevelRecord(METADATA_VERSION_FEATURE, settings.bootstrap_metadata_version)])
-            controller._after_commit()
-        else:
-            # A snapshot may be due already (old records in the tail, or a version change no snapshot holds).
-            controller.maybe_snapshot()
+        try:
+            if bootstrap and controller.image.metadata_version is None:
+                with controller._lock:
+                    controller._commit([FeatureLevelRecord(METADATA_VERSION_FEATURE,
+                                                           settings.bootstrap_metadata_version)])
+                controller._after_commit()
+            else:
+                # A snapshot may be due already (old records in the tail, or a version change no snapshot holds).
+                controller.maybe_snapshot()
+        except BaseException:
+            controller.close()
+            raise
         return controller
 
     # -- state --------------------------------------------------------------------------------------
@@ -190,6 +197,11 @@ class Controller:
     @property
     def metrics(self) -> SnapshotMetrics:
         return self._generator.metrics
+
+    @property
+    def latest_snapshot_age_ms(self) -> int:
+        """Milliseconds since the latest snapshot was written; -1 if there is none."""
+        return self._generator.metrics.latest_snapshot_age_ms(self.clock.wall_ms())
 
     @property
     def metadata_log(self) -> MetadataLog:
@@ -255,6 +267,12 @@ class Controller:
         delta.set_provenance(MetadataProvenance(result.last_offset, result.epoch, now_ms))
         image = delta.apply()
         self._image = image
+        for old in delta.deleted_topics.values():
+            if self._collision_names.get(_unify(old.name)) == old.name:
+                del self._collision_names[_unify(old.name)]
+        for name in delta.created_topics:
+            if _has_collision_chars(name):
+                self._collision_names[_unify(name)] = name
         self._generator.on_commit(result.size_bytes, now_ms, delta.metadata_version_changed)
         for listener in list(self._listeners):
             try:
@@ -319,6 +337,10 @@ class Controller:
             self._ensure_active()
             image = self._image
             _validate_topic_name(name, image)
+            existing = self._collision_names.get(_unify(name)) if _has_collision_chars(name) else None
+            if existing is not None:
+                # Metric names replace '.' with '_', so two such topics would report as one.
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
             if num_partitions is None or num_partitions == -1:
                 num_partitions = self.settings.default_num_partitions
             if num_partitions <= 0:
@@ -509,7 +531,7 @@ class Controller:
 
 
 def _validate_topic_name(name: str, image: MetadataImage) -> None:
-    """Kafka's Topic.validate, plus the metadata topic and '.'/'_' collisions."""
+    """Kafka's Topic.validate, plus the metadata topic and existing names."""
     if not name:
         raise InvalidTopicError("Topic name is illegal, it can't be empty")
     if name in (".", ".."):
@@ -526,12 +548,14 @@ def _validate_topic_name(name: str, image: MetadataImage) -> None:
         raise InvalidRequestError(f"Creation of internal topic {METADATA_TOPIC} is prohibited.")
     if name in image.topics_by_name:
         raise TopicExistsError(f"Topic '{name}' already exists.")
-    if "." in name or "_" in name:
-        # Metric names replace '.' with '_', so two such topics would report as one.
-        unified = name.replace(".", "_")
-        for existing in image.topics_by_name:
-            if existing.replace(".", "_") == unified:
-                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
+
+
+def _has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def _unify(name: str) -> str:
+    return name.replace(".", "_")
 
 
 def _new_topic_id(image: MetadataImage) -> bytes:

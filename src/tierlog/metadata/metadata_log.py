@@ -357,7 +357,9 @@ class MetadataLog:
         if len(snaps) < 2:
             return RetentionPlan((), None)
         summaries = [SnapshotSummary(s.snapshot_id.end_offset, s.size_bytes, self._last_contained(s)) for s in snaps]
-        segments = [SegmentSummary(i.base_offset, i.upper_bound_offset, i.size_bytes) for i in self.log.segment_infos()]
+        with self.log.lock:  # appends may roll a segment meanwhile
+            segments = [SegmentSummary(i.base_offset, i.upper_bound_offset, i.size_bytes)
+                        for i in self.log.segment_infos()]
         plan = plan_snapshot_retention(summaries, segments, now_ms, max_retention_bytes, max_retention_ms)
         if plan.new_log_start_offset is None:
             return plan

@@ -198,3 +198,16 @@ def test_closed_controller_refuses_commands(env: Env) -> None:
     with pytest.raises(NotControllerError) as info:
         c.create_topic("orders", 1)
     assert info.value.error_code == 41
+
+
+def test_collision_check_follows_creates_deletes_and_restarts(env: Env) -> None:
+    c = env.open()
+    c.create_topic("a.b", 1)
+    with pytest.raises(InvalidTopicError, match="collides with existing topic: a.b"):
+        c.create_topic("a_b", 1)
+    c2 = env.reopen(c)
+    with pytest.raises(InvalidTopicError):
+        c2.create_topic("a_b", 1)
+    c2.delete_topic("a.b")
+    c2.create_topic("a_b", 1)
+    c2.create_topic("ab", 1)  # no collision characters, no collision
