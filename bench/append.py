@@ -10,17 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import best_of, command_line, report  # noqa: E402
-
-from tierlog.config import LogConfig  # noqa: E402
-from tierlog.records import SimpleRecord, build_batch  # noqa: E402
-from tierlog.storage.loader import LoadOptions, load_log  # noqa: E402
+from _common import best_of, command_line, report
+from tierlog.config import LogConfig
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.storage.loader import LoadOptions, load_log
 
 
 def make_batches(batch_bytes: int, record_bytes: int, count: int) -> list[bytes]:
@@ -30,6 +26,39 @@ def make_batches(batch_bytes: int, record_bytes: int, count: int) -> list[bytes]
         payload = os.urandom(record_bytes)
         out.append(build_batch([SimpleRecord(None, payload, timestamp=1_700_000_000_000 + i) for _ in range(per_batch)]))
     return out
+
+
+def raw_write(tmp: Path, batches: list[bytes]) -> None:
+    with open(tmp / "raw.bin", "wb", buffering=0) as f:
+        for b in batches:
+            f.write(b)
+
+
+def through_log(tmp: Path, batches: list[bytes]) -> None:
+    log = load_log(tmp / "t-0", LogConfig(segment_bytes=1 << 30, retention_ms=-1), LoadOptions())
+    for b in batches:
+        log.append_as_leader(b)
+    # Neither side fsyncs inside the timing: both measure write() into the page cache.
+    log.flush = lambda offset=None: None  # type: ignore[method-assign]
+    log.producer_state.flush_snapshots = lambda: None  # type: ignore[method-assign]
+
+
+def clean(tmp: Path) -> None:
+    (tmp / "raw.bin").unlink(missing_ok=True)
+    shutil.rmtree(tmp / "t-0", ignore_errors=True)
+    os.sync()  # start each timed run with no dirty pages from the last one
+
+
+def measure(tmp: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
+    through_log(tmp, batches)  # warm-up: loads the compiled record walk once
+    t_raw = t_log = float("inf")
+    # Alternate the two so disk writeback and machine noise hit both alike.
+    for _ in range(runs):
+        clean(tmp)
+        t_raw = min(t_raw, best_of(1, lambda: raw_write(tmp, batches)))
+        clean(tmp)
+        t_log = min(t_log, best_of(1, lambda: through_log(tmp, batches)))
+    return t_raw, t_log
 
 
 def main() -> None:
@@ -48,34 +77,7 @@ def main() -> None:
         nbytes = sum(len(b) for b in batches)
         tmp = Path(tempfile.mkdtemp(prefix="tierlog-bench-"))
         try:
-            def raw() -> None:
-                p = tmp / "raw.bin"
-                with open(p, "wb", buffering=0) as f:
-                    for b in batches:
-                        f.write(b)
-
-            def through_log() -> None:
-                d = tmp / "t-0"
-                log = load_log(d, LogConfig(segment_bytes=1 << 30, retention_ms=-1), LoadOptions())
-                for b in batches:
-                    log.append_as_leader(b)
-                # Neither side fsyncs inside the timing: both measure write() into the page cache.
-                log.flush = lambda offset=None: None  # type: ignore[method-assign]
-                log.producer_state.flush_snapshots = lambda: None  # type: ignore[method-assign]
-
-            through_log()  # warm-up: loads the compiled record walk once
-            # Alternate the two so disk writeback and machine noise hit both alike.
-            t_raw = t_log = float("inf")
-            for _ in range(args.runs):
-                for fn, clean in ((raw, lambda: (tmp / "raw.bin").unlink(missing_ok=True)),
-                                  (through_log, lambda: shutil.rmtree(tmp / "t-0", ignore_errors=True))):
-                    clean()
-                    os.sync()  # start each timed run with no dirty pages from the last one
-                    t = best_of(1, fn)
-                    if fn is raw:
-                        t_raw = min(t_raw, t)
-                    else:
-                        t_log = min(t_log, t)
+            t_raw, t_log = measure(tmp, batches, args.runs)
             print(f"-- {label}: {n} batches, {nbytes / 1e6:.0f} MB")
             report("append through the log", nbytes / t_log / 1e6, "MB/s", "raw write()", nbytes / t_raw / 1e6)
         finally:

@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import command_line, report  # noqa: E402
-
-from tierlog.config import LogConfig  # noqa: E402
-from tierlog.records import SimpleRecord, build_batch  # noqa: E402
-from tierlog.storage.checkpoints import (  # noqa: E402
+from _common import command_line, report
+from tierlog.config import LogConfig
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.storage.checkpoints import (
     CLEAN_SHUTDOWN,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CleanShutdownFile,
     OffsetCheckpointFile,
 )
-from tierlog.storage.log_manager import LogManager, LogManagerSettings  # noqa: E402
+from tierlog.storage.log_manager import LogManager, LogManagerSettings
 
 CONFIG = LogConfig(segment_bytes=1 << 30, retention_ms=-1, index_interval_bytes=64)
 

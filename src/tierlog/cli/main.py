@@ -13,6 +13,7 @@ from collections.abc import Sequence
 _SUBCOMMAND_MODULES = (
     "tierlog.cli.serve",
     "tierlog.cli.dump_log",
+    "tierlog.cli.metadata_cmd",
 )
 
 

@@ -15,10 +15,10 @@ from tierlog.records.header import BatchHeader
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFile
+from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.log import UnifiedLog, leader_epoch_cache_for, random_roll_jitter_ms, segment_settings
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
-from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.segment import LogSegment
 from tierlog.storage.segments import LogSegments
 

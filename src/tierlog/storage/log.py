@@ -75,7 +75,7 @@ def random_roll_jitter_ms(config: LogConfig) -> int:
     return random.randrange(bound) if bound > 0 else 0
 
 
-def parse_and_validate(buf: bytearray, config: LogConfig) -> list[BatchHeader]:
+def parse_and_validate(buf: bytearray, config: LogConfig, from_client: bool = True) -> list[BatchHeader]:
     """Every batch of a produce request, deep-validated before any byte of it is written."""
     from tierlog.records import validate_batch
 
@@ -90,7 +90,8 @@ def parse_and_validate(buf: bytearray, config: LogConfig) -> list[BatchHeader]:
             raise RecordTooLargeError(
                 f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
             )
-        validate_batch(h)
+        # Only clients are refused control batches; the coordinator writes transaction markers.
+        validate_batch(h, from_client=from_client)
     if len(buf) > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
@@ -190,7 +191,7 @@ class UnifiedLog:
         """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append)."""
         buf = bytearray(records)
         config = self.config
-        headers = parse_and_validate(buf, config)
+        headers = parse_and_validate(buf, config, from_client=origin is AppendOrigin.CLIENT)
         with self.lock:
             now_ms = self.clock.wall_ms()
             self._check_timestamps(headers, now_ms, config)

@@ -8,7 +8,6 @@ import struct
 from pathlib import Path
 
 import pytest
-from ._records_helpers import raw_batch, raw_record, recrc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,8 @@ from tierlog.records import (
     iter_records,
 )
 from tierlog.records.record import decode_record, encode_record
+
+from ._records_helpers import raw_batch, raw_record, recrc
 
 CODECS = [0, 1, 2, 3, 4]
 

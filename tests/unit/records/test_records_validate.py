@@ -5,10 +5,11 @@ from __future__ import annotations
 import struct
 
 import pytest
-from ._records_helpers import raw_batch, raw_record, recrc
 
 from tierlog.errors import CorruptRecordError, InvalidRecordError
 from tierlog.records import BatchHeader, BatchStats, Record, SimpleRecord, build_batch, validate_batch
+
+from ._records_helpers import raw_batch, raw_record, recrc
 
 CODECS = [0, 1, 2, 3, 4]
 

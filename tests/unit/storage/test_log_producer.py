@@ -63,3 +63,27 @@ def test_roll_writes_a_segment_aligned_snapshot(open_log: OpenLog, tmp_path: Pat
     d = tmp_path / "t-0"
     for base in log.segments.base_offsets[1:]:
         assert files.producer_snapshot_file(d, base).exists()
+
+
+def test_coordinator_writes_an_abort_marker_into_the_txn_index(open_log: OpenLog) -> None:
+    from tierlog.records import (
+        ControlRecordType,
+        EndTransactionMarker,
+        SimpleRecord,
+        build_batch,
+        build_end_txn_marker_batch,
+    )
+    from tierlog.storage.producer_state import AppendOrigin
+
+    log = open_log()
+    txn = build_batch([SimpleRecord(b"k", b"v")], producer_id=7, producer_epoch=0, base_sequence=0,
+                      is_transactional=True)
+    log.append_as_leader(txn)
+    with pytest.raises(Exception, match="control"):
+        log.append_as_leader(build_end_txn_marker_batch(
+            EndTransactionMarker(ControlRecordType.ABORT, 0), producer_id=7, producer_epoch=0, timestamp_ms=1))
+    log.append_as_leader(build_end_txn_marker_batch(
+        EndTransactionMarker(ControlRecordType.ABORT, 0), producer_id=7, producer_epoch=0, timestamp_ms=1),
+        origin=AppendOrigin.COORDINATOR)
+    entries = log.active_segment.txn_index.all_entries()
+    assert [(e.producer_id, e.first_offset, e.last_offset) for e in entries] == [(7, 0, 1)]
