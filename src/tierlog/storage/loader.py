@@ -16,6 +16,7 @@ from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFile
 from tierlog.storage.index import looks_untrimmed
+from tierlog.storage.listing_manifest import PartitionListing
 from tierlog.storage.log import UnifiedLog, leader_epoch_cache_for, random_roll_jitter_ms, segment_settings
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
@@ -105,18 +106,7 @@ def _clean_leftovers(directory: Path, names: list[str], stats: LoadStats) -> lis
     return keep
 
 
-def load_log(
-    directory: Path,
-    config: LogConfig,
-    options: LoadOptions,
-    *,
-    clock: Clock = SYSTEM_CLOCK,
-    scheduler: Scheduler | None = None,
-    stats: LoadStats | None = None,
-) -> UnifiedLog:
-    stats = stats if stats is not None else LoadStats()
-    directory.mkdir(parents=True, exist_ok=True)
-    names = _clean_leftovers(directory, os.listdir(directory), stats)
+def _base_offsets(directory: Path, names: list[str]) -> list[int]:
     bases: list[int] = []
     for name in names:
         if name.endswith(files.LOG_SUFFIX):
@@ -125,6 +115,29 @@ def load_log(
                 bases.append(int(stem))
             else:
                 log.warning("ignoring %s: not a segment file name", directory / name)
+    return bases
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    options: LoadOptions,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    scheduler: Scheduler | None = None,
+    stats: LoadStats | None = None,
+    listing: PartitionListing | None = None,
+) -> UnifiedLog:
+    """Open one partition's log. ``listing`` (clean shutdown only) replaces listing the directory."""
+    stats = stats if stats is not None else LoadStats()
+    directory.mkdir(parents=True, exist_ok=True)
+    if listing is not None and options.had_clean_shutdown:
+        names: list[str] | None = None
+        bases = list(listing.base_offsets)
+    else:
+        listing = None
+        names = _clean_leftovers(directory, os.listdir(directory), stats)
+        bases = _base_offsets(directory, names)
     settings = segment_settings(config)
     now = clock.wall_ms()
 
@@ -171,8 +184,10 @@ def load_log(
     epoch_cache.truncate_from_end(next_offset)
     epoch_cache.truncate_from_start(log_start_offset)
 
-    psm = ProducerStateManager(directory, options.producer_id_expiration_ms, dir_listing=names)
-    psm.remove_stray_snapshots(segments.base_offsets, dir_listing=names)
+    snapshot_offsets = listing.snapshot_offsets if listing is not None else None
+    psm = ProducerStateManager(directory, options.producer_id_expiration_ms, dir_listing=names,
+                               snapshot_offsets=snapshot_offsets)
+    psm.remove_stray_snapshots(segments.base_offsets, dir_listing=names, snapshot_offsets=snapshot_offsets)
     topic_id: bytes | None = None
     pm = directory / PARTITION_METADATA
     if pm.exists():

@@ -31,6 +31,13 @@ from tierlog.storage.checkpoints import (
     random_uuid,
     uuid_to_base64,
 )
+from tierlog.storage.listing_manifest import (
+    PartitionListing,
+    delete_manifest,
+    read_manifest,
+    trusted_listing,
+    write_manifest,
+)
 from tierlog.storage.loader import LoadOptions, LoadStats, load_log
 from tierlog.storage.log import UnifiedLog
 
@@ -107,6 +114,9 @@ class LogManager:
             if clean:
                 marker.delete()
                 report.clean_shutdown_dirs += 1
+            # The listing manifest is trusted only with the clean-shutdown marker, and used only once.
+            manifest = read_manifest(d) if clean else {}
+            delete_manifest(d)
             recovery_points = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT, report)
             start_offsets = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, report)
             partition_dirs: list[tuple[Path, TopicPartition]] = []
@@ -128,7 +138,8 @@ class LogManager:
 
             def load_one(item: tuple[Path, TopicPartition], clean: bool = clean,
                          recovery_points: dict[TopicPartition, int] = recovery_points,
-                         start_offsets: dict[TopicPartition, int] = start_offsets) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
+                         start_offsets: dict[TopicPartition, int] = start_offsets,
+                         manifest: dict[str, tuple[int, PartitionListing]] = manifest) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
                 path, tp = item
                 stats = LoadStats()
                 options = LoadOptions(
@@ -139,7 +150,7 @@ class LogManager:
                     producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
                 )
                 ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock,
-                                scheduler=self.scheduler, stats=stats)
+                                scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, manifest))
                 return tp, ulog, stats
 
             threads = max(1, self.settings.recovery_threads_per_data_dir)
@@ -347,7 +358,8 @@ class LogManager:
                 failed_dirs.add(ulog.dir.parent)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
-        for d in self.log_dirs:
+        for d, logs in self._by_dir().items():
             if d not in failed_dirs:
+                write_manifest(d, [ulog.dir for ulog in logs.values()])
                 CleanShutdownFile(d / CLEAN_SHUTDOWN).write(broker_epoch=0)
         log.info("log manager shut down cleanly")

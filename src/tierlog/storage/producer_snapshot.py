@@ -199,31 +199,44 @@ class SnapshotFiles:
     With ``log_dir=None`` the index stays empty and never touches a disk.
     """
 
-    def __init__(self, log_dir: Path | None, names: Iterable[str] | None = None) -> None:
+    def __init__(self, log_dir: Path | None, names: Iterable[str] | None = None,
+                 offsets: Iterable[int] | None = None) -> None:
         self.log_dir = log_dir
         self._offsets: list[int] = []
-        # File names, not Paths: a log with thousands of segments has as many snapshots, and building
-        # a Path for each at startup costs more than everything else the load does (seed 003).
-        self._names: dict[int, str] = {}
+        # Only names that are not the canonical ``<20 digits>.snapshot`` are stored: a log with
+        # thousands of segments has as many snapshots, and building a name or a Path for each at
+        # startup would cost more than everything else the load does (seed 003).
+        self._odd_names: dict[int, str] = {}
         # written with sync=False (the roll path) and not yet fsynced
         self._unflushed: set[Path] = set()
-        self.refresh(names)
+        self.refresh(names, offsets)
 
-    def refresh(self, names: Iterable[str] | None = None) -> None:
-        """Re-list the directory, e.g. after another component wrote a snapshot into it."""
+    def refresh(self, names: Iterable[str] | None = None, offsets: Iterable[int] | None = None) -> None:
+        """Re-list the directory, e.g. after another component wrote a snapshot into it. ``offsets``
+        is a listing already known to be current (the clean-shutdown listing manifest)."""
         if self.log_dir is None:
             return
-        self._names = list_snapshot_names(self.log_dir, names)
-        self._offsets = sorted(self._names)
+        if offsets is not None:
+            self._offsets = sorted(offsets)
+            self._odd_names = {}
+            return
+        found = list_snapshot_names(self.log_dir, names)
+        self._offsets = sorted(found)
+        self._odd_names = {o: n for o, n in found.items() if n != snapshot_file_name(o)}
+
+    def _contains(self, offset: int) -> bool:
+        i = bisect_left(self._offsets, offset)
+        return i < len(self._offsets) and self._offsets[i] == offset
 
     def _path(self, offset: int) -> Path:
         assert self.log_dir is not None
-        return self.log_dir / self._names[offset]
+        return self.log_dir / self._odd_names.get(offset, snapshot_file_name(offset))
 
     def add(self, offset: int, path: Path, *, synced: bool) -> None:
-        if offset not in self._names:
+        if not self._contains(offset):
             insort(self._offsets, offset)
-        self._names[offset] = path.name
+        if path.name != snapshot_file_name(offset):
+            self._odd_names[offset] = path.name
         if not synced:
             self._unflushed.add(path)
 
@@ -250,11 +263,11 @@ class SnapshotFiles:
         return self._offsets[0] if self._offsets else None
 
     def get(self, offset: int) -> Path | None:
-        return self._path(offset) if offset in self._names else None
+        return self._path(offset) if self._contains(offset) else None
 
     def forget(self, offset: int) -> Path | None:
         path = self.get(offset)
-        self._names.pop(offset, None)
+        self._odd_names.pop(offset, None)
         if path is not None:
             self._unflushed.discard(path)
             del self._offsets[bisect_right(self._offsets, offset) - 1]
@@ -293,15 +306,16 @@ class SnapshotFiles:
         for o in list(self._offsets):
             self.delete(o)
 
-    def remove_strays(self, segment_base_offsets: Iterable[int], names: Iterable[str] | None = None) -> None:
+    def remove_strays(self, segment_base_offsets: Iterable[int], names: Iterable[str] | None = None,
+                      offsets: Iterable[int] | None = None) -> None:
         """Keep the snapshots at segment bases, plus the single newest other one if it lies above every
         base (the log-end snapshot of a clean shutdown); delete the rest (KAFKA-FACTS §2.12 step 7)."""
         bases = set(segment_base_offsets)
-        if self.log_dir is not None:
+        if self.log_dir is not None and offsets is None:
             # load time is when a crash's half-written temp files are known to be orphans
             names = list(names) if names is not None else None
             remove_temp_snapshots(self.log_dir, names)
-        self.refresh(names)
+        self.refresh(names, offsets)
         strays = [o for o in self._offsets if o not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for o in strays:

@@ -493,7 +493,7 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], sync: bool
 
 class ProducerStateManager:
     def __init__(self, log_dir: Path, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 dir_listing: Iterable[str] | None = None) -> None:
+                 dir_listing: Iterable[str] | None = None, snapshot_offsets: Iterable[int] | None = None) -> None:
         self._log_dir: Path | None = Path(log_dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
@@ -503,7 +503,7 @@ class ProducerStateManager:
         self._unreplicated_txns: dict[int, TxnMetadata] = {}
         self._map_end_offset = 0
         self._last_snap_offset = 0
-        self._snapshots = SnapshotFiles(self._log_dir, dir_listing)
+        self._snapshots = SnapshotFiles(self._log_dir, dir_listing, snapshot_offsets)
 
     @classmethod
     def detached(cls, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> ProducerStateManager:
@@ -729,11 +729,12 @@ class ProducerStateManager:
     def delete_snapshots_below(self, offset: int) -> None:
         self._snapshots.delete_below(offset)
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], dir_listing: Iterable[str] | None = None) -> None:
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], dir_listing: Iterable[str] | None = None,
+                               snapshot_offsets: Iterable[int] | None = None) -> None:
         """Keep the snapshots at segment bases, plus the single newest other one if it lies above every
         base (the log-end snapshot of a clean shutdown); delete the rest (KAFKA-FACTS §2.12 step 7).
         Also deletes temp files a crash left mid-write."""
-        self._snapshots.remove_strays(segment_base_offsets, dir_listing)
+        self._snapshots.remove_strays(segment_base_offsets, dir_listing, snapshot_offsets)
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         self._remove_unreplicated_txns(log_start_offset)
