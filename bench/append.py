@@ -64,7 +64,8 @@ def measure(tmp: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=128, help="MiB appended per run")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--dir", default=None, help="where to write (default: the temp dir; /dev/shm takes the disk out)")
     args = ap.parse_args()
     print(f"command: {command_line()}")
     total = args.mib << 20
@@ -75,7 +76,7 @@ def main() -> None:
         n = total // len(distinct[0])
         batches = [distinct[i % len(distinct)] for i in range(n)]
         nbytes = sum(len(b) for b in batches)
-        tmp = Path(tempfile.mkdtemp(prefix="tierlog-bench-"))
+        tmp = Path(tempfile.mkdtemp(prefix="tierlog-bench-", dir=args.dir))
         try:
             t_raw, t_log = measure(tmp, batches, args.runs)
             print(f"-- {label}: {n} batches, {nbytes / 1e6:.0f} MB")
