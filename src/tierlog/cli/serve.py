@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.errors import ConfigError
-from tierlog.scheduler import ThreadScheduler
-from tierlog.storage.log_manager import LogManager, LogManagerSettings
+from tierlog.storage.log_manager import LogManagerSettings
 
 log = logging.getLogger(__name__)
 
@@ -58,27 +56,16 @@ def run(args: argparse.Namespace) -> int:
         config = load_broker_config(args.config, args.override)
         defaults = config.topic_defaults()
         LogConfig.from_props({}, defaults)
+        # The broker checks listeners again when it binds; checking here keeps a typo a config error.
+        from tierlog.server.transport import parse_listeners
+
+        parse_listeners(config.get_list("listeners"))
     except ConfigError as e:
         print(f"tierlog: invalid configuration: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"tierlog: cannot read {args.config}: {e.strerror}", file=sys.stderr)
         return 2
-    scheduler = ThreadScheduler(threads=2)
-    manager = LogManager(list(config.log_dirs), lambda topic: LogConfig.from_props({}, defaults),
-                         log_manager_settings(config), scheduler=scheduler)
-    report = manager.startup_logs()
-    manager.start_background_tasks()
-    print(f"tierlog storage engine up: {report.logs} logs, {report.segments} segments in "
-          f"{', '.join(str(d) for d in config.log_dirs)} ({report.seconds:.3f} s)", flush=True)
-    # The Kafka listener is the broker issue's work; until it lands, serve keeps the storage engine
-    # (retention, flushing, lazy checks) running and shuts it down cleanly on SIGTERM/SIGINT.
-    print("the Kafka wire-protocol listener is not built yet; press Ctrl-C to stop", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    manager.shutdown()
-    scheduler.shutdown()
-    print("tierlog stopped cleanly", flush=True)
-    return 0
+    from tierlog.server import serve
+
+    return asyncio.run(serve(config, log_manager_settings(config)))

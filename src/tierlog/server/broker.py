@@ -1,0 +1,203 @@
+"""The composition root: configuration in, a serving broker out.
+
+Start order: the metadata controller first (it knows which topics exist and their configs), then the
+log manager (loading every log with those configs), the log sync that keeps the two in step, the
+background tasks, the group coordinator (which reads committed offsets back), and last the
+listeners. Stop runs it backwards and ends with the log manager's clean shutdown (producer
+snapshots, checkpoints, the clean-shutdown marker) so the next start is fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config import BrokerConfig
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import TierlogError
+from tierlog.metadata import Controller, ControllerSettings, metadata_log_dir
+from tierlog.scheduler import ThreadScheduler
+from tierlog.server.connection import KafkaConnection
+from tierlog.server.context import BrokerContext, ProducerIdManager
+from tierlog.server.dispatcher import Dispatcher
+from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
+from tierlog.server.handlers import all_handlers
+from tierlog.server.log_sync import LogSync, topic_log_config
+from tierlog.server.partitions import PartitionManager
+from tierlog.server.storage_io import StorageIO
+from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
+from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties, uuid_to_base64
+from tierlog.storage.log_manager import LogManager, LogManagerSettings
+
+log = logging.getLogger(__name__)
+
+
+def _existing_cluster_id(log_dirs: tuple[Path, ...]) -> str | None:
+    for d in log_dirs:
+        try:
+            meta = MetaProperties.read(d / META_PROPERTIES)
+        except (FileNotFoundError, TierlogError):
+            continue
+        if meta.cluster_id:
+            return meta.cluster_id
+    return None
+
+
+class _Connections:
+    """Live connections, for max.connections, idle expiry and closing them all at shutdown."""
+
+    def __init__(self, max_connections: int) -> None:
+        self.max_connections = max_connections
+        self.live: set[KafkaConnection] = set()
+
+    def opened(self, connection: KafkaConnection) -> bool:
+        if len(self.live) >= self.max_connections:
+            return False
+        self.live.add(connection)
+        return True
+
+    def closed(self, connection: KafkaConnection) -> None:
+        self.live.discard(connection)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, log_settings: LogManagerSettings, *, clock: Clock = SYSTEM_CLOCK,
+                 io_threads: int = 4) -> None:
+        self.config = config
+        self.clock = clock
+        self._log_settings = log_settings
+        self._io_threads = io_threads
+        self._server = KafkaServer()
+        self._connections = _Connections(config.get_int("max.connections"))
+        self._idle_task: asyncio.Task[None] | None = None
+        self.ctx: BrokerContext | None = None
+        self.listeners: list[BoundListener] = []
+        self._scheduler: ThreadScheduler | None = None
+        self._stopped = False
+
+    # -- start -----------------------------------------------------------------------------------
+
+    def _open_storage(self) -> tuple[Controller, LogManager, str]:
+        config = self.config
+        for d in config.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        cluster_id = _existing_cluster_id(config.log_dirs) or uuid_to_base64(uuid.uuid4().bytes)
+        scheduler = self._scheduler = ThreadScheduler(threads=2)
+        mdir = metadata_log_dir(config)
+        mdir.mkdir(parents=True, exist_ok=True)
+        controller = Controller.open(mdir, ControllerSettings.from_broker_config(config), clock=self.clock,
+                                     scheduler=scheduler)
+        defaults = config.topic_defaults()
+
+        def config_for_topic(topic: str) -> LogConfig:
+            return topic_log_config(controller.image, topic, defaults)
+
+        # Every log dir gets this broker's one cluster id (left empty, each new dir would draw its own).
+        settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
+        manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
+        report = manager.startup_logs()
+        sync = LogSync(manager, lambda: controller.image)
+        sync.reconcile(controller.image)
+        controller.add_listener(sync.on_commit)
+        manager.start_background_tasks()
+        log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
+                 report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
+                 len(controller.image.topics_by_id))
+        return controller, manager, cluster_id
+
+    async def start(self) -> list[BoundListener]:
+        config = self.config
+        specs = parse_listeners(config.get_list("listeners"))
+        advertised = parse_advertised_listeners(config.get_list("advertised.listeners"))
+        controller, manager, cluster_id = await asyncio.to_thread(self._open_storage)
+        io = StorageIO(self._io_threads)
+        partitions = PartitionManager(manager, lambda: controller.image, config.node_id)
+        ctx = self.ctx = BrokerContext(
+            config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
+            log_manager=manager, partitions=partitions, io=io, producer_ids=ProducerIdManager(controller),
+            topic_defaults=config.topic_defaults(),
+        )
+        ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(
+            num_partitions=config.get_int("offsets.topic.num.partitions"),
+            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+        ))
+        await ctx.groups.start()
+        dispatcher = Dispatcher(ctx, all_handlers())
+        max_frame = config.get_int("socket.request.max.bytes")
+        bound: list[BoundListener] = []
+        for spec in specs:
+            def factory(name: str = spec.name) -> KafkaConnection:
+                return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name)
+
+            bound += await self._server.start([spec], factory, advertised)
+        self.listeners = ctx.listeners = bound
+        self._idle_task = asyncio.get_running_loop().create_task(self._expire_idle())
+        return bound
+
+    async def _expire_idle(self) -> None:
+        idle_s = self.config.get_int("connections.max.idle.ms") / 1000.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 30.0))
+            now = loop.time()
+            for connection in list(self._connections.live):
+                if now - connection.last_active > idle_s and not connection.busy:
+                    log.info("closing idle connection %s", connection.client.connection_id)
+                    connection.close()
+
+    # -- stop ------------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        await self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        ctx = self.ctx
+        if ctx is not None and ctx.groups is not None:
+            await ctx.groups.stop()
+        for connection in list(self._connections.live):
+            connection.close()
+        if ctx is not None:
+            ctx.partitions.waiters.notify_all()
+            await asyncio.to_thread(ctx.io.shutdown)
+            await asyncio.to_thread(self._close_storage, ctx)
+
+    def _close_storage(self, ctx: BrokerContext) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown()
+        ctx.log_manager.shutdown()
+        ctx.controller.close()
+        log.info("broker stopped cleanly")
+
+
+async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
+    """Run a broker until SIGTERM or SIGINT; the exit code."""
+    broker = Broker(config, log_settings)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        bound = await broker.start()
+    except OSError as e:
+        print(f"tierlog: cannot listen: {e.strerror or e}", file=sys.stderr, flush=True)
+        await broker.stop()
+        return 1
+    for b in bound:
+        # Tests and scripts find the port (which may have been 0) in this line.
+        print(f"tierlog listening on {b.host}:{b.port}", flush=True)
+    await stop.wait()
+    print("tierlog stopping", flush=True)
+    await broker.stop()
+    print("tierlog stopped cleanly", flush=True)
+    return 0

@@ -1,0 +1,297 @@
+"""One client connection: frames in, requests handled one at a time, responses out in order.
+
+Kafka answers the requests of one connection strictly in the order they arrived (clients match
+responses to requests by position as much as by correlation id, and idempotent producers rely on
+it), so a connection runs one request at a time -- as Kafka's SocketServer does by muting the
+channel until the response is sent -- while other connections go on. Bytes that arrive meanwhile are
+framed and queued; when the queue is long, reading pauses so a fast client cannot fill memory.
+
+What closes a connection (and only that one): a frame whose size prefix is negative or larger than
+``socket.request.max.bytes``, a request that does not parse, an API or version tierlog does not
+implement (except ApiVersions, which is answered so the client can retry), a handler failure, and
+an acks=0 produce that failed (the client would never hear about it otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tierlog.protocol import (
+    ApiKey,
+    FrameDecoder,
+    FrameError,
+    ParsedRequest,
+    RequestError,
+    ResponseBody,
+    UnsupportedVersionError,
+    encode_response,
+    parse_request,
+    unsupported_api_versions_response,
+)
+
+log = logging.getLogger(__name__)
+
+#: Pause reading when this many requests wait (librdkafka pipelines up to 1M in-flight requests,
+#: Kafka clients to 5 per connection by default).
+MAX_QUEUED_FRAMES = 64
+#: ... or when they hold this many bytes.
+MAX_QUEUED_BYTES = 256 << 20
+
+_connection_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class FileSlice:
+    """Bytes of a file to send with ``sendfile``: the connection owns ``fd`` (a duplicate of the
+    segment's descriptor, so a segment closed or deleted meanwhile cannot pull it away) and closes it."""
+
+    fd: int
+    position: int
+    size: int
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """A response encoded by its handler: byte strings and file slices, written in order. The first
+    part starts with the frame's size prefix."""
+
+    parts: tuple[bytes | FileSlice, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.size for p in self.parts)
+
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileSlice):
+                part.close()
+
+
+class CloseConnection:
+    """Reply of a request that must not be answered and must end the connection."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+#: What a handler returns: a kio response body of the request's version, a pre-encoded response,
+#: None for no response at all (acks=0), or CloseConnection.
+Reply = ResponseBody | RawResponse | CloseConnection | None
+
+
+@dataclass(slots=True)
+class ClientInfo:
+    connection_id: str
+    host: str
+    port: int
+    #: The client id of the latest request (the header carries it on every request).
+    client_id: str = ""
+    #: Name of the listener the connection came in on (its address is what Metadata advertises).
+    listener: str = "PLAINTEXT"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RequestRouter(Protocol):
+    async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply: ...
+
+
+class ConnectionRegistry(Protocol):
+    def opened(self, connection: KafkaConnection) -> bool:
+        """False refuses the connection (max.connections)."""
+        ...
+
+    def closed(self, connection: KafkaConnection) -> None: ...
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
+                 registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT") -> None:
+        self._router = router
+        self._registry = registry
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._frames: deque[bytes] = deque()
+        self._queued_bytes = 0
+        self._worker: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._closed = False
+        self._reading_paused = False
+        self._write_resumed: asyncio.Future[None] | None = None
+        self.client = ClientInfo(f"conn-{next(_connection_ids)}", "", 0, listener=listener)
+        #: Monotonic seconds of the last request (for connections.max.idle.ms).
+        self.last_active = 0.0
+        self.requests_served = 0
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.client.host, self.client.port = str(peer[0]), int(peer[1])
+        self.last_active = asyncio.get_running_loop().time()
+        if self._registry is not None and not self._registry.opened(self):
+            log.warning("refusing connection from %s:%d: too many connections", self.client.host, self.client.port)
+            self._closed = True
+            transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as e:
+            log.warning("closing connection %s from %s:%d: %s", self.client.connection_id, self.client.host,
+                        self.client.port, e)
+            self.close()
+            return
+        if not frames:
+            return
+        self._frames.extend(frames)
+        self._queued_bytes += sum(len(f) for f in frames)
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._serve())
+        if not self._reading_paused and (len(self._frames) >= MAX_QUEUED_FRAMES
+                                         or self._queued_bytes >= MAX_QUEUED_BYTES):
+            self._reading_paused = True
+            assert self._transport is not None
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        # Requests already received are still answered if the client only half-closed.
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._frames.clear()
+        self._wake_writer()
+        if self._worker is not None:
+            self._worker.cancel()
+        if self._registry is not None:
+            self._registry.closed(self)
+
+    def pause_writing(self) -> None:
+        if self._write_resumed is None:
+            self._write_resumed = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writer()
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """A request is being served (a long-polling fetch or a join waiting is not idleness)."""
+        return self._worker is not None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._frames.clear()
+        if self._transport is not None:
+            self._transport.close()
+
+    def _wake_writer(self) -> None:
+        waiter, self._write_resumed = self._write_resumed, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._frames and not self._closed:
+                frame = self._frames.popleft()
+                self._queued_bytes -= len(frame)
+                if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2 \
+                        and self._queued_bytes < MAX_QUEUED_BYTES // 2:
+                    self._reading_paused = False
+                    assert self._transport is not None
+                    self._transport.resume_reading()
+                self.last_active = loop.time()
+                await self._handle_frame(frame)
+                self.requests_served += 1
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection %s from %s:%d failed; closing it", self.client.connection_id,
+                          self.client.host, self.client.port)
+            self.close()
+        finally:
+            self._worker = None
+
+    async def _handle_frame(self, frame: bytes) -> None:
+        try:
+            request = parse_request(frame)
+        except UnsupportedVersionError as e:
+            if e.api_key == ApiKey.API_VERSIONS and e.correlation_id is not None:
+                # KIP-511: tell the client which ApiVersions versions exist instead of hanging up.
+                await self._write(unsupported_api_versions_response(e.correlation_id))
+                return
+            self._reject(e)
+            return
+        except RequestError as e:
+            self._reject(e)
+            return
+        if request.client_id is not None:
+            self.client.client_id = request.client_id
+        reply = await self._router.route(request, self.client)
+        if reply is None:
+            return
+        if isinstance(reply, CloseConnection):
+            log.info("closing connection %s from %s:%d: %s", self.client.connection_id, self.client.host,
+                     self.client.port, reply.reason)
+            self.close()
+            return
+        if isinstance(reply, RawResponse):
+            await self._write_raw(reply)
+            return
+        await self._write(encode_response(request.api_key, request.api_version, request.correlation_id, reply))
+
+    def _reject(self, error: RequestError) -> None:
+        log.warning("closing connection %s from %s:%d (client %r): %s", self.client.connection_id,
+                    self.client.host, self.client.port, self.client.client_id, error)
+        self.close()
+
+    async def _write(self, data: bytes) -> None:
+        if self._write_resumed is not None:
+            await self._write_resumed
+        if self._closed or self._transport is None:
+            return
+        self._transport.write(data)
+
+    async def _write_raw(self, reply: RawResponse) -> None:
+        try:
+            for part in reply.parts:
+                if isinstance(part, bytes):
+                    await self._write(part)
+                else:
+                    await self._sendfile(part)
+        finally:
+            reply.close()
+
+    async def _sendfile(self, part: FileSlice) -> None:
+        if self._write_resumed is not None:
+            await self._write_resumed
+        if self._closed or self._transport is None or part.size == 0:
+            return
+        # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
+        with open(part.fd, "rb", buffering=0, closefd=False) as f:
+            sent = await asyncio.get_running_loop().sendfile(self._transport, f, part.position, part.size)
+        if sent != part.size:
+            raise OSError(f"sendfile sent {sent} of {part.size} bytes")

@@ -1,0 +1,94 @@
+"""What request handlers share: the broker's services, wired once by :mod:`tierlog.server.broker`.
+
+Handlers are plain coroutines ``handler(ctx, request, client) -> Reply``; everything they touch is
+reached from the :class:`BrokerContext`, so a unit test can build one around a temporary directory
+and call a handler without sockets.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tierlog.clock import Clock
+from tierlog.config import BrokerConfig
+from tierlog.config.definition import Value
+from tierlog.metadata import Controller, MetadataImage
+from tierlog.protocol import ParsedRequest
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.partitions import PartitionManager
+from tierlog.server.storage_io import StorageIO
+from tierlog.server.transport import BoundListener
+from tierlog.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from tierlog.server.groups.coordinator import GroupCoordinator
+
+#: Kafka's "authorized operations not requested" marker (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+class ProducerIdManager:
+    """Hands out producer ids from blocks the controller allocates in the metadata log, so an id is
+    never given twice, across restarts too (Kafka's RPCProducerIdManager, minus the RPC)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self._lock = threading.Lock()
+        self._next = 0
+        self._end = 0  # exclusive
+
+    def next_blocking(self) -> int:
+        with self._lock:
+            if self._next >= self._end:
+                block = self._controller.allocate_producer_ids()
+                self._next, self._end = block.first_producer_id, block.first_producer_id + block.size
+            pid = self._next
+            self._next += 1
+            return pid
+
+
+@dataclass
+class BrokerContext:
+    config: BrokerConfig
+    node_id: int
+    cluster_id: str
+    clock: Clock
+    controller: Controller
+    log_manager: LogManager
+    partitions: PartitionManager
+    io: StorageIO
+    producer_ids: ProducerIdManager
+    topic_defaults: Mapping[str, Value]
+    listeners: list[BoundListener] = field(default_factory=list)
+    groups: GroupCoordinator | None = None
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.controller.image
+
+    def endpoint(self, client: ClientInfo | None = None) -> tuple[str, int]:
+        """This broker's address as advertised on the listener the client came in on."""
+        if not self.listeners:
+            return "127.0.0.1", 9092
+        if client is not None:
+            for bound in self.listeners:
+                if bound.spec.name == client.listener:
+                    return bound.advertised_host, bound.advertised_port
+        first = self.listeners[0]
+        return first.advertised_host, first.advertised_port
+
+
+Handler = Callable[[BrokerContext, ParsedRequest, ClientInfo], Awaitable[Reply]]
+
+
+def topic_uuid(topic_id: bytes | None) -> uuid.UUID | None:
+    return None if topic_id is None else uuid.UUID(bytes=topic_id)
+
+
+def uuid_bytes(value: Any) -> bytes | None:
+    """A kio topic id (None for Kafka's zero Uuid) as the metadata image's 16 bytes."""
+    return None if value is None else bytes(value.bytes)

@@ -1,0 +1,380 @@
+"""The group coordinator: every classic consumer group of this broker, their committed offsets, and
+their durable record in the compacted internal topic ``__consumer_offsets``.
+
+Groups live on the event loop (the state machine in :mod:`.group` is synchronous); JoinGroup and
+SyncGroup requests wait on futures that the state machine completes. Offsets are appended to the
+group's partition of ``__consumer_offsets`` before a commit is acknowledged and are read back from
+there at startup, so they survive restarts. The topic is created through the metadata controller
+the first time a group needs it, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tierlog.clock import Clock
+from tierlog.errors import TierlogError
+from tierlog.metadata import Controller, TopicExistsError
+from tierlog.records import SimpleRecord, build_batch, iter_batches
+from tierlog.server.groups.group import (
+    COORDINATOR_NOT_AVAILABLE,
+    ILLEGAL_GENERATION,
+    INVALID_SESSION_TIMEOUT,
+    NONE,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    Group,
+    GroupState,
+    JoinResult,
+    SyncResult,
+)
+from tierlog.server.groups.records import (
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for_group,
+)
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, UNKNOWN_TOPIC_OR_PARTITION, PartitionManager
+from tierlog.server.storage_io import StorageIO
+
+log = logging.getLogger(__name__)
+
+OFFSET_METADATA_TOO_LARGE = 12
+GROUP_ID_NOT_FOUND = 69
+NON_EMPTY_GROUP = 68
+INVALID_GROUP_ID = 24
+#: Kafka's offset.metadata.max.bytes default.
+MAX_METADATA_BYTES = 4096
+#: How often session timeouts and rebalance deadlines are checked.
+TICK_INTERVAL_S = 0.1
+#: Kafka's offsets.topic.segment.bytes default: small segments, so compaction (when it exists) and
+#: loading stay cheap.
+OFFSETS_SEGMENT_BYTES = 104857600
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    num_partitions: int = 50
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+
+
+TopicPartition = tuple[str, int]
+R = TypeVar("R")
+
+
+class GroupCoordinator:
+    def __init__(self, partitions: PartitionManager, controller: Controller, io: StorageIO, clock: Clock,
+                 settings: GroupSettings) -> None:
+        self.partitions = partitions
+        self.controller = controller
+        self.io = io
+        self.clock = clock
+        self.settings = settings
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        self._write_lock = asyncio.Lock()
+        self._ticker: asyncio.Task[None] | None = None
+        self._topic_lock = asyncio.Lock()
+
+    def now_ms(self) -> int:
+        return self.clock.monotonic_ns() // 1_000_000
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
+            loaded = await self.io.run(self._load_blocking)
+            log.info("loaded %d committed offsets of %d groups from %s", loaded, len(self.offsets),
+                     CONSUMER_OFFSETS_TOPIC)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+        for group in self.groups.values():
+            group.shutdown()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            self.tick()
+
+    def tick(self) -> None:
+        now = self.now_ms()
+        for group in list(self.groups.values()):
+            try:
+                group.tick(now)
+            except Exception:
+                log.exception("group %s: tick failed", group.group_id)
+
+    def _load_blocking(self) -> int:
+        count = 0
+        topic = self.partitions.topic(CONSUMER_OFFSETS_TOPIC)
+        assert topic is not None
+        for partition in sorted(topic.partitions):
+            ulog = self.partitions.get_log_blocking(CONSUMER_OFFSETS_TOPIC, partition)
+            offset = ulog.log_start_offset
+            end = ulog.log_end_offset
+            while offset < end:
+                data = ulog.read(offset, 8 << 20).read_bytes()
+                if not data:
+                    break
+                before = offset
+                for header, records in iter_batches(data):
+                    offset = header.next_offset
+                    if header.is_control:
+                        continue
+                    for record in records:
+                        if record.key is None:
+                            continue
+                        try:
+                            count += self._apply_record(record.key, record.value)
+                        except TierlogError as e:
+                            log.warning("skipping unreadable record at %s-%d offset %d: %s",
+                                        CONSUMER_OFFSETS_TOPIC, partition, record.offset, e)
+                if offset == before:
+                    break  # only a partial batch came back: the log ends mid-batch
+        return count
+
+    def _apply_record(self, raw_key: bytes, raw_value: bytes | None) -> int:
+        key = decode_key(raw_key)
+        if isinstance(key, OffsetKey):
+            offsets = self.offsets.setdefault(key.group, {})
+            if raw_value is None:
+                offsets.pop((key.topic, key.partition), None)
+                return 0
+            offsets[(key.topic, key.partition)] = decode_offset_value(raw_value)
+            return 1
+        if raw_value is None:
+            self.groups.pop(key.group, None)
+            self.offsets.pop(key.group, None)
+            return 0
+        value = decode_group_value(raw_value)
+        # Members are not restored: after a restart they find themselves unknown and rejoin, which
+        # costs one rebalance and no committed offset.
+        group = self._new_group(key.group)
+        group.protocol_type = value.protocol_type or None
+        group.generation_id = value.generation
+        self.groups[key.group] = group
+        return 0
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    async def ensure_topic(self) -> None:
+        if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
+            return
+        async with self._topic_lock:
+            if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
+                return
+            try:
+                await self.io.run(self.controller.create_topic, CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions, 1,
+                                  {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
+                log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions)
+            except TopicExistsError:
+                pass
+
+    def _partition_of(self, group_id: str) -> int:
+        topic = self.partitions.topic(CONSUMER_OFFSETS_TOPIC)
+        count = topic.num_partitions if topic is not None else self.settings.num_partitions
+        return partition_for_group(group_id, count)
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append records to the group's partition; the error code (0 when stored)."""
+        try:
+            await self.ensure_topic()
+        except TierlogError as e:
+            log.error("cannot create %s: %s", CONSUMER_OFFSETS_TOPIC, e)
+            return COORDINATOR_NOT_AVAILABLE
+        batch = build_batch([SimpleRecord(k, v, timestamp=self.clock.wall_ms()) for k, v in records])
+        partition = self._partition_of(group_id)
+        async with self._write_lock:
+            results = await self.io.run(self.partitions.append_blocking,
+                                        [(CONSUMER_OFFSETS_TOPIC, partition, batch)], internal=True)
+        if results[0].error_code:
+            log.error("storing offsets of group %s failed: %s", group_id, results[0].error_message)
+            # Kafka maps storage failures of the offsets topic to a retriable coordinator error.
+            return COORDINATOR_NOT_AVAILABLE
+        self.partitions.waiters.notify([(CONSUMER_OFFSETS_TOPIC, partition)])
+        return NONE
+
+    def _store_group(self, group: Group) -> None:
+        value = encode_group_value(group.to_value())
+        task = asyncio.get_running_loop().create_task(
+            self._append(group.group_id, [(encode_group_key(GroupKey(group.group_id)), value)]))
+        task.add_done_callback(_log_failure)
+
+    def _new_group(self, group_id: str) -> Group:
+        group = Group(group_id, initial_rebalance_delay_ms=self.settings.initial_rebalance_delay_ms)
+        group.on_change = self._store_group
+        return group
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def join(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+        if not group_id:
+            return JoinResult(INVALID_GROUP_ID, member_id)
+        s = self.settings
+        if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
+            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[group_id] = self._new_group(group_id)
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        group.join(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
+                   client_host=client_host, session_timeout_ms=session_timeout_ms,
+                   rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
+                   require_known_member_id=require_known_member_id, now_ms=self.now_ms(),
+                   callback=_resolver(future))
+        return await future
+
+    async def sync(self, group_id: str, member_id: str, generation_id: int, protocol_type: str | None,
+                   protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+        group = self.groups.get(group_id)
+        if group is None:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        group.sync(member_id=member_id, generation_id=generation_id, protocol_type=protocol_type,
+                   protocol_name=protocol_name, assignments=assignments, now_ms=self.now_ms(),
+                   callback=_resolver(future))
+        return await future
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        return group.heartbeat(member_id, generation_id, self.now_ms())
+
+    def leave(self, group_id: str, member_ids: Iterable[str]) -> tuple[int, list[int]]:
+        """(group error, per-member errors)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return UNKNOWN_MEMBER_ID, [UNKNOWN_MEMBER_ID for _ in member_ids]
+        now = self.now_ms()
+        return NONE, [group.leave(member_id, now) for member_id in member_ids]
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def _commit_error(self, group_id: str, member_id: str, generation_id: int) -> int:
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+        if group.state is GroupState.DEAD:
+            return COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return NONE  # the group only stores offsets here (manual assignment)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        if member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    async def commit(self, group_id: str, member_id: str, generation_id: int,
+                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
+        if not group_id:
+            return [INVALID_GROUP_ID] * len(offsets)
+        code = self._commit_error(group_id, member_id, generation_id)
+        if code:
+            return [code] * len(offsets)
+        image = self.partitions.image
+        now = self.clock.wall_ms()
+        codes: list[int] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[TopicPartition, OffsetValue]] = []
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            t = image.topics_by_name.get(topic)
+            if t is None or partition not in t.partitions:
+                codes.append(UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                codes.append(OFFSET_METADATA_TOO_LARGE)
+                continue
+            value = OffsetValue(offset, leader_epoch, metadata or "", now)
+            records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
+            accepted.append(((topic, partition), value))
+            codes.append(NONE)
+        if records:
+            code = await self._append(group_id, records)
+            if code:
+                return [c or code for c in codes]
+            if group_id not in self.groups:
+                self.groups[group_id] = self._new_group(group_id)
+            self.offsets.setdefault(group_id, {}).update(accepted)
+        return codes
+
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, OffsetValue]:
+        committed = self.offsets.get(group_id, {})
+        if partitions is None:
+            topics = self.partitions.image.topics_by_name
+            return {tp: value for tp, value in committed.items() if tp[0] in topics}
+        return {tp: committed[tp] for tp in partitions if tp in committed}
+
+    # -- administration --------------------------------------------------------------------------
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state is not GroupState.DEAD]
+
+    def describe(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+    async def delete(self, group_id: str) -> int:
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.offsets:
+            return GROUP_ID_NOT_FOUND
+        if group is not None and group.state is not GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_key(OffsetKey(group_id, topic, partition)), None)
+            for topic, partition in self.offsets.get(group_id, {})
+        ]
+        records.append((encode_group_key(GroupKey(group_id)), None))
+        code = await self._append(group_id, records)
+        if code:
+            return code
+        self.groups.pop(group_id, None)
+        self.offsets.pop(group_id, None)
+        return NONE
+
+    def on_topic_deleted(self, topic: str) -> None:
+        """Offsets of a deleted topic are dropped from memory. Kafka also writes tombstones for them;
+        here they reload at startup and are filtered out while the topic does not exist."""
+        for offsets in self.offsets.values():
+            for tp in [tp for tp in offsets if tp[0] == topic]:
+                del offsets[tp]
+
+
+def _resolver(future: asyncio.Future[R]) -> Callable[[R], None]:
+    def resolve(result: R) -> None:
+        # The request may have been cancelled (its connection closed) while it waited.
+        if not future.done():
+            future.set_result(result)
+
+    return resolve
+
+
+def _log_failure(task: asyncio.Task[int]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("storing group metadata failed", exc_info=task.exception())

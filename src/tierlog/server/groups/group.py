@@ -1,0 +1,394 @@
+"""A classic consumer group: members, generations and the rebalance state machine of Kafka's
+GroupCoordinator (Empty → PreparingRebalance → CompletingRebalance → Stable), without any I/O.
+
+Time comes in as ``now_ms`` and waiting members are callbacks, so every transition is a plain method
+call that the unit tests drive with made-up clocks. The coordinator owns the event loop side: it turns
+callbacks into futures and calls :meth:`Group.tick` on a timer.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tierlog.server.groups.records import GroupValue, MemberValue
+
+NONE = 0
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+COORDINATOR_NOT_AVAILABLE = 15
+MEMBER_ID_REQUIRED = 79
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error_code: int
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    #: (member_id, group_instance_id, metadata) -- only the leader gets them, to compute assignments.
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error_code: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    awaiting_join: JoinCallback | None = None
+    awaiting_sync: SyncCallback | None = None
+    is_new: bool = True
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def alive(self, now_ms: int) -> bool:
+        # A member waiting in JoinGroup or SyncGroup cannot heartbeat on that connection; the
+        # rebalance deadline bounds how long it waits instead.
+        if self.awaiting_join is not None or self.awaiting_sync is not None:
+            return True
+        return now_ms - self.last_heartbeat_ms < self.session_timeout_ms
+
+
+@dataclass
+class Group:
+    group_id: str
+    #: Kafka's group.initial.rebalance.delay.ms: the first rebalance of an empty group waits this long
+    #: (extended by each new member, up to the rebalance timeout) so members starting together land
+    #: in one generation instead of several.
+    initial_rebalance_delay_ms: int = 3000
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    #: Member ids handed out with MEMBER_ID_REQUIRED and the deadline to come back with them.
+    pending_members: dict[str, int] = field(default_factory=dict)
+    rebalance_deadline_ms: int = 0
+    initial_delay_deadline_ms: int | None = None
+    initial_delay_limit_ms: int = 0
+    state_timestamp_ms: int = -1
+    #: Called when a generation is complete or the group emptied, to persist the group.
+    on_change: Callable[[Group], None] | None = None
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        sets = [set(m.protocol_names()) for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not protocol_type or not protocols:
+            return False
+        if self.is_empty():
+            return True
+        if protocol_type != self.protocol_type:
+            return False
+        return bool(self.candidate_protocols() & {name for name, _ in protocols})
+
+    def select_protocol(self) -> str | None:
+        candidates = self.candidate_protocols()
+        if not candidates:
+            return None
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            choice = next(name for name in m.protocol_names() if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes.items(), key=lambda kv: kv[1])[0]
+
+    def to_value(self) -> GroupValue:
+        members = tuple(
+            MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                        m.session_timeout_ms, m.metadata_for(self.protocol_name), m.assignment)
+            for m in self.members.values()
+        ) if self.state is GroupState.STABLE else ()
+        return GroupValue(self.protocol_type or "", self.generation_id, self.protocol_name,
+                          self.leader_id if members else None, self.state_timestamp_ms, members)
+
+    # -- transitions -----------------------------------------------------------------------------
+
+    def join(self, *, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+             protocols: list[tuple[str, bytes]], require_known_member_id: bool, now_ms: int,
+             callback: JoinCallback) -> None:
+        """JoinGroup. ``callback`` gets the answer, now or when the rebalance completes."""
+        if self.state is GroupState.DEAD:
+            callback(JoinResult(COORDINATOR_NOT_AVAILABLE, member_id))
+            return
+        if not self.supports(protocol_type, protocols):
+            callback(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        if not member_id:
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            if require_known_member_id:
+                # KIP-394: the member must come back with this id, so a client that retries a
+                # timed-out join does not leave a ghost member behind.
+                self.pending_members[new_id] = now_ms + session_timeout_ms
+                callback(JoinResult(MEMBER_ID_REQUIRED, new_id))
+                return
+            self._add_member(new_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                             rebalance_timeout_ms, protocol_type, protocols, now_ms, callback)
+            return
+        if member_id in self.pending_members:
+            del self.pending_members[member_id]
+            self._add_member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                             rebalance_timeout_ms, protocol_type, protocols, now_ms, callback)
+            return
+        member = self.members.get(member_id)
+        if member is None:
+            callback(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            return
+        member.last_heartbeat_ms = now_ms
+        changed = member.protocols != protocols
+        if self.state is GroupState.PREPARING_REBALANCE:
+            self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
+            self.try_complete_join(now_ms)
+        elif self.state is GroupState.COMPLETING_REBALANCE:
+            if not changed:
+                # A retried join of this generation: answer it again.
+                callback(self._join_result(member, NONE))
+            else:
+                self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
+                self.prepare_rebalance(now_ms)
+        elif self.state is GroupState.STABLE:
+            if member_id == self.leader_id or changed:
+                # The leader rejoining means the subscription may have changed: rebalance.
+                self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
+                self.prepare_rebalance(now_ms)
+            else:
+                callback(self._join_result(member, NONE))
+        else:
+            callback(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+
+    def _update_member(self, member: Member, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                       rebalance_timeout_ms: int, callback: JoinCallback) -> None:
+        if member.awaiting_join is not None:
+            # The client gave up on its earlier join and sent a new one: the old one is answered
+            # now so its request does not hang.
+            member.awaiting_join(JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.awaiting_join = callback
+
+    def _add_member(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+                    session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                    protocols: list[tuple[str, bytes]], now_ms: int, callback: JoinCallback) -> None:
+        if self.is_empty():
+            self.protocol_type = protocol_type
+        member = Member(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, protocol_type, protocols, now_ms, awaiting_join=callback)
+        self.members[member_id] = member
+        if self.leader_id is None:
+            self.leader_id = member_id
+        if self.state is GroupState.PREPARING_REBALANCE:
+            if self.initial_delay_deadline_ms is not None:
+                # Each new member extends the initial delay, up to the rebalance timeout.
+                self.initial_delay_deadline_ms = min(now_ms + self.initial_rebalance_delay_ms,
+                                                     self.initial_delay_limit_ms)
+            self.try_complete_join(now_ms)
+        else:
+            self.prepare_rebalance(now_ms)
+
+    def prepare_rebalance(self, now_ms: int) -> None:
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            self._fail_syncs(REBALANCE_IN_PROGRESS)
+        timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+        if self.state is GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
+            self.initial_delay_limit_ms = now_ms + max(timeout, self.initial_rebalance_delay_ms)
+            self.initial_delay_deadline_ms = min(now_ms + self.initial_rebalance_delay_ms, self.initial_delay_limit_ms)
+        else:
+            self.initial_delay_deadline_ms = None
+        self.rebalance_deadline_ms = now_ms + timeout
+        self._transition(GroupState.PREPARING_REBALANCE, now_ms)
+        self.try_complete_join(now_ms)
+
+    def try_complete_join(self, now_ms: int) -> None:
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if self.initial_delay_deadline_ms is not None:
+            if now_ms < self.initial_delay_deadline_ms:
+                return
+            self.initial_delay_deadline_ms = None
+            self.rebalance_deadline_ms = now_ms  # the delay was the whole wait
+        all_joined = not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
+        if not all_joined and now_ms < self.rebalance_deadline_ms:
+            return
+        for member in [m for m in self.members.values() if m.awaiting_join is None]:
+            self._remove(member)
+        self.pending_members.clear()
+        self.generation_id += 1
+        if self.is_empty():
+            self.protocol_name = None
+            self._transition(GroupState.EMPTY, now_ms)
+            self._changed()
+            return
+        self.protocol_name = self.select_protocol()
+        if self.leader_id not in self.members:
+            self.leader_id = next(iter(self.members))
+        self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        for member in list(self.members.values()):
+            callback, member.awaiting_join = member.awaiting_join, None
+            member.is_new = False
+            member.assignment = b""
+            member.last_heartbeat_ms = now_ms
+            if callback is not None:
+                callback(self._join_result(member, NONE))
+
+    def _join_result(self, member: Member, error_code: int) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if member.member_id == self.leader_id:
+            members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name))
+                            for m in self.members.values())
+        return JoinResult(error_code, member.member_id, self.generation_id, self.protocol_type, self.protocol_name,
+                          self.leader_id or "", members)
+
+    def sync(self, *, member_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None,
+             assignments: dict[str, bytes], now_ms: int, callback: SyncCallback) -> None:
+        member = self.members.get(member_id)
+        if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
+            callback(SyncResult(UNKNOWN_MEMBER_ID))
+            return
+        if generation_id != self.generation_id:
+            callback(SyncResult(ILLEGAL_GENERATION))
+            return
+        if (protocol_type is not None and protocol_type != self.protocol_type) or \
+                (protocol_name is not None and protocol_name != self.protocol_name):
+            callback(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
+            return
+        member.last_heartbeat_ms = now_ms
+        if self.state is GroupState.PREPARING_REBALANCE:
+            callback(SyncResult(REBALANCE_IN_PROGRESS))
+        elif self.state is GroupState.COMPLETING_REBALANCE:
+            if member.awaiting_sync is not None:
+                member.awaiting_sync(SyncResult(REBALANCE_IN_PROGRESS))
+            member.awaiting_sync = callback
+            if member_id == self.leader_id:
+                for m in self.members.values():
+                    m.assignment = assignments.get(m.member_id, b"")
+                self._transition(GroupState.STABLE, now_ms)
+                self._changed()
+                for m in self.members.values():
+                    waiting, m.awaiting_sync = m.awaiting_sync, None
+                    if waiting is not None:
+                        waiting(SyncResult(NONE, m.assignment, self.protocol_type, self.protocol_name))
+        else:
+            callback(SyncResult(NONE, member.assignment, self.protocol_type, self.protocol_name))
+
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> int:
+        member = self.members.get(member_id)
+        if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
+            return UNKNOWN_MEMBER_ID
+        if generation_id != self.generation_id:
+            return ILLEGAL_GENERATION
+        member.last_heartbeat_ms = now_ms
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def leave(self, member_id: str, now_ms: int) -> int:
+        if member_id in self.pending_members:
+            del self.pending_members[member_id]
+            self.try_complete_join(now_ms)
+            return NONE
+        member = self.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        self._remove_and_rebalance(member, now_ms)
+        return NONE
+
+    def _remove_and_rebalance(self, member: Member, now_ms: int) -> None:
+        if member.awaiting_join is not None:
+            callback, member.awaiting_join = member.awaiting_join, None
+            callback(JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
+        if member.awaiting_sync is not None:
+            waiting, member.awaiting_sync = member.awaiting_sync, None
+            waiting(SyncResult(UNKNOWN_MEMBER_ID))
+        self._remove(member)
+        if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self.prepare_rebalance(now_ms)
+        elif self.state is GroupState.PREPARING_REBALANCE:
+            self.try_complete_join(now_ms)
+
+    def _remove(self, member: Member) -> None:
+        self.members.pop(member.member_id, None)
+        if self.leader_id == member.member_id:
+            self.leader_id = next(iter(self.members), None)
+
+    def tick(self, now_ms: int) -> None:
+        """Expire members whose session ran out and pending member ids never used; complete a
+        rebalance whose deadline passed."""
+        for pending, deadline in list(self.pending_members.items()):
+            if now_ms >= deadline:
+                del self.pending_members[pending]
+        for member in list(self.members.values()):
+            if member.member_id in self.members and not member.alive(now_ms):
+                self._remove_and_rebalance(member, now_ms)
+        self.try_complete_join(now_ms)
+
+    def _fail_syncs(self, error_code: int) -> None:
+        for m in self.members.values():
+            waiting, m.awaiting_sync = m.awaiting_sync, None
+            if waiting is not None:
+                waiting(SyncResult(error_code))
+
+    def _transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def shutdown(self) -> None:
+        """Answer every waiting member (the broker is stopping): they retry against the next broker."""
+        for m in self.members.values():
+            if m.awaiting_join is not None:
+                callback, m.awaiting_join = m.awaiting_join, None
+                callback(JoinResult(COORDINATOR_NOT_AVAILABLE, m.member_id))
+        self._fail_syncs(COORDINATOR_NOT_AVAILABLE)

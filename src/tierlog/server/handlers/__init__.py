@@ -1,0 +1,30 @@
+"""Request handlers, one module per API family. Each module exports ``HANDLERS``: API key → handler."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tierlog.server.context import Handler
+from tierlog.server.handlers import (
+    api_versions,
+    configs,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    producer_ids,
+    topics,
+)
+
+
+def all_handlers() -> Mapping[int, Handler]:
+    table: dict[int, Handler] = {}
+    for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups):
+        for api_key, handler in module.HANDLERS.items():
+            assert api_key not in table, f"two handlers for API {api_key}"
+            table[int(api_key)] = handler
+    return table
+
+
+__all__ = ["all_handlers"]

@@ -1,0 +1,221 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and this broker.
+
+Changes go through the metadata controller (validated against the one definition of each key, then
+recorded as ConfigRecords); the log sync applies them to open logs. Describing reports each key's
+effective value and where it comes from, with Kafka's ConfigSource ids.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from tierlog.config.definition import ConfigKey, Type, Value
+from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import TierlogError
+from tierlog.metadata import AlterConfigOp, AlterConfigOpType, ConfigResourceType
+from tierlog.protocol import ApiKey, ParsedRequest, build_response
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.context import BrokerContext
+from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION
+
+INVALID_REQUEST = 42
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's DescribeConfigsResponse.ConfigSource ids."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+# Kafka's DescribeConfigsResponse.ConfigType ids.
+_CONFIG_TYPES = {Type.BOOLEAN: 1, Type.STRING: 2, Type.INT: 3, Type.LONG: 5, Type.DOUBLE: 6, Type.LIST: 7,
+                 Type.PASSWORD: 9}
+
+
+def format_value(value: Value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def _entry(key: ConfigKey, value: str | None, source: ConfigSource, *, read_only: bool,
+           synonyms: list[dict[str, Any]], include_docs: bool) -> dict[str, Any]:
+    sensitive = key.type is Type.PASSWORD
+    return {
+        "name": key.name,
+        "value": None if sensitive else value,
+        "read_only": read_only,
+        "config_source": int(source),
+        "is_sensitive": sensitive,
+        "synonyms": synonyms,
+        "config_type": _CONFIG_TYPES.get(key.type, 0),
+        "documentation": key.doc if include_docs else None,
+    }
+
+
+def topic_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wanted: set[str] | None = None, *,
+                         include_synonyms: bool = False, include_docs: bool = False) -> list[dict[str, Any]]:
+    """Every topic key's effective value given the topic's ``overrides`` (canonical names)."""
+    effective = LogConfig.from_props(dict(overrides), ctx.topic_defaults).to_props()
+    out: list[dict[str, Any]] = []
+    for name, key in sorted(TOPIC_DEF.keys.items()):
+        if wanted is not None and name not in wanted and not (set(key.aliases) & wanted):
+            continue
+        synonyms: list[dict[str, Any]] = []
+        if name in overrides:
+            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            value: str | None = overrides[name]
+            synonyms.append({"name": name, "value": value, "source": int(source)})
+        else:
+            source = ConfigSource.DEFAULT_CONFIG
+            value = effective.get(name, format_value(key.default))
+        for syn, _ in key.broker_synonyms:
+            if ctx.config.is_set(syn):
+                if source is ConfigSource.DEFAULT_CONFIG:
+                    source = ConfigSource.STATIC_BROKER_CONFIG
+                synonyms.append({"name": syn, "value": format_value(ctx.config.get(syn)),
+                                 "source": int(ConfigSource.STATIC_BROKER_CONFIG)})
+        synonyms.append({"name": name, "value": format_value(key.default), "source": int(ConfigSource.DEFAULT_CONFIG)})
+        out.append(_entry(key, value, source, read_only=False, synonyms=synonyms if include_synonyms else [],
+                          include_docs=include_docs))
+    return out
+
+
+def broker_config_entries(ctx: BrokerContext, resource_name: str, wanted: set[str] | None, *,
+                          include_synonyms: bool, include_docs: bool) -> list[dict[str, Any]]:
+    image = ctx.image
+    per_broker = image.broker_configs(str(ctx.node_id)) if resource_name else {}
+    cluster = image.broker_configs("")
+    out: list[dict[str, Any]] = []
+    for name, key in sorted(BROKER_DEF.keys.items()):
+        if key.internal or (wanted is not None and name not in wanted):
+            continue
+        layers: list[tuple[ConfigSource, str | None]] = []
+        if name in per_broker:
+            layers.append((ConfigSource.DYNAMIC_BROKER_CONFIG, per_broker[name]))
+        if name in cluster:
+            layers.append((ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, cluster[name]))
+        if not resource_name:
+            # The cluster-default resource lists only the keys set on it (as Kafka does).
+            if not layers:
+                continue
+        else:
+            if ctx.config.is_set(name):
+                layers.append((ConfigSource.STATIC_BROKER_CONFIG, format_value(ctx.config.get(name))))
+            layers.append((ConfigSource.DEFAULT_CONFIG, format_value(key.default)))
+        source, value = layers[0]
+        synonyms = [{"name": name, "value": v, "source": int(s)} for s, v in layers] if include_synonyms else []
+        out.append(_entry(key, value, source, read_only=not key.dynamic, synonyms=synonyms, include_docs=include_docs))
+    return out
+
+
+def _broker_name_error(ctx: BrokerContext, resource_name: str) -> str | None:
+    if resource_name in ("", str(ctx.node_id)):
+        return None
+    return f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {resource_name}"
+
+
+async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    include_synonyms = bool(getattr(body, "include_synonyms", False))
+    include_docs = bool(getattr(body, "include_documentation", False))
+    results: list[dict[str, Any]] = []
+    for resource in body.resources:
+        rtype, rname = resource.resource_type, resource.resource_name
+        wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
+        result: dict[str, Any] = {"resource_type": rtype, "resource_name": rname, "error_code": 0,
+                                  "error_message": None, "configs": []}
+        results.append(result)
+        if rtype == TOPIC:
+            image = ctx.image
+            if rname not in image.topics_by_name:
+                result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {rname} does not exist")
+                continue
+            result["configs"] = topic_config_entries(ctx, image.topic_configs(rname), wanted,
+                                                     include_synonyms=include_synonyms, include_docs=include_docs)
+        elif rtype == BROKER:
+            message = _broker_name_error(ctx, rname)
+            if message is not None:
+                result.update(error_code=INVALID_REQUEST, error_message=message)
+                continue
+            result["configs"] = broker_config_entries(ctx, rname, wanted, include_synonyms=include_synonyms,
+                                                      include_docs=include_docs)
+        elif rtype == BROKER_LOGGER:
+            continue  # no per-logger levels to report
+        else:
+            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
+    return build_response(ApiKey.DESCRIBE_CONFIGS, request.api_version, {"results": results})
+
+
+def _resource_type(ctx: BrokerContext, rtype: int, rname: str) -> ConfigResourceType:
+    if rtype == TOPIC:
+        return ConfigResourceType.TOPIC
+    if rtype == BROKER:
+        message = _broker_name_error(ctx, rname)
+        if message is not None:
+            raise _RequestError(message)
+        return ConfigResourceType.BROKER
+    raise _RequestError(f"Unsupported resource type {rtype}")
+
+
+class _RequestError(TierlogError):
+    error_code = INVALID_REQUEST
+
+
+async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    responses: list[dict[str, Any]] = []
+    for resource in body.resources:
+        entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                 "error_code": 0, "error_message": None}
+        responses.append(entry)
+        try:
+            rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
+            configs = {c.name: c.value for c in resource.configs}
+            await ctx.io.run(ctx.controller.alter_configs, rtype, resource.resource_name, configs,
+                             validate_only=body.validate_only)
+        except TierlogError as e:
+            entry.update(error_code=e.error_code, error_message=str(e))
+    return build_response(ApiKey.ALTER_CONFIGS, request.api_version, {"responses": responses})
+
+
+async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    responses: list[dict[str, Any]] = []
+    for resource in body.resources:
+        entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                 "error_code": 0, "error_message": None}
+        responses.append(entry)
+        try:
+            rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
+            try:
+                ops = [AlterConfigOp(c.name, AlterConfigOpType(c.config_operation), c.value) for c in resource.configs]
+            except ValueError as e:
+                raise _RequestError(f"Unknown config operation: {e}") from None
+            await ctx.io.run(ctx.controller.incremental_alter_configs, rtype, resource.resource_name, ops,
+                             validate_only=body.validate_only)
+        except TierlogError as e:
+            entry.update(error_code=e.error_code, error_message=str(e))
+    return build_response(ApiKey.INCREMENTAL_ALTER_CONFIGS, request.api_version, {"responses": responses})
+
+
+HANDLERS = {
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+}

@@ -1,0 +1,116 @@
+"""Fetch: read each partition from its fetch offset, long-polling up to ``max_wait`` until at least
+``min_bytes`` are there; appends wake waiting fetches at once.
+
+Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells a client that
+asked for a session to go on sending full fetch requests (Kafka answers the same when its session
+cache is full). Large record sets leave as file slices sent with ``sendfile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tierlog.protocol import ApiKey, ParsedRequest, to_millis
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.context import BrokerContext, uuid_bytes
+from tierlog.server.fetch_response import PartitionData, TopicData, encode_fetch_response
+from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION, ReadResult, ReadSpec
+
+UNKNOWN_TOPIC_ID = 100
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+READ_COMMITTED = 1
+#: Fetch sessions epochs: 0 opens a session, -1 is a sessionless full fetch.
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+
+
+def _release(results: list[ReadResult]) -> None:
+    for r in results:
+        r.release()
+
+
+def _set_done(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    corr = request.correlation_id
+    session_id = getattr(body, "session_id", 0)
+    session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
+    if session_id != 0:
+        return encode_fetch_response(version, corr, [], error_code=FETCH_SESSION_ID_NOT_FOUND)
+    if session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
+        return encode_fetch_response(version, corr, [], error_code=INVALID_FETCH_SESSION_EPOCH)
+
+    image = ctx.image
+    by_id = version >= 13
+    # Response layout: one TopicData per requested topic; specs for the partitions we can read.
+    layout: list[tuple[Any, list[tuple[int, int | None]]]] = []  # (topic key, [(partition, spec index)])
+    specs: list[ReadSpec] = []
+    unknown_code = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+    for t in body.topics:
+        if by_id:
+            tid = uuid_bytes(t.topic_id)
+            topic = image.topics_by_id.get(tid) if tid is not None else None
+            key: Any = tid if tid is not None else bytes(16)
+            name = topic.name if topic is not None else None
+        else:
+            key = name = t.topic
+        entries: list[tuple[int, int | None]] = []
+        for p in t.partitions:
+            if name is None:
+                entries.append((p.partition, None))
+                continue
+            entries.append((p.partition, len(specs)))
+            specs.append(ReadSpec(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                                  getattr(p, "current_leader_epoch", -1)))
+        layout.append((key, entries))
+
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    max_wait_ms = max(0, to_millis(body.max_wait))
+    min_bytes = body.min_bytes
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000.0
+    partitions = ctx.partitions
+    while True:
+        results = await ctx.io.run(partitions.read_blocking, specs, max_bytes, read_committed=read_committed) \
+            if specs else []
+        remaining = deadline - loop.time()
+        if (not specs or remaining <= 0 or any(r.error_code for r in results)
+                or sum(r.size for r in results) >= min_bytes):
+            break
+        _release(results)
+        waiter: asyncio.Future[None] = loop.create_future()
+        tps = [(s.topic, s.partition) for s in specs]
+        partitions.waiters.add(tps, waiter)
+        timer = loop.call_later(remaining, _set_done, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            partitions.waiters.remove(tps, waiter)
+
+    topics: list[TopicData] = []
+    for key, entries in layout:
+        out = TopicData(key)
+        for partition, index in entries:
+            if index is None:
+                out.partitions.append(PartitionData(partition, unknown_code))
+                continue
+            r = results[index]
+            out.partitions.append(PartitionData(
+                partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset,
+                aborted_transactions=[] if read_committed and r.error_code == 0 else None,
+                records=r.records,
+            ))
+        topics.append(out)
+    return encode_fetch_response(version, corr, topics)
+
+
+HANDLERS = {ApiKey.FETCH: handle_fetch}

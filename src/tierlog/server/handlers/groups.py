@@ -1,0 +1,247 @@
+"""The classic consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and DeleteGroups. This broker coordinates
+every group; the state lives in :mod:`tierlog.server.groups`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tierlog.errors import TierlogError
+from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
+from tierlog.server.groups.coordinator import GroupCoordinator
+from tierlog.server.groups.group import COORDINATOR_NOT_AVAILABLE, GroupState
+
+GROUP_KEY = 0
+UNKNOWN_TOPIC_ID = 100
+GROUP_ID_NOT_FOUND = 69
+
+
+def _coordinator(ctx: BrokerContext) -> GroupCoordinator:
+    assert ctx.groups is not None, "the broker wires a group coordinator"
+    return ctx.groups
+
+
+async def handle_find_coordinator(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    key_type = getattr(body, "key_type", GROUP_KEY)
+    keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+    host, port = ctx.endpoint(client)
+    error, message = 0, None
+    if key_type != GROUP_KEY:
+        error, message = COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker"
+    else:
+        try:
+            await _coordinator(ctx).ensure_topic()
+        except TierlogError as e:
+            error, message = COORDINATOR_NOT_AVAILABLE, str(e)
+    found = {"node_id": ctx.node_id, "host": host, "port": port} if not error else {"node_id": -1, "host": "", "port": -1}
+    if version >= 4:
+        return build_response(ApiKey.FIND_COORDINATOR, version, {
+            "coordinators": [{"key": k, "error_code": error, "error_message": message, **found} for k in keys]})
+    return build_response(ApiKey.FIND_COORDINATOR, version, {"error_code": error, "error_message": message, **found})
+
+
+async def handle_join_group(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    session_ms = to_millis(body.session_timeout)
+    rebalance_ms = to_millis(body.rebalance_timeout) if version >= 1 else session_ms
+    result = await _coordinator(ctx).join(
+        body.group_id, body.member_id, getattr(body, "group_instance_id", None), client.client_id,
+        f"/{client.host}", session_ms, rebalance_ms, body.protocol_type,
+        [(p.name, p.metadata) for p in body.protocols], require_known_member_id=version >= 4)
+    nullable = version >= 7
+    return build_response(ApiKey.JOIN_GROUP, version, {
+        "error_code": result.error_code,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name if (nullable or result.protocol_name) else "",
+        "leader": result.leader,
+        "skip_assignment": False,
+        "member_id": result.member_id,
+        "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in result.members],
+    })
+
+
+async def handle_sync_group(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    result = await _coordinator(ctx).sync(
+        body.group_id, body.member_id, body.generation_id, getattr(body, "protocol_type", None),
+        getattr(body, "protocol_name", None), {a.member_id: a.assignment for a in body.assignments})
+    return build_response(ApiKey.SYNC_GROUP, request.api_version, {
+        "error_code": result.error_code,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    })
+
+
+async def handle_heartbeat(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    code = _coordinator(ctx).heartbeat(body.group_id, body.member_id, body.generation_id)
+    return build_response(ApiKey.HEARTBEAT, request.api_version, {"error_code": code})
+
+
+async def handle_leave_group(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+    else:
+        leaving = [(body.member_id, None)]
+    error, codes = _coordinator(ctx).leave(body.group_id, [m for m, _ in leaving])
+    if version < 3:
+        return build_response(ApiKey.LEAVE_GROUP, version, {"error_code": error or codes[0]})
+    return build_response(ApiKey.LEAVE_GROUP, version, {
+        "error_code": error,
+        "members": [{"member_id": m, "group_instance_id": i, "error_code": c}
+                    for (m, i), c in zip(leaving, codes, strict=True)],
+    })
+
+
+async def handle_offset_commit(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    image = ctx.image
+    entries: list[tuple[str, int, int, int, str | None]] = []
+    layout: list[tuple[Any, list[tuple[int, int | None]]]] = []
+    for t in body.topics:
+        if version >= 10:
+            tid = uuid_bytes(t.topic_id)
+            topic = image.topics_by_id.get(tid) if tid is not None else None
+            key: Any = t.topic_id
+            name = topic.name if topic is not None else None
+        else:
+            key = name = t.name
+        slots: list[tuple[int, int | None]] = []
+        for p in t.partitions:
+            if name is None:
+                slots.append((p.partition_index, None))
+                continue
+            slots.append((p.partition_index, len(entries)))
+            entries.append((name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                            p.committed_metadata))
+        layout.append((key, slots))
+    codes = await _coordinator(ctx).commit(body.group_id, body.member_id, body.generation_id_or_member_epoch, entries)
+    topic_field = "topic_id" if version >= 10 else "name"
+    return build_response(ApiKey.OFFSET_COMMIT, version, {"topics": [
+        {topic_field: key, "partitions": [
+            {"partition_index": p, "error_code": UNKNOWN_TOPIC_ID if i is None else codes[i]} for p, i in slots]}
+        for key, slots in layout
+    ]})
+
+
+def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool) -> list[dict[str, Any]]:
+    coordinator = _coordinator(ctx)
+    image = ctx.image
+    if topics is None:
+        committed = coordinator.fetch(group_id, None)
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            by_topic.setdefault(topic, []).append(partition)
+        wanted = list(by_topic.items())
+    else:
+        wanted = []
+        for t in topics:
+            if by_id:
+                tid = uuid_bytes(t.topic_id)
+                found = image.topics_by_id.get(tid) if tid is not None else None
+                wanted.append((found.name if found is not None else "", list(t.partition_indexes)))
+            else:
+                wanted.append((t.name, list(t.partition_indexes)))
+        committed = coordinator.fetch(group_id, [(n, p) for n, parts in wanted for p in parts])
+    out: list[dict[str, Any]] = []
+    for name, partitions in wanted:
+        topic_image = image.topics_by_name.get(name)
+        entries = []
+        for p in partitions:
+            value = committed.get((name, p))
+            entry: dict[str, Any] = {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                     "metadata": "", "error_code": 0}
+            if value is not None:
+                entry.update(committed_offset=value.offset, committed_leader_epoch=value.leader_epoch,
+                             metadata=value.metadata)
+            elif by_id and topic_image is None:
+                entry["error_code"] = UNKNOWN_TOPIC_ID
+            entries.append(entry)
+        out.append({"name": name, "topic_id": topic_uuid(topic_image.topic_id) if topic_image else None,
+                    "partitions": entries})
+    return out
+
+
+async def handle_offset_fetch(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    if version >= 8:
+        groups = [{"group_id": g.group_id, "error_code": 0, "topics": _fetch_group(ctx, g.group_id, g.topics, version >= 10)}
+                  for g in body.groups]
+        return build_response(ApiKey.OFFSET_FETCH, version, {"groups": groups})
+    return build_response(ApiKey.OFFSET_FETCH, version, {
+        "error_code": 0, "topics": _fetch_group(ctx, body.group_id, body.topics, False)})
+
+
+async def handle_list_groups(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    states = {s.lower() for s in getattr(body, "states_filter", ())}
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    groups = []
+    for g in _coordinator(ctx).list_groups():
+        if states and g.state.value.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+                       "group_state": g.state.value, "group_type": "classic"})
+    return build_response(ApiKey.LIST_GROUPS, request.api_version, {"error_code": 0, "groups": groups})
+
+
+async def handle_describe_groups(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    version = request.api_version
+    out = []
+    for group_id in request.body.groups:
+        group = _coordinator(ctx).describe(group_id)
+        if group is None:
+            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND if version >= 6 else 0,
+                        "error_message": f"Group {group_id} not found." if version >= 6 else None,
+                        "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
+                        "members": [], "authorized_operations": -(2**31)})
+            continue
+        stable = group.state is GroupState.STABLE
+        out.append({
+            "group_id": group_id, "error_code": 0, "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "",
+            "protocol_data": (group.protocol_name or "") if stable else "",
+            "members": [{
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            } for m in group.members.values()],
+            "authorized_operations": -(2**31),
+        })
+    return build_response(ApiKey.DESCRIBE_GROUPS, version, {"groups": out})
+
+
+async def handle_delete_groups(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    results = []
+    for group_id in request.body.groups_names:
+        code = await _coordinator(ctx).delete(group_id)
+        results.append({"group_id": group_id, "error_code": code})
+    return build_response(ApiKey.DELETE_GROUPS, request.api_version, {"results": results})
+
+
+HANDLERS = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+}

@@ -1,0 +1,118 @@
+"""Metadata and DescribeCluster: one broker, the leader and only replica of every partition."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tierlog.errors import TierlogError
+from tierlog.metadata import TopicExistsError, TopicImage
+from tierlog.protocol import ApiKey, ParsedRequest, build_response
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.context import AUTHORIZED_OPERATIONS_OMITTED, BrokerContext, topic_uuid, uuid_bytes
+from tierlog.server.partitions import INTERNAL_TOPICS, UNKNOWN_TOPIC_OR_PARTITION
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_ID = 100
+
+
+def partition_entries(ctx: BrokerContext, topic: TopicImage) -> list[dict[str, Any]]:
+    node = ctx.node_id
+    return [
+        {
+            "error_code": 0,
+            "partition_index": p.partition_id,
+            "leader_id": node,
+            "leader_epoch": p.leader_epoch,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+            "offline_replicas": [],
+        }
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id)
+    ]
+
+
+def topic_entry(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic_uuid(topic.topic_id),
+        "is_internal": topic.name in INTERNAL_TOPICS,
+        "partitions": partition_entries(ctx, topic),
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+async def _auto_create(ctx: BrokerContext, name: str) -> int:
+    """Create ``name`` with the broker's defaults; the error code to answer with, 0 on success."""
+    try:
+        await ctx.io.run(ctx.controller.create_topic, name)
+        log.info("auto-created topic %s", name)
+        return 0
+    except TopicExistsError:
+        return 0  # another request created it first
+    except TierlogError as e:
+        return e.error_code
+
+
+async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    version = request.api_version
+    requested = body.topics
+    topics: list[dict[str, Any]] = []
+    image = ctx.image
+    # v0 asks for every topic with an empty list; v1+ with null.
+    if requested is None or (version == 0 and not requested):
+        topics = [topic_entry(ctx, t) for t in sorted(image.topics_by_name.values(), key=lambda t: t.name)]
+    else:
+        allow_auto = ctx.config.get_bool("auto.create.topics.enable") and getattr(body, "allow_auto_topic_creation", True)
+        for wanted in requested:
+            name = wanted.name
+            topic_id = uuid_bytes(getattr(wanted, "topic_id", None))
+            if name is None:
+                by_id = image.topics_by_id.get(topic_id) if topic_id is not None else None
+                if by_id is None:
+                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_uuid(topic_id),
+                                   "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                else:
+                    topics.append(topic_entry(ctx, by_id))
+                continue
+            topic = image.topics_by_name.get(name)
+            if topic is None and allow_auto and name not in INTERNAL_TOPICS:
+                code = await _auto_create(ctx, name)
+                image = ctx.image
+                topic = image.topics_by_name.get(name)
+                if topic is None:
+                    topics.append({"error_code": code or UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                                   "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                    continue
+            if topic is None:
+                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                               "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+            else:
+                topics.append(topic_entry(ctx, topic))
+    host, port = ctx.endpoint(client)
+    return build_response(ApiKey.METADATA, version, {
+        "brokers": [{"node_id": ctx.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    })
+
+
+async def handle_describe_cluster(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    host, port = ctx.endpoint(client)
+    # endpoint_type 2 asks for controllers (KIP-1079); this node is both.
+    return build_response(ApiKey.DESCRIBE_CLUSTER, request.api_version, {
+        "error_code": 0,
+        "cluster_id": ctx.cluster_id,
+        "controller_id": ctx.node_id,
+        "endpoint_type": getattr(request.body, "endpoint_type", 1),
+        "brokers": [{"broker_id": ctx.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    })
+
+
+HANDLERS = {ApiKey.METADATA: handle_metadata, ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster}

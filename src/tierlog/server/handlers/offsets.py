@@ -1,0 +1,165 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords: questions about (and one change to) the
+offsets of a partition's log."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tierlog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from tierlog.protocol import ApiKey, ParsedRequest, build_response
+from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.context import BrokerContext
+from tierlog.server.partitions import (
+    FENCED_LEADER_EPOCH,
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    PartitionManager,
+    error_code_of,
+)
+from tierlog.storage.log import UnifiedLog
+
+log = logging.getLogger(__name__)
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+READ_COMMITTED = 1
+
+
+def _epoch_check(pm: PartitionManager, topic: str, partition: int, current_leader_epoch: int) -> int:
+    epoch = pm.leader_epoch(topic, partition)
+    if current_leader_epoch < 0 or current_leader_epoch == epoch:
+        return 0
+    return FENCED_LEADER_EPOCH if current_leader_epoch < epoch else UNKNOWN_LEADER_EPOCH
+
+
+def _epoch_of(ulog: UnifiedLog, offset: int) -> int:
+    epoch = ulog.leader_epoch_cache.epoch_for_offset(offset)
+    return -1 if epoch is None else epoch
+
+
+def _list_offset(ulog: UnifiedLog, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
+    """(timestamp, offset, leader epoch) answering one ListOffsets query (Kafka's
+    UnifiedLog#fetchOffsetByTimestamp plus the fetchable-offset bound of ReplicaManager)."""
+    fetchable = ulog.last_stable_offset if read_committed else ulog.high_watermark
+    if timestamp == LATEST:
+        latest = ulog.leader_epoch_cache.latest_epoch
+        return -1, fetchable, -1 if latest is None else latest
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        offset = ulog.log_start_offset
+        if timestamp == EARLIEST_LOCAL:
+            bases = ulog.segments.base_offsets
+            offset = max(offset, bases[0]) if bases else offset
+        return -1, offset, _epoch_of(ulog, offset)
+    if timestamp == LATEST_TIERED:
+        offset = ulog.highest_offset_in_remote_storage
+        return -1, offset, _epoch_of(ulog, offset) if offset >= 0 else -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        offset = ulog.highest_offset_in_remote_storage + 1 if ulog.config.remote_storage_enable else -1
+        return -1, offset, _epoch_of(ulog, offset) if offset >= 0 else -1
+    if timestamp == MAX_TIMESTAMP:
+        ts, offset = ulog.max_timestamp_and_offset()
+        if offset < 0:
+            return -1, -1, -1
+        return ts, offset, _epoch_of(ulog, offset)
+    found = ulog.fetch_offset_by_timestamp(timestamp)
+    if found is None or found[0] >= fetchable:
+        return -1, -1, -1
+    offset, ts = found
+    return ts, offset, _epoch_of(ulog, offset)
+
+
+def _list_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, int, int]],
+                           read_committed: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for topic, partition, timestamp, current_epoch in queries:
+        entry: dict[str, Any] = {"partition_index": partition, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        out.append(entry)
+        code = _epoch_check(pm, topic, partition, current_epoch)
+        if code:
+            entry["error_code"] = code
+            continue
+        try:
+            ulog = pm.get_log_blocking(topic, partition)
+            entry["timestamp"], entry["offset"], entry["leader_epoch"] = _list_offset(ulog, timestamp, read_committed)
+        except Exception as e:
+            entry["error_code"] = error_code_of(e)
+            if entry["error_code"] != UNKNOWN_TOPIC_OR_PARTITION:
+                log.warning("ListOffsets of %s-%d failed: %s", topic, partition, e)
+    return out
+
+
+async def handle_list_offsets(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    queries = [(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
+               for t in body.topics for p in t.partitions]
+    answers = iter(await ctx.io.run(_list_offsets_blocking, ctx.partitions, queries, read_committed))
+    topics = [{"name": t.name, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
+    return build_response(ApiKey.LIST_OFFSETS, request.api_version, {"topics": topics})
+
+
+def _end_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, int, int]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for topic, partition, current_epoch, leader_epoch in queries:
+        entry: dict[str, Any] = {"partition": partition, "leader_epoch": -1, "end_offset": -1}
+        out.append(entry)
+        code = _epoch_check(pm, topic, partition, current_epoch)
+        if code:
+            entry["error_code"] = code
+            continue
+        try:
+            ulog = pm.get_log_blocking(topic, partition)
+        except UnknownTopicOrPartitionError:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        entry["leader_epoch"], entry["end_offset"] = ulog.leader_epoch_cache.end_offset_for(
+            leader_epoch, ulog.log_end_offset)
+    return out
+
+
+async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    queries = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch) for t in body.topics for p in t.partitions]
+    answers = iter(await ctx.io.run(_end_offsets_blocking, ctx.partitions, queries))
+    topics = [{"topic": t.topic, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
+    return build_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version, {"topics": topics})
+
+
+def _delete_records_blocking(pm: PartitionManager, queries: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for topic, partition, offset in queries:
+        entry: dict[str, Any] = {"partition_index": partition, "low_watermark": -1}
+        out.append(entry)
+        try:
+            ulog = pm.get_log_blocking(topic, partition)
+            target = ulog.high_watermark if offset == -1 else offset
+            if target < 0:
+                raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}")
+            ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
+            entry["low_watermark"] = ulog.log_start_offset
+        except OffsetOutOfRangeError:
+            entry["error_code"] = OFFSET_OUT_OF_RANGE
+        except Exception as e:
+            entry["error_code"] = error_code_of(e)
+    return out
+
+
+async def handle_delete_records(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    body = request.body
+    queries = [(t.name, p.partition_index, p.offset) for t in body.topics for p in t.partitions]
+    answers = iter(await ctx.io.run(_delete_records_blocking, ctx.partitions, queries))
+    topics = [{"name": t.name, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
+    return build_response(ApiKey.DELETE_RECORDS, request.api_version, {"topics": topics})
+
+
+HANDLERS = {
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+}

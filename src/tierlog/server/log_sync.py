@@ -1,0 +1,86 @@
+"""Keeping the logs on disk in step with the metadata image.
+
+The metadata log is the truth about which topics exist and how they are configured; the log
+manager follows it. At startup every log is checked against the image (a topic deleted, or deleted
+and re-created under a new id, while the broker was down leaves a stale directory behind); after
+each commit only what changed is applied: new partitions get their logs, removed topics lose
+theirs, changed topic configs reach the open logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from tierlog.config.definition import Value
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import ConfigError
+from tierlog.metadata import ConfigResourceType, MetadataDelta, MetadataImage
+from tierlog.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def topic_log_config(image: MetadataImage, topic: str, defaults: Mapping[str, Value]) -> LogConfig:
+    """The effective LogConfig of ``topic``: its dynamic configs over the broker's defaults."""
+    overrides = image.topic_configs(topic)
+    if not overrides:
+        return LogConfig.from_props({}, defaults)
+    try:
+        return LogConfig.from_props(dict(overrides), defaults)
+    except (ConfigError, TypeError, ValueError) as e:
+        # The controller validated these against the same definitions, so only a config written by
+        # another version can land here; serving the topic on defaults beats not serving it.
+        log.error("topic %s has configs this broker cannot apply (%s); using the defaults", topic, e)
+        return LogConfig.from_props({}, defaults)
+
+
+class LogSync:
+    def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage]) -> None:
+        self.log_manager = log_manager
+        self._image = image
+        self._last: MetadataImage | None = None
+
+    def reconcile(self, image: MetadataImage) -> None:
+        """Full pass (startup): drop logs of topics the image does not have, create missing ones."""
+        for (topic, partition), ulog in self.log_manager.all_logs().items():
+            t = image.topics_by_name.get(topic)
+            if t is None or partition not in t.partitions or (ulog.topic_id is not None and ulog.topic_id != t.topic_id):
+                log.info("deleting log %s-%d: its topic is not in the metadata (deleted while the broker was down)",
+                         topic, partition)
+                self.log_manager.delete_log(topic, partition)
+        for t in image.topics_by_id.values():
+            for partition in t.partitions:
+                existing = self.log_manager.get_log(t.name, partition)
+                if existing is None or existing.topic_id != t.topic_id:
+                    self.log_manager.get_or_create_log(t.name, partition, t.topic_id)
+        self._last = image
+
+    def on_commit(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Controller listener: runs after each commit in the committing thread."""
+        old = self._last if self._last is not None else delta.image
+        self._last = image
+        try:
+            self._apply(old, image)
+        except Exception:
+            log.exception("applying metadata offset %d to the logs failed", image.provenance.last_offset)
+
+    def _apply(self, old: MetadataImage, new: MetadataImage) -> None:
+        for topic_id, t in old.topics_by_id.items():
+            if topic_id not in new.topics_by_id:
+                for partition in t.partitions:
+                    self.log_manager.delete_log(t.name, partition)
+        for topic_id, t in new.topics_by_id.items():
+            before = old.topics_by_id.get(topic_id)
+            if before is t:
+                continue
+            for partition in t.partitions:
+                if before is None or partition not in before.partitions:
+                    self.log_manager.get_or_create_log(t.name, partition, topic_id)
+        if new.configs is not old.configs:
+            changed = {name for (rtype, name) in set(new.configs) | set(old.configs)
+                       if rtype == ConfigResourceType.TOPIC
+                       and old.configs.get((rtype, name)) != new.configs.get((rtype, name))}
+            for name in changed:
+                if name in new.topics_by_name:
+                    self.log_manager.update_topic_config(name)

@@ -1,0 +1,223 @@
+"""The broker's partitions: which exist (the metadata image), their logs, appends and reads as
+batches of blocking work, and the wake-ups that end long-polling fetches (Kafka's ReplicaManager
+and fetch purgatory, for a single node that leads every partition).
+
+The ``*_blocking`` methods run on the storage thread pool; everything else runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tierlog.errors import OffsetOutOfRangeError, TierlogError, UnknownTopicOrPartitionError
+from tierlog.metadata import MetadataImage, TopicImage
+from tierlog.server.connection import FileSlice
+from tierlog.storage.log import UnifiedLog
+from tierlog.storage.log_manager import LogManager
+from tierlog.storage.producer_state import AppendOrigin
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+
+#: Regions smaller than this are copied in the I/O thread: for them one pread is cheaper than the
+#: sendfile hand-off (which waits for the socket buffer to drain and pauses reading).
+SENDFILE_MIN_BYTES = 256 << 10
+
+#: Internal topics clients may read but not write (Kafka answers INVALID_TOPIC_EXCEPTION).
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
+
+TopicPartition = tuple[str, int]
+
+
+def error_code_of(e: BaseException) -> int:
+    if isinstance(e, TierlogError):
+        return e.error_code
+    if isinstance(e, OSError):
+        return KAFKA_STORAGE_ERROR
+    return UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error_code: int = NONE
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSpec:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class ReadResult:
+    error_code: int = NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | FileSlice = b""
+
+    @property
+    def size(self) -> int:
+        return len(self.records) if isinstance(self.records, bytes) else self.records.size
+
+    def release(self) -> None:
+        if isinstance(self.records, FileSlice):
+            self.records.close()
+            self.records = b""
+
+
+class DataWaiters:
+    """Futures of fetches waiting for data, by partition; an append completes them."""
+
+    def __init__(self) -> None:
+        self._by_partition: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    def add(self, partitions: Iterable[TopicPartition], waiter: asyncio.Future[None]) -> None:
+        for tp in partitions:
+            self._by_partition.setdefault(tp, set()).add(waiter)
+
+    def remove(self, partitions: Iterable[TopicPartition], waiter: asyncio.Future[None]) -> None:
+        for tp in partitions:
+            waiters = self._by_partition.get(tp)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._by_partition[tp]
+
+    def notify(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            waiters = self._by_partition.get(tp)
+            if waiters:
+                for waiter in list(waiters):
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def notify_all(self) -> None:
+        self.notify(list(self._by_partition))
+
+
+class PartitionManager:
+    def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage], node_id: int) -> None:
+        self.log_manager = log_manager
+        self._image = image
+        self.node_id = node_id
+        self.waiters = DataWaiters()
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image()
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self._image().topics_by_name.get(name)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        t = self.topic(topic)
+        p = None if t is None else t.partitions.get(partition)
+        return 0 if p is None else p.leader_epoch
+
+    # -- blocking: run these on the storage thread pool -------------------------------------------
+
+    def get_log_blocking(self, topic: str, partition: int) -> UnifiedLog:
+        """The partition's log, created if the image has the partition but the disk does not yet."""
+        t = self._image().topics_by_name.get(topic)
+        if t is None or partition not in t.partitions:
+            raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {topic}-{partition}")
+        ulog = self.log_manager.get_log(topic, partition)
+        if ulog is None or ulog.deleted:
+            ulog = self.log_manager.get_or_create_log(topic, partition, t.topic_id)
+        return ulog
+
+    def append_blocking(self, items: list[tuple[str, int, bytes | None]], *, internal: bool = False,
+                        origin: AppendOrigin = AppendOrigin.CLIENT) -> list[AppendResult]:
+        out: list[AppendResult] = []
+        image = self._image()
+        for topic, partition, records in items:
+            if not internal and topic in INTERNAL_TOPICS:
+                out.append(AppendResult(INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}"))
+                continue
+            if records is None:
+                out.append(AppendResult(CORRUPT_MESSAGE, error_message="a produce request without records"))
+                continue
+            try:
+                ulog = self.get_log_blocking(topic, partition)
+                t = image.topics_by_name.get(topic)
+                epoch = t.partitions[partition].leader_epoch if t is not None and partition in t.partitions else 0
+                info = ulog.append_as_leader(records, epoch, origin)
+            except Exception as e:
+                code = error_code_of(e)
+                if code == UNKNOWN_SERVER_ERROR:
+                    log.exception("append to %s-%d failed", topic, partition)
+                out.append(AppendResult(code, error_message=str(e) or type(e).__name__))
+                continue
+            out.append(AppendResult(NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
+                                    duplicate=info.duplicate))
+        return out
+
+    def read_blocking(self, specs: list[ReadSpec], max_bytes: int, *, read_committed: bool = False,
+                      copy_all: bool = False) -> list[ReadResult]:
+        """Read every partition in request order within ``max_bytes`` overall; the first partition
+        with data returns at least one whole batch even if it is larger (Kafka's minOneMessage)."""
+        remaining = max_bytes
+        min_one = True
+        out: list[ReadResult] = []
+        for spec in specs:
+            result = ReadResult()
+            out.append(result)
+            try:
+                ulog = self.get_log_blocking(spec.topic, spec.partition)
+            except UnknownTopicOrPartitionError:
+                result.error_code = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            epoch = self.leader_epoch(spec.topic, spec.partition)
+            if spec.current_leader_epoch >= 0 and spec.current_leader_epoch != epoch:
+                result.error_code = FENCED_LEADER_EPOCH if spec.current_leader_epoch < epoch else UNKNOWN_LEADER_EPOCH
+                continue
+            hw = ulog.high_watermark
+            lso = ulog.last_stable_offset
+            result.high_watermark, result.last_stable_offset = hw, lso
+            result.log_start_offset = ulog.log_start_offset
+            limit = min(spec.partition_max_bytes, remaining)
+            if limit <= 0 and not min_one:
+                continue
+            try:
+                info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else None,
+                                 min_one_message=min_one)
+            except OffsetOutOfRangeError:
+                result.error_code = OFFSET_OUT_OF_RANGE
+                continue
+            except Exception as e:
+                result.error_code = error_code_of(e)
+                log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
+                continue
+            region = info.records
+            if region is None or region.size == 0:
+                continue
+            if copy_all or region.size < SENDFILE_MIN_BYTES:
+                result.records = region.read_bytes()
+            else:
+                result.records = FileSlice(os.dup(region.fd), region.position, region.size)
+            remaining -= region.size
+            min_one = False
+        return out

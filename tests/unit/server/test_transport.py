@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import pytest
+
+from tierlog.errors import ConfigError
+from tierlog.server.transport import ListenerSpec, parse_listener, parse_listeners
+
+
+def test_parse_listener_forms() -> None:
+    assert parse_listener("PLAINTEXT://127.0.0.1:9092") == ListenerSpec("PLAINTEXT", "127.0.0.1", 9092)
+    assert parse_listener("plaintext://:0") == ListenerSpec("PLAINTEXT", "", 0)
+    assert parse_listener("PLAINTEXT://[::1]:19092") == ListenerSpec("PLAINTEXT", "::1", 19092)
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:9092", "SSL://127.0.0.1:9093", "PLAINTEXT://host", "PLAINTEXT://h:99999"])
+def test_parse_listener_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_listener(bad)
+
+
+def test_listener_names_are_unique() -> None:
+    with pytest.raises(ConfigError):
+        parse_listeners(["PLAINTEXT://:1", "PLAINTEXT://:2"])
