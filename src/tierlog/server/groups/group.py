@@ -9,11 +9,14 @@ callbacks into futures and calls :meth:`Group.tick` on a timer.
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlog.server.groups.records import GroupValue, MemberValue
+
+log = logging.getLogger(__name__)
 
 NONE = 0
 ILLEGAL_GENERATION = 22
@@ -194,12 +197,12 @@ class Group:
                 callback(self._join_result(member, NONE))
             else:
                 self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
-                self.prepare_rebalance(now_ms)
+                self.prepare_rebalance(now_ms, f"member {member_id} changed its protocols")
         elif self.state is GroupState.STABLE:
             if member_id == self.leader_id or changed:
                 # The leader rejoining means the subscription may have changed: rebalance.
                 self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
-                self.prepare_rebalance(now_ms)
+                self.prepare_rebalance(now_ms, f"{'leader' if member_id == self.leader_id else 'member'} {member_id} rejoined")
             else:
                 callback(self._join_result(member, NONE))
         else:
@@ -208,9 +211,10 @@ class Group:
     def _update_member(self, member: Member, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                        rebalance_timeout_ms: int, callback: JoinCallback) -> None:
         if member.awaiting_join is not None:
-            # The client gave up on its earlier join and sent a new one: the old one is answered
-            # now so its request does not hang.
-            member.awaiting_join(JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
+            # A second join while one waits can only come on a new connection (requests of one
+            # connection are served in turn): the client gave up on the first. It is released with a
+            # retriable error; the member itself stays.
+            member.awaiting_join(JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
         member.protocols = protocols
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -233,9 +237,11 @@ class Group:
                                                      self.initial_delay_limit_ms)
             self.try_complete_join(now_ms)
         else:
-            self.prepare_rebalance(now_ms)
+            self.prepare_rebalance(now_ms, f"new member {member_id} joined")
 
-    def prepare_rebalance(self, now_ms: int) -> None:
+    def prepare_rebalance(self, now_ms: int, reason: str = "") -> None:
+        log.info("group %s: preparing to rebalance (generation %d, %d members%s)", self.group_id, self.generation_id,
+                 len(self.members), f": {reason}" if reason else "")
         if self.state is GroupState.COMPLETING_REBALANCE:
             self._fail_syncs(REBALANCE_IN_PROGRESS)
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -271,6 +277,8 @@ class Group:
         self.protocol_name = self.select_protocol()
         if self.leader_id not in self.members:
             self.leader_id = next(iter(self.members))
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s", self.group_id,
+                 self.generation_id, len(self.members), self.protocol_name, self.leader_id)
         self._transition(GroupState.COMPLETING_REBALANCE, now_ms)
         for member in list(self.members.values()):
             callback, member.awaiting_join = member.awaiting_join, None
@@ -339,10 +347,10 @@ class Group:
         member = self.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
-        self._remove_and_rebalance(member, now_ms)
+        self._remove_and_rebalance(member, now_ms, f"member {member_id} left")
         return NONE
 
-    def _remove_and_rebalance(self, member: Member, now_ms: int) -> None:
+    def _remove_and_rebalance(self, member: Member, now_ms: int, reason: str) -> None:
         if member.awaiting_join is not None:
             callback, member.awaiting_join = member.awaiting_join, None
             callback(JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
@@ -351,7 +359,7 @@ class Group:
             waiting(SyncResult(UNKNOWN_MEMBER_ID))
         self._remove(member)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self.prepare_rebalance(now_ms)
+            self.prepare_rebalance(now_ms, reason)
         elif self.state is GroupState.PREPARING_REBALANCE:
             self.try_complete_join(now_ms)
 
@@ -368,7 +376,9 @@ class Group:
                 del self.pending_members[pending]
         for member in list(self.members.values()):
             if member.member_id in self.members and not member.alive(now_ms):
-                self._remove_and_rebalance(member, now_ms)
+                log.info("group %s: member %s expired (no heartbeat for %d ms)", self.group_id, member.member_id,
+                         now_ms - member.last_heartbeat_ms)
+                self._remove_and_rebalance(member, now_ms, "session timeout")
         self.try_complete_join(now_ms)
 
     def _fail_syncs(self, error_code: int) -> None:

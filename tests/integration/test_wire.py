@@ -1,0 +1,217 @@
+"""The wire protocol with a raw socket: requests crafted with tierlog's own codec.
+
+* a retried duplicate batch of an idempotent producer is acknowledged with its first offset and
+  stored once;
+* bad input -- negative or oversized frame sizes, garbage, unknown APIs -- closes only the
+  offending connection while another client carries on; an ApiVersions version the broker does not
+  know is answered with v0 and UNSUPPORTED_VERSION;
+* pipelined requests are answered in order; acks=0 sends no response.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+import time
+from typing import Any
+
+from tests.integration.conftest import BrokerProcess
+from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
+from tierlog.records import SimpleRecord, build_batch, iter_batches
+
+
+class RawClient:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self._corr = itertools.count(1)
+        self.buf = b""
+
+    def send(self, api_key: int, version: int, values: dict[str, Any]) -> int:
+        corr = next(self._corr)
+        self.sock.sendall(encode_request(api_key, version, corr, "wire-test", build_request(api_key, version, values)))
+        return corr
+
+    def read_frame(self) -> bytes:
+        while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack_from(">i", self.buf)[0]:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            self.buf += chunk
+        size = struct.unpack_from(">i", self.buf)[0]
+        frame, self.buf = self.buf[4:4 + size], self.buf[4 + size:]
+        return frame
+
+    def receive(self, api_key: int, version: int, corr: int) -> Any:
+        got, body = parse_response(api_key, version, self.read_frame())
+        assert got == corr
+        return body
+
+    def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
+        return self.receive(api_key, version, self.send(api_key, version, values))
+
+    def closed_by_peer(self, timeout: float = 10.0) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def create_topic(client: RawClient, name: str, partitions: int = 1) -> None:
+    body = client.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
+        {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout": 30000, "validate_only": False})
+    assert body.topics[0].error_code == 0, body
+
+
+def produce(client: RawClient, topic: str, records: bytes, acks: int = -1) -> Any:
+    values = {"acks": acks, "timeout": 30000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
+    if acks == 0:
+        client.send(ApiKey.PRODUCE, 9, values)
+        return None
+    return client.call(ApiKey.PRODUCE, 9, values).responses[0].partition_responses[0]
+
+
+def fetch_all(client: RawClient, topic: str) -> bytes:
+    body = client.call(ApiKey.FETCH, 11, {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 24, "isolation_level": 0,
+                                          "session_id": 0, "session_epoch": -1, "replica_id": -1, "topics": [
+        {"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 24,
+                                         "current_leader_epoch": -1, "log_start_offset": -1}]}],
+        "forgotten_topics_data": [], "rack_id": ""})
+    partition = body.responses[0].partitions[0]
+    assert partition.error_code == 0
+    return bytes(partition.records or b"")
+
+
+def test_retried_duplicate_batch_gets_its_original_offset_and_is_stored_once(broker: BrokerProcess, topic_name: str) -> None:
+    client = RawClient(broker.port)
+    try:
+        create_topic(client, topic_name)
+        init = client.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                                        "producer_id": -1, "producer_epoch": -1})
+        assert init.error_code == 0 and init.producer_id >= 0
+        pid = init.producer_id
+
+        def batch(seq: int, n: int) -> bytes:
+            return build_batch([SimpleRecord(None, f"r{seq + i}".encode(), timestamp=1_700_000_000_000) for i in range(n)],
+                               producer_id=pid, producer_epoch=0, base_sequence=seq)
+
+        assert produce(client, topic_name, batch(0, 5)).base_offset == 0  # something before the batch under test
+        first = produce(client, topic_name, batch(5, 3))
+        assert (first.error_code, first.base_offset) == (0, 5)
+        retry = produce(client, topic_name, batch(5, 3))  # the producer never saw the first answer
+        assert (retry.error_code, retry.base_offset) == (0, 5)
+        later = produce(client, topic_name, batch(8, 2))
+        assert (later.error_code, later.base_offset) == (0, 8)
+        gap = produce(client, topic_name, batch(20, 1))
+        assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+        stored = fetch_all(client, topic_name)
+        values = [r.value for _, records in iter_batches(stored) for r in records]
+        assert values == [f"r{i}".encode() for i in range(10)]
+
+        listed = client.call(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic_name, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
+        assert listed.topics[0].partitions[0].offset == 10
+    finally:
+        client.close()
+
+
+def test_bad_input_closes_only_that_connection(broker: BrokerProcess, topic_name: str) -> None:
+    healthy = RawClient(broker.port)
+    create_topic(healthy, topic_name)
+    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"before")])).error_code == 0
+
+    bad_inputs = [
+        struct.pack(">i", -5),  # negative frame size
+        struct.pack(">i", 0x7FFFFFF0),  # larger than socket.request.max.bytes
+        struct.pack(">i", 3) + b"\x00\x03\x00",  # a frame too short for a request header
+        struct.pack(">ihhi", 8, 3, 12, 77),  # Metadata v12 with no client id and no body
+        struct.pack(">ihhi", 10, 999, 0, 78) + b"\xff\xff",  # unknown API key
+        struct.pack(">ihhi", 10, 0, 99, 79) + b"\xff\xff",  # Produce v99
+        struct.pack(">i", 64) + bytes(range(64)),  # garbage
+    ]
+    for raw in bad_inputs:
+        bad = RawClient(broker.port)
+        bad.sock.sendall(raw)
+        assert bad.closed_by_peer(), raw
+        bad.close()
+        # The healthy connection is untouched and still served.
+        body = healthy.call(ApiKey.METADATA, 12, {"topics": [{"name": topic_name, "topic_id": None}],
+                                                  "allow_auto_topic_creation": False,
+                                                  "include_topic_authorized_operations": False})
+        assert body.topics[0].error_code == 0
+
+    # A corrupt batch is refused with CORRUPT_MESSAGE and the connection stays usable.
+    corrupt = bytearray(build_batch([SimpleRecord(None, b"x" * 20)]))
+    corrupt[-1] ^= 0xFF
+    assert produce(healthy, topic_name, bytes(corrupt)).error_code == 2
+    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"after")])).error_code == 0
+    values = [r.value for _, records in iter_batches(fetch_all(healthy, topic_name)) for r in records]
+    assert values == [b"before", b"after"]
+    healthy.close()
+
+
+def test_unknown_api_versions_version_is_answered(broker: BrokerProcess) -> None:
+    client = RawClient(broker.port)
+    try:
+        client.sock.sendall(struct.pack(">ihhi", 10, 18, 99, 5) + b"\xff\xff")
+        frame = client.read_frame()
+        corr, error_code = struct.unpack_from(">ih", frame)
+        assert (corr, error_code) == (5, 35)
+        body = client.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "wire-test",
+                                                    "client_software_version": "1.0"})
+        assert body.error_code == 0
+        advertised = {k.api_key for k in body.api_keys}
+        assert {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 22} <= advertised
+        assert not advertised & {71, 72}  # no telemetry APIs: librdkafka would loop on them
+    finally:
+        client.close()
+
+
+def test_pipelined_requests_in_order_and_acks_zero(broker: BrokerProcess, topic_name: str) -> None:
+    client = RawClient(broker.port)
+    try:
+        create_topic(client, topic_name)
+        # acks=0: no response, but the records are appended.
+        produce(client, topic_name, build_batch([SimpleRecord(None, b"quiet")]), acks=0)
+        sent = []
+        for i in range(20):
+            sent.append(client.send(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 1000, "topic_data": [
+                {"name": topic_name, "partition_data": [{"index": 0, "records": build_batch([SimpleRecord(None, str(i).encode())])}]}]}))
+        offsets = [client.receive(ApiKey.PRODUCE, 9, corr).responses[0].partition_responses[0].base_offset for corr in sent]
+        assert offsets == list(range(1, 21))
+    finally:
+        client.close()
+
+
+def test_long_poll_fetch_is_woken_by_a_produce(broker: BrokerProcess, topic_name: str) -> None:
+    waiting, writer = RawClient(broker.port), RawClient(broker.port)
+    try:
+        create_topic(writer, topic_name)
+        corr = waiting.send(ApiKey.FETCH, 11, {"max_wait": 10000, "min_bytes": 1, "max_bytes": 1 << 20,
+                                               "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                               "replica_id": -1, "topics": [
+            {"topic": topic_name, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20,
+                                                  "current_leader_epoch": -1, "log_start_offset": -1}]}],
+                                               "forgotten_topics_data": [], "rack_id": ""})
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert produce(writer, topic_name, build_batch([SimpleRecord(None, b"wake")])).error_code == 0
+        body = waiting.receive(ApiKey.FETCH, 11, corr)
+        assert time.monotonic() - start < 5
+        records = body.responses[0].partitions[0].records
+        assert [r.value for _, rs in iter_batches(records) for r in rs] == [b"wake"]
+    finally:
+        waiting.close()
+        writer.close()
