@@ -133,6 +133,9 @@ class UnifiedLog:
         self._unflushed_messages = 0
         self.last_flush_ms = clock.wall_ms()
         self.highest_offset_in_remote_storage = -1
+        #: Set by the remote log manager while it tiers this log: retention then applies the
+        #: local.retention.* policy, which never deletes a segment that is not in the remote tier.
+        self.remote_log_enabled = False
         #: Called with a segment that failed its lazy check, before the earlier ones are checked.
         self.on_corrupt_segment: Callable[[LogSegment, Exception], None] | None = None
         self.deleted = False
@@ -379,6 +382,11 @@ class UnifiedLog:
         with self.lock:
             self._check_segment(segment)
 
+    def ensure_checked(self, segment: LogSegment) -> None:
+        """Check the segment's indexes now if startup left them unchecked (seed 003), e.g. before
+        its files are uploaded to the remote tier."""
+        self._ensure_checked(segment)
+
     def _check_segment(self, segment: LogSegment) -> None:
         if segment.checked:
             return
@@ -516,7 +524,7 @@ class UnifiedLog:
     def retention_plan(self, now_ms: int, policy: RetentionPolicy | None = None) -> list[Deletion]:
         """What retention would delete now (the dry run uses this directly)."""
         with self.lock:
-            policy = policy if policy is not None else self.retention_policy()
+            policy = policy if policy is not None else self.retention_policy(local=self.remote_log_enabled)
             total = self.size_bytes if policy.retention_bytes >= 0 else None
             return deletable_segments(self.segment_infos(), policy, now_ms, total)
 

@@ -127,7 +127,7 @@ class LogManager:
                     if entry.name.endswith("-delete"):
                         shutil.rmtree(entry.path, ignore_errors=True)
                         continue
-                    if entry.name in ("remote-log-index-cache", "__cluster_metadata-0"):
+                    if entry.name in ("remote-log-index-cache", "remote-log-metadata", "__cluster_metadata-0"):
                         continue
                     try:
                         tp = files.parse_topic_partition_name(entry.name)

@@ -1,0 +1,195 @@
+"""The remote tier in a local directory: the embedded default (``tierlog serve`` with no config).
+
+Layout as Kafka's LocalTieredStorage, so an operator used to it finds the same files:
+``<dir>/kafka-tiered-storage/<topic>-<partition>-<topicId>/<20-digit start offset>-<segment id><suffix>``
+with ``.log .index .timeindex .txnindex .leader_epoch_checkpoint .snapshot``.
+
+Properties (``rsm.config.`` prefix removed): ``dir`` (required unless the broker fills it in),
+``delete.enable`` (default true; false keeps data, to simulate an eventually consistent store) and
+``fsync`` (default true: once a segment is here its local copy may be deleted, so it must survive a
+crash like any log file).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+from tierlog._util.files import fsync_dir
+from tierlog.storage.checkpoints import uuid_to_base64
+from tierlog.tiered.api import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+
+log = logging.getLogger(__name__)
+
+ROOT_DIR_NAME = "kafka-tiered-storage"
+LOG_SUFFIX = ".log"
+INDEX_SUFFIXES: dict[IndexType, str] = {
+    IndexType.OFFSET: ".index",
+    IndexType.TIMESTAMP: ".timeindex",
+    IndexType.TRANSACTION: ".txnindex",
+    IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
+    IndexType.PRODUCER_SNAPSHOT: ".snapshot",
+}
+ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+_COPY_BUFFER = 1 << 20
+
+
+def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = props.get(key)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise RemoteStorageError(f"{key} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def partition_dir_name(segment_id: RemoteLogSegmentId) -> str:
+    tip = segment_id.topic_id_partition
+    return f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}"
+
+
+def fileset_prefix(metadata: RemoteLogSegmentMetadata) -> str:
+    return f"{metadata.start_offset:020d}-{metadata.segment_id.id_str}"
+
+
+class LocalDirectoryRemoteStorageManager:
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self.delete_enabled = True
+        self.fsync = True
+
+    def configure(self, props: Mapping[str, str]) -> None:
+        base = props.get("dir")
+        if not base:
+            raise RemoteStorageError("the local-directory remote storage needs rsm.config.dir")
+        self._root = Path(base) / ROOT_DIR_NAME
+        self._root.mkdir(parents=True, exist_ok=True)
+        self.delete_enabled = _bool(props, "delete.enable", True)
+        self.fsync = _bool(props, "fsync", True)
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            raise RemoteStorageError("the remote storage manager is not configured")
+        return self._root
+
+    def _paths(self, metadata: RemoteLogSegmentMetadata) -> tuple[Path, str]:
+        return self.root / partition_dir_name(metadata.segment_id), fileset_prefix(metadata)
+
+    def _path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> Path:
+        directory, prefix = self._paths(metadata)
+        return directory / f"{prefix}{suffix}"
+
+    # -- copy -----------------------------------------------------------------------------------
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        directory, prefix = self._paths(metadata)
+        sources: list[tuple[str, Path | bytes]] = [
+            (LOG_SUFFIX, segment_data.log_segment),
+            (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
+            (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
+            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
+            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
+        ]
+        if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
+            sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for suffix, source in sources:
+                self._write(directory / f"{prefix}{suffix}", source)
+            if self.fsync:
+                fsync_dir(directory)
+        except OSError as e:
+            # A retry uses a new segment id, so leftovers of this attempt would never be found again.
+            self._delete_fileset(metadata, force=True)
+            raise RemoteStorageError(f"copying {metadata.segment_id} to {directory} failed: {e}") from e
+        return None
+
+    def _write(self, target: Path, source: Path | bytes) -> None:
+        # Written under a temporary name and renamed, so a reader never sees a partial file.
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as out:
+            if isinstance(source, bytes):
+                out.write(source)
+            else:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, out, _COPY_BUFFER)
+            if self.fsync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, target)
+
+    # -- fetch ----------------------------------------------------------------------------------
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        if start_position < 0:
+            raise ValueError(f"start position {start_position} is negative")
+        if end_position is not None and end_position < start_position:
+            raise ValueError(f"end position {end_position} is below the start position {start_position}")
+        f = self._open(self._path(metadata, LOG_SUFFIX), metadata)
+        try:
+            f.seek(start_position)
+            if end_position is None:
+                return f
+            return io.BytesIO(f.read(end_position - start_position + 1))
+        except OSError as e:
+            f.close()
+            raise RemoteStorageError(f"reading {metadata.segment_id}: {e}") from e
+        finally:
+            if end_position is not None:
+                f.close()
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self._open(self._path(metadata, INDEX_SUFFIXES[index_type]), metadata)
+
+    def _open(self, path: Path, metadata: RemoteLogSegmentMetadata) -> BinaryIO:
+        try:
+            return open(path, "rb")
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"{path.name} of {metadata.segment_id} is not in {path.parent}") from e
+        except OSError as e:
+            raise RemoteStorageError(f"opening {path}: {e}") from e
+
+    # -- delete ---------------------------------------------------------------------------------
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._delete_fileset(metadata, force=False)
+
+    def _delete_fileset(self, metadata: RemoteLogSegmentMetadata, *, force: bool) -> None:
+        if not self.delete_enabled and not force:
+            return
+        directory, prefix = self._paths(metadata)
+        try:
+            for suffix in ALL_SUFFIXES:
+                for path in (directory / f"{prefix}{suffix}", directory / f"{prefix}{suffix}.tmp"):
+                    path.unlink(missing_ok=True)
+            # The partition directory goes with its last segment, so deleted partitions leave nothing.
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+        except OSError as e:
+            raise RemoteStorageError(f"deleting {metadata.segment_id} from {directory}: {e}") from e
+
+    def close(self) -> None:
+        pass
+
+    # -- for tests and `tier status` --------------------------------------------------------------
+
+    def list_files(self) -> list[Path]:
+        """Every file under the root (tests assert on orphans with it)."""
+        return sorted(p for p in self.root.rglob("*") if p.is_file())

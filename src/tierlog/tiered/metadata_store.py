@@ -1,0 +1,399 @@
+"""Remote log metadata: the in-memory cache (Kafka's RemoteLogMetadataCache) and the durable
+RemoteLogMetadataManager behind it, a journal plus snapshots in a directory.
+
+Why a journal of our own rather than an internal topic: a single-node broker needs no replication of
+this state, only durability and a fast restart. Each change is one journal entry (length, CRC-32C,
+Kafka-framed record: see :mod:`tierlog.tiered.serde`), fsynced before the call returns, because the
+copy protocol depends on it: COPY_SEGMENT_STARTED must be durable before a byte is uploaded (so a crash
+leaves a record of what to clean up), COPY_SEGMENT_FINISHED before the local copy may be deleted.
+Every ``snapshot_every`` entries the state is written as a snapshot (versioned, CRC-32C, atomic
+rename) and a new journal is started; deleted segments drop out at that point.
+
+Files in ``directory``: ``snapshot`` and ``journal-<20-digit sequence>.log``. A torn entry at the end
+of the newest journal (a crash mid-append) is cut off on load; damage anywhere else is an error,
+because silently losing a FINISHED record would orphan remote data.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tierlog._util.crc import crc32c
+from tierlog._util.files import fsync_dir, write_atomic
+from tierlog.errors import KafkaStorageError
+from tierlog.tiered import serde
+from tierlog.tiered.api import (
+    InvalidStateTransitionError,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
+    is_valid_transition,
+)
+
+log = logging.getLogger(__name__)
+
+S = RemoteLogSegmentState
+JOURNAL_MAGIC = b"TLRJ"
+SNAPSHOT_MAGIC = b"TLRS"
+FORMAT_VERSION = 1
+_FILE_HEADER = struct.Struct(">4sH")
+_ENTRY_HEADER = struct.Struct(">II")
+_SNAPSHOT_HEADER = struct.Struct(">4sHIQI")  # magic, version, crc of the rest, next journal seq, count
+SNAPSHOT_NAME = "snapshot"
+
+
+class RemoteLogMetadataCorruptError(KafkaStorageError):
+    pass
+
+
+class _PartitionSegments:
+    def __init__(self) -> None:
+        self.by_id: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
+        # COPY_SEGMENT_FINISHED segments by start offset, for offset lookups on the read path.
+        self.finished_starts: list[int] = []
+        self.finished: list[RemoteLogSegmentMetadata] = []
+
+    def reindex(self) -> None:
+        done = sorted((m for m in self.by_id.values() if m.state is S.COPY_SEGMENT_FINISHED),
+                      key=lambda m: (m.start_offset, m.end_offset))
+        self.finished = done
+        self.finished_starts = [m.start_offset for m in done]
+
+
+class RemoteLogMetadataCache:
+    """Per partition: every segment not DELETE_SEGMENT_FINISHED, with transitions checked."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[TopicIdPartition, _PartitionSegments] = {}
+        self.log_start_offsets: dict[TopicIdPartition, int] = {}
+        self.partition_deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+
+    def _part(self, tip: TopicIdPartition) -> _PartitionSegments:
+        part = self._partitions.get(tip)
+        if part is None:
+            part = self._partitions[tip] = _PartitionSegments()
+        return part
+
+    # -- mutation -------------------------------------------------------------------------------
+
+    def check_add(self, md: RemoteLogSegmentMetadata) -> None:
+        if md.state is not S.COPY_SEGMENT_STARTED:
+            raise InvalidStateTransitionError(f"new segment {md.segment_id} must be COPY_SEGMENT_STARTED, not {md.state.name}")
+        part = self._partitions.get(md.topic_id_partition)
+        if part is not None and md.segment_id in part.by_id:
+            raise InvalidStateTransitionError(f"segment {md.segment_id} already exists")
+
+    def check_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        part = self._partitions.get(update.segment_id.topic_id_partition)
+        existing = None if part is None else part.by_id.get(update.segment_id)
+        if existing is None:
+            raise InvalidStateTransitionError(f"no metadata for segment {update.segment_id}")
+        if not is_valid_transition(existing.state, update.state):
+            raise InvalidStateTransitionError(
+                f"segment {update.segment_id} cannot go from {existing.state.name} to {update.state.name}")
+        return existing
+
+    def restore(self, md: RemoteLogSegmentMetadata) -> None:
+        """Put a segment in any state (snapshot load)."""
+        part = self._part(md.topic_id_partition)
+        part.by_id[md.segment_id] = md
+        part.reindex()
+
+    def add(self, md: RemoteLogSegmentMetadata) -> None:
+        self.check_add(md)
+        self.restore(md)
+
+    def update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        existing = self.check_update(update)
+        new = existing.create_with_updates(update)
+        part = self._part(update.segment_id.topic_id_partition)
+        if new.state is S.DELETE_SEGMENT_FINISHED:
+            del part.by_id[update.segment_id]
+        else:
+            part.by_id[update.segment_id] = new
+        part.reindex()
+        return new
+
+    def apply(self, record: serde.RemoteLogMetadataRecord, *, from_snapshot: bool = False) -> None:
+        """Replay one record; invalid transitions are dropped with a warning as Kafka's cache does."""
+        try:
+            if isinstance(record, RemoteLogSegmentMetadata):
+                if from_snapshot:
+                    self.restore(record)
+                else:
+                    self.add(record)
+            elif isinstance(record, RemoteLogSegmentMetadataUpdate):
+                self.update(record)
+            elif isinstance(record, RemotePartitionDeleteMetadata):
+                self.partition_deletes[record.topic_id_partition] = record
+            else:
+                tip = record.topic_id_partition
+                self.log_start_offsets[tip] = max(self.log_start_offsets.get(tip, 0), record.log_start_offset)
+        except InvalidStateTransitionError as e:
+            log.warning("ignoring a remote log metadata record on replay: %s", e)
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def partitions(self) -> list[TopicIdPartition]:
+        return [tip for tip, part in self._partitions.items() if part.by_id]
+
+    def segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        part = self._partitions.get(tip)
+        if part is None:
+            return []
+        return sorted(part.by_id.values(), key=lambda m: (m.start_offset, m.event_timestamp_ms))
+
+    def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        part = self._partitions.get(tip)
+        return [] if part is None else list(part.finished)
+
+    def segment_for_offset(self, tip: TopicIdPartition, offset: int,
+                           leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
+        part = self._partitions.get(tip)
+        if part is None:
+            return None
+        i = bisect.bisect_right(part.finished_starts, offset) - 1
+        while i >= 0:
+            md = part.finished[i]
+            if md.end_offset < offset:
+                return None
+            if leader_epoch is None or leader_epoch in md.leader_epochs:
+                return md
+            i -= 1
+        return None
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        best: int | None = None
+        for md in self.finished_segments(tip):
+            epochs = md.segment_leader_epochs
+            for i, (epoch, _start) in enumerate(epochs):
+                if epoch != leader_epoch:
+                    continue
+                end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else md.end_offset
+                best = end if best is None else max(best, end)
+        return best
+
+    def snapshot_records(self) -> list[serde.RemoteLogMetadataRecord]:
+        out: list[serde.RemoteLogMetadataRecord] = []
+        for tip in sorted(self._partitions):
+            out.extend(self.segments(tip))
+        for tip, offset in sorted(self.log_start_offsets.items()):
+            out.append(serde.RemoteLogStartOffset(tip, offset, 0))
+        out.extend(self.partition_deletes[tip] for tip in sorted(self.partition_deletes))
+        return out
+
+
+def _journal_name(seq: int) -> str:
+    return f"journal-{seq:020d}.log"
+
+
+def _journal_seq(name: str) -> int | None:
+    if name.startswith("journal-") and name.endswith(".log"):
+        digits = name[len("journal-"):-len(".log")]
+        if digits.isdigit():
+            return int(digits)
+    return None
+
+
+def encode_snapshot(records: Iterable[serde.RemoteLogMetadataRecord], next_journal_seq: int) -> bytes:
+    body = bytearray()
+    count = 0
+    for record in records:
+        payload = serde.encode(record)
+        body += struct.pack(">I", len(payload)) + payload
+        count += 1
+    tail = struct.pack(">QI", next_journal_seq, count) + bytes(body)
+    return struct.pack(">4sHI", SNAPSHOT_MAGIC, FORMAT_VERSION, crc32c(tail)) + tail
+
+
+def decode_snapshot(data: bytes, source: str = SNAPSHOT_NAME) -> tuple[int, list[serde.RemoteLogMetadataRecord]]:
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise RemoteLogMetadataCorruptError(f"{source}: {len(data)} bytes is too short for a snapshot")
+    magic, version, crc, next_seq, count = _SNAPSHOT_HEADER.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC or version != FORMAT_VERSION:
+        raise RemoteLogMetadataCorruptError(f"{source}: not a version {FORMAT_VERSION} remote log metadata snapshot")
+    if crc32c(data[10:]) != crc:
+        raise RemoteLogMetadataCorruptError(f"{source}: CRC mismatch")
+    pos = _SNAPSHOT_HEADER.size
+    records = []
+    for _ in range(count):
+        (n,) = struct.unpack_from(">I", data, pos)
+        pos += 4
+        records.append(serde.decode(data[pos : pos + n]))
+        pos += n
+    if pos != len(data):
+        raise RemoteLogMetadataCorruptError(f"{source}: {len(data) - pos} bytes after the last record")
+    return next_seq, records
+
+
+class FileRemoteLogMetadataManager:
+    """The durable RemoteLogMetadataManager. Thread-safe; every mutation is durable on return."""
+
+    def __init__(self, directory: Path, *, snapshot_every: int = 1000, sync: bool = True) -> None:
+        self.directory = Path(directory)
+        self.snapshot_every = snapshot_every
+        self.sync = sync
+        self.cache = RemoteLogMetadataCache()
+        self._lock = threading.RLock()
+        self._journal_fd: int | None = None
+        self._journal_seq = 0
+        self._entries_since_snapshot = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # -- load -----------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        snap_path = self.directory / SNAPSHOT_NAME
+        next_seq = 0
+        if snap_path.exists():
+            next_seq, records = decode_snapshot(snap_path.read_bytes(), str(snap_path))
+            for record in records:
+                self.cache.apply(record, from_snapshot=True)
+        journals = sorted((seq, name) for name in os.listdir(self.directory)
+                          if (seq := _journal_seq(name)) is not None)
+        for seq, name in journals:
+            if seq < next_seq:
+                # Already folded into the snapshot; a crash came between the snapshot and this delete.
+                (self.directory / name).unlink(missing_ok=True)
+        live = [(seq, name) for seq, name in journals if seq >= next_seq]
+        for i, (_seq, name) in enumerate(live):
+            self._entries_since_snapshot += self._replay_journal(self.directory / name, last=i == len(live) - 1)
+        self._journal_seq = live[-1][0] if live else next_seq
+        self._open_journal(self._journal_seq)
+        log.info("remote log metadata: %d partitions, %d segments from %s",
+                 len(self.cache.partitions()), sum(len(self.cache.segments(t)) for t in self.cache.partitions()),
+                 self.directory)
+
+    def _replay_journal(self, path: Path, *, last: bool) -> int:
+        data = path.read_bytes()
+        if len(data) < _FILE_HEADER.size:
+            good = 0
+        else:
+            magic, version = _FILE_HEADER.unpack_from(data)
+            if magic != JOURNAL_MAGIC or version != FORMAT_VERSION:
+                raise RemoteLogMetadataCorruptError(f"{path}: not a version {FORMAT_VERSION} journal")
+            good = _FILE_HEADER.size
+        count = 0
+        pos = good
+        while good and pos + _ENTRY_HEADER.size <= len(data):
+            n, crc = _ENTRY_HEADER.unpack_from(data, pos)
+            payload = data[pos + _ENTRY_HEADER.size : pos + _ENTRY_HEADER.size + n]
+            if len(payload) != n or crc32c(payload) != crc:
+                break
+            self.cache.apply(serde.decode(payload))
+            count += 1
+            pos += _ENTRY_HEADER.size + n
+            good = pos
+        if good != len(data):
+            if not last:
+                raise RemoteLogMetadataCorruptError(f"{path}: damaged entry at byte {good} of an older journal")
+            log.warning("cutting a torn entry off the end of %s at byte %d of %d", path, good, len(data))
+            with open(path, "r+b") as f:
+                f.truncate(good)
+        return count
+
+    def _open_journal(self, seq: int) -> None:
+        path = self.directory / _journal_name(seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if os.fstat(fd).st_size == 0:
+            os.write(fd, _FILE_HEADER.pack(JOURNAL_MAGIC, FORMAT_VERSION))
+            if self.sync:
+                os.fsync(fd)
+                fsync_dir(self.directory)
+        self._journal_fd = fd
+        self._journal_seq = seq
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def _append(self, record: serde.RemoteLogMetadataRecord) -> None:
+        if self._journal_fd is None:
+            raise KafkaStorageError(f"the remote log metadata store in {self.directory} is closed")
+        payload = serde.encode(record)
+        os.write(self._journal_fd, _ENTRY_HEADER.pack(len(payload), crc32c(payload)) + payload)
+        if self.sync:
+            os.fsync(self._journal_fd)
+        self._entries_since_snapshot += 1
+        if self._entries_since_snapshot >= self.snapshot_every:
+            self.take_snapshot()
+
+    def take_snapshot(self) -> None:
+        with self._lock:
+            next_seq = self._journal_seq + 1
+            write_atomic(self.directory / SNAPSHOT_NAME, encode_snapshot(self.cache.snapshot_records(), next_seq),
+                         sync=self.sync)
+            old_fd, old_seq = self._journal_fd, self._journal_seq
+            self._open_journal(next_seq)
+            if old_fd is not None:
+                os.close(old_fd)
+            (self.directory / _journal_name(old_seq)).unlink(missing_ok=True)
+            self._entries_since_snapshot = 0
+
+    # -- RemoteLogMetadataManager ---------------------------------------------------------------
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        with self._lock:
+            self.cache.check_add(metadata)
+            self._append(metadata)
+            self.cache.add(metadata)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        with self._lock:
+            self.cache.check_update(update)
+            self._append(update)
+            self.cache.update(update)
+
+    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        with self._lock:
+            self._append(metadata)
+            self.cache.apply(metadata)
+
+    def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
+        with self._lock:
+            if log_start_offset <= self.cache.log_start_offsets.get(tip, -1):
+                return
+            record = serde.RemoteLogStartOffset(tip, log_start_offset, event_timestamp_ms)
+            self._append(record)
+            self.cache.apply(record)
+
+    def log_start_offset(self, tip: TopicIdPartition) -> int | None:
+        with self._lock:
+            return self.cache.log_start_offsets.get(tip)
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int,
+                                    leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
+        with self._lock:
+            return self.cache.segment_for_offset(tip, offset, leader_epoch)
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        with self._lock:
+            return self.cache.highest_offset_for_epoch(tip, leader_epoch)
+
+    def list_remote_log_segments(self, tip: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        with self._lock:
+            segments = self.cache.segments(tip)
+        return iter([m for m in segments if leader_epoch is None or leader_epoch in m.leader_epochs])
+
+    def remote_log_size(self, tip: TopicIdPartition) -> int:
+        with self._lock:
+            return sum(m.segment_size_in_bytes for m in self.cache.finished_segments(tip))
+
+    def partitions(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return self.cache.partitions()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._journal_fd is not None:
+                os.close(self._journal_fd)
+                self._journal_fd = None
