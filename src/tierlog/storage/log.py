@@ -232,6 +232,9 @@ class UnifiedLog:
                     segment.txn_index.append(
                         AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, completion.last_stable_offset))
             self._log_end_offset = assigned[-1].next_offset
+            # A single replica is the whole ISR, so the high watermark moves with the log end: completed
+            # transactions below it stop bounding the last stable offset (Kafka's onHighWatermarkUpdated).
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
             count = sum(h.last_offset_delta + 1 for h in assigned)
             self._unflushed_messages += count
             if self._unflushed_messages >= config.flush_messages:

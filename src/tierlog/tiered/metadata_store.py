@@ -323,6 +323,9 @@ class FileRemoteLogMetadataManager:
         if self.sync:
             os.fsync(self._journal_fd)
         self._entries_since_snapshot += 1
+
+    def _maybe_snapshot(self) -> None:
+        # After the cache has the appended record: the snapshot replaces the journal holding it.
         if self._entries_since_snapshot >= self.snapshot_every:
             self.take_snapshot()
 
@@ -345,17 +348,20 @@ class FileRemoteLogMetadataManager:
             self.cache.check_add(metadata)
             self._append(metadata)
             self.cache.add(metadata)
+            self._maybe_snapshot()
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
         with self._lock:
             self.cache.check_update(update)
             self._append(update)
             self.cache.update(update)
+            self._maybe_snapshot()
 
     def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
         with self._lock:
             self._append(metadata)
             self.cache.apply(metadata)
+            self._maybe_snapshot()
 
     def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
         with self._lock:
@@ -364,6 +370,7 @@ class FileRemoteLogMetadataManager:
             record = serde.RemoteLogStartOffset(tip, log_start_offset, event_timestamp_ms)
             self._append(record)
             self.cache.apply(record)
+            self._maybe_snapshot()
 
     def log_start_offset(self, tip: TopicIdPartition) -> int | None:
         with self._lock:

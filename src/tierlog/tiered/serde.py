@@ -176,8 +176,10 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             record = RemoteLogStartOffset(tip, r.i64(), r.i64())
         else:
             raise SerdeError(f"unknown remote log metadata apiKey {api_key}")
-    except ValueError as e:
+        r.tagged_fields()
+        r.expect_end("remote log metadata record")
+    except SerdeError:
+        raise
+    except (ValueError, MetadataReplayError) as e:
         raise SerdeError(f"invalid remote log metadata record (apiKey {api_key}): {e}") from e
-    r.tagged_fields()
-    r.expect_end("remote log metadata record")
     return record

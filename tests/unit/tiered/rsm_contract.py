@@ -155,7 +155,7 @@ class RemoteStorageManagerContract:
             assert f.read() == other.contents["log"]
 
     def test_segments_do_not_mix(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
-        a, fa = self.copy(rsm, tmp_path / "one")
+        a, _fa = self.copy(rsm, tmp_path / "one")
         b, fb = self.copy(rsm, tmp_path / "two")
         rsm.delete_log_segment_data(a)
         with rsm.fetch_log_segment(b, 0) as f:

@@ -1,0 +1,171 @@
+"""Remote log metadata: Kafka's record framing, state transitions, and the durable journal+snapshot
+store surviving restarts, torn tails and compaction."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from tierlog.storage.checkpoints import random_uuid
+from tierlog.tiered import serde
+from tierlog.tiered.api import (
+    InvalidStateTransitionError,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+    is_valid_transition,
+)
+from tierlog.tiered.metadata_store import (
+    SNAPSHOT_NAME,
+    FileRemoteLogMetadataManager,
+    RemoteLogMetadataCorruptError,
+)
+
+S = RemoteLogSegmentState
+TIP = TopicIdPartition(b"\x02" * 16, "t", 0)
+
+
+def md(start: int, end: int, tip: TopicIdPartition = TIP, custom: bytes | None = None) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, random_uuid()), start, end, 1000 + start, 1, 5,
+                                    end - start + 1, ((0, start),), S.COPY_SEGMENT_STARTED, custom)
+
+
+def update(m: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, custom: bytes | None = None) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(m.segment_id, 9, state, 1, custom)
+
+
+def test_update_record_has_kafkas_layout() -> None:
+    sid = RemoteLogSegmentId(TopicIdPartition(b"\x11" * 16, "ab", 7), b"\x22" * 16)
+    encoded = serde.encode(RemoteLogSegmentMetadataUpdate(sid, 0x0102, S.COPY_SEGMENT_FINISHED, 3, b"xy"))
+    expected = (b"\x01\x01\x00"  # frame version 1, apiKey 1, version 0
+                + b"\x03ab" + b"\x11" * 16 + struct.pack(">i", 7) + b"\x00"  # TopicIdPartition + tags
+                + b"\x22" * 16 + b"\x00"  # segment uuid + tags
+                + struct.pack(">iq", 3, 0x0102) + b"\x03xy" + b"\x01" + b"\x00")
+    assert encoded == expected
+
+
+@pytest.mark.parametrize("record", [
+    md(0, 99, custom=b"\x00\x01"),
+    md(5, 5),
+    RemoteLogSegmentMetadataUpdate(RemoteLogSegmentId(TIP, b"\x03" * 16), 7, S.DELETE_SEGMENT_STARTED, 2, None),
+    RemotePartitionDeleteMetadata(TIP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 8, 1),
+    serde.RemoteLogStartOffset(TIP, 1234, 99),
+])
+def test_records_round_trip(record: serde.RemoteLogMetadataRecord) -> None:
+    assert serde.decode(serde.encode(record)) == record
+
+
+def test_unknown_api_key_and_trailing_bytes_are_refused() -> None:
+    with pytest.raises(serde.SerdeError):
+        serde.decode(b"\x01\x07\x00\x00")
+    with pytest.raises(serde.SerdeError):
+        serde.decode(b"\x02\x00\x00")
+    with pytest.raises(serde.SerdeError):
+        serde.decode(serde.encode(serde.RemoteLogStartOffset(TIP, 1, 2)) + b"\x00")
+
+
+def test_state_transitions_follow_kafka() -> None:
+    assert is_valid_transition(None, S.COPY_SEGMENT_STARTED)
+    assert not is_valid_transition(None, S.COPY_SEGMENT_FINISHED)
+    assert is_valid_transition(S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
+    assert is_valid_transition(S.COPY_SEGMENT_FINISHED, S.COPY_SEGMENT_FINISHED)
+    assert not is_valid_transition(S.COPY_SEGMENT_FINISHED, S.COPY_SEGMENT_STARTED)
+    assert not is_valid_transition(S.DELETE_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)
+    assert not is_valid_transition(S.DELETE_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)
+    with pytest.raises(ValueError):
+        RemoteLogSegmentMetadataUpdate(RemoteLogSegmentId(TIP, b"\x01" * 16), 0, S.COPY_SEGMENT_STARTED, 1)
+
+
+def test_store_checks_transitions_and_serves_only_finished_segments(tmp_path: Path) -> None:
+    store = FileRemoteLogMetadataManager(tmp_path)
+    a, b = md(0, 99), md(100, 199)
+    store.add_remote_log_segment_metadata(a)
+    store.add_remote_log_segment_metadata(b)
+    with pytest.raises(InvalidStateTransitionError):
+        store.add_remote_log_segment_metadata(a)
+    with pytest.raises(InvalidStateTransitionError):
+        store.add_remote_log_segment_metadata(update_state(md(300, 399), S.COPY_SEGMENT_FINISHED))
+    with pytest.raises(InvalidStateTransitionError):
+        store.update_remote_log_segment_metadata(update(a, S.DELETE_SEGMENT_FINISHED))
+    assert store.remote_log_segment_metadata(TIP, 50) is None  # only STARTED so far
+    store.update_remote_log_segment_metadata(update(a, S.COPY_SEGMENT_FINISHED, b"cm"))
+    found = store.remote_log_segment_metadata(TIP, 50)
+    assert found is not None and found.segment_id == a.segment_id and found.custom_metadata == b"cm"
+    assert store.remote_log_segment_metadata(TIP, 100) is None
+    assert store.remote_log_segment_metadata(TIP, 0, leader_epoch=1) is None
+    assert store.highest_offset_for_epoch(TIP, 0) == 99
+    assert [m.start_offset for m in store.list_remote_log_segments(TIP)] == [0, 100]
+    assert store.remote_log_size(TIP) == 100
+
+
+def update_state(m: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(m.segment_id, m.start_offset, m.end_offset, m.max_timestamp_ms, m.broker_id,
+                                    m.event_timestamp_ms, m.segment_size_in_bytes, m.segment_leader_epochs, state)
+
+
+def populate(store: FileRemoteLogMetadataManager) -> list[RemoteLogSegmentMetadata]:
+    segs = [md(i * 100, i * 100 + 99) for i in range(5)]
+    for s in segs:
+        store.add_remote_log_segment_metadata(s)
+        store.update_remote_log_segment_metadata(update(s, S.COPY_SEGMENT_FINISHED, b"c%d" % s.start_offset))
+    store.update_remote_log_segment_metadata(update(segs[0], S.DELETE_SEGMENT_STARTED))
+    store.update_remote_log_segment_metadata(update(segs[0], S.DELETE_SEGMENT_FINISHED))
+    store.update_remote_log_segment_metadata(update(segs[1], S.DELETE_SEGMENT_STARTED, b"c100"))
+    store.update_log_start_offset(TIP, 200, 1)
+    return segs
+
+
+def state_of(store: FileRemoteLogMetadataManager) -> list[tuple[int, RemoteLogSegmentState, bytes | None]]:
+    return [(m.start_offset, m.state, m.custom_metadata) for m in store.list_remote_log_segments(TIP)]
+
+
+@pytest.mark.parametrize("snapshot_every", [1000, 3, 1])
+def test_restart_resumes_from_the_journal_and_snapshots(tmp_path: Path, snapshot_every: int) -> None:
+    store = FileRemoteLogMetadataManager(tmp_path, snapshot_every=snapshot_every)
+    populate(store)
+    before = state_of(store)
+    assert before[0] == (100, S.DELETE_SEGMENT_STARTED, b"c100")
+    assert [s for s, _, _ in before] == [100, 200, 300, 400]
+    store.close()
+    again = FileRemoteLogMetadataManager(tmp_path, snapshot_every=snapshot_every)
+    assert state_of(again) == before
+    assert again.log_start_offset(TIP) == 200
+    journals = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("journal-"))
+    assert len(journals) == 1
+    assert (tmp_path / SNAPSHOT_NAME).exists() == (snapshot_every < 1000)
+
+
+def test_torn_tail_is_cut_and_appends_continue(tmp_path: Path) -> None:
+    store = FileRemoteLogMetadataManager(tmp_path)
+    populate(store)
+    before = state_of(store)
+    store.close()
+    journal = next(p for p in tmp_path.iterdir() if p.name.startswith("journal-"))
+    size = journal.stat().st_size
+    with open(journal, "ab") as f:
+        f.write(b"\x00\x00\x00\x40\x12\x34")  # a crash mid-append
+    again = FileRemoteLogMetadataManager(tmp_path)
+    assert state_of(again) == before
+    assert journal.stat().st_size == size
+    extra = md(900, 999)
+    again.add_remote_log_segment_metadata(extra)
+    again.close()
+    assert len(state_of(FileRemoteLogMetadataManager(tmp_path))) == len(before) + 1
+
+
+def test_damage_is_an_error_not_silent_loss(tmp_path: Path) -> None:
+    store = FileRemoteLogMetadataManager(tmp_path, snapshot_every=4)
+    populate(store)
+    store.close()
+    snap = tmp_path / SNAPSHOT_NAME
+    data = bytearray(snap.read_bytes())
+    data[-3] ^= 0xFF
+    snap.write_bytes(bytes(data))
+    with pytest.raises(RemoteLogMetadataCorruptError):
+        FileRemoteLogMetadataManager(tmp_path)
