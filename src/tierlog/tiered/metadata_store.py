@@ -238,8 +238,12 @@ def decode_snapshot(data: bytes, source: str = SNAPSHOT_NAME) -> tuple[int, list
 class FileRemoteLogMetadataManager:
     """The durable RemoteLogMetadataManager. Thread-safe; every mutation is durable on return."""
 
-    def __init__(self, directory: Path, *, snapshot_every: int = 1000, sync: bool = True) -> None:
+    def __init__(self, directory: Path, *, snapshot_every: int = 1000, sync: bool = True,
+                 read_only: bool = False) -> None:
+        """``read_only`` loads the state and changes nothing on disk (for ``tier status`` beside a
+        running broker); its mutators then fail."""
         self.directory = Path(directory)
+        self.read_only = read_only
         self.snapshot_every = snapshot_every
         self.sync = sync
         self.cache = RemoteLogMetadataCache()
@@ -247,7 +251,8 @@ class FileRemoteLogMetadataManager:
         self._journal_fd: int | None = None
         self._journal_seq = 0
         self._entries_since_snapshot = 0
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
     # -- load -----------------------------------------------------------------------------------
@@ -255,6 +260,8 @@ class FileRemoteLogMetadataManager:
     def _load(self) -> None:
         snap_path = self.directory / SNAPSHOT_NAME
         next_seq = 0
+        if self.read_only and not self.directory.is_dir():
+            return
         if snap_path.exists():
             next_seq, records = decode_snapshot(snap_path.read_bytes(), str(snap_path))
             for record in records:
@@ -262,14 +269,15 @@ class FileRemoteLogMetadataManager:
         journals = sorted((seq, name) for name in os.listdir(self.directory)
                           if (seq := _journal_seq(name)) is not None)
         for seq, name in journals:
-            if seq < next_seq:
+            if seq < next_seq and not self.read_only:
                 # Already folded into the snapshot; a crash came between the snapshot and this delete.
                 (self.directory / name).unlink(missing_ok=True)
         live = [(seq, name) for seq, name in journals if seq >= next_seq]
         for i, (_seq, name) in enumerate(live):
             self._entries_since_snapshot += self._replay_journal(self.directory / name, last=i == len(live) - 1)
         self._journal_seq = live[-1][0] if live else next_seq
-        self._open_journal(self._journal_seq)
+        if not self.read_only:
+            self._open_journal(self._journal_seq)
         log.info("remote log metadata: %d partitions, %d segments from %s",
                  len(self.cache.partitions()), sum(len(self.cache.segments(t)) for t in self.cache.partitions()),
                  self.directory)
@@ -297,6 +305,8 @@ class FileRemoteLogMetadataManager:
         if good != len(data):
             if not last:
                 raise RemoteLogMetadataCorruptError(f"{path}: damaged entry at byte {good} of an older journal")
+            if self.read_only:
+                return count  # a writer may be mid-append: read up to its last whole entry
             log.warning("cutting a torn entry off the end of %s at byte %d of %d", path, good, len(data))
             with open(path, "r+b") as f:
                 f.truncate(good)

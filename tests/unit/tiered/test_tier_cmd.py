@@ -1,0 +1,54 @@
+"""``tierlog tier status`` read from a data directory, beside the running remote log manager."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from tierlog.cli import tier_cmd
+from tierlog.testing.remote import InMemoryRemoteStorageManager
+
+from .conftest import Env, fill
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tierlog")
+    sub = parser.add_subparsers(dest="command")
+    tier_cmd.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def test_tier_status_shows_progress_lag_and_the_seed002_error(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    good = env.open_log("good-0", topic_id=b"\x0a" * 16)
+    bad = env.open_log("bad-0", topic_id=b"\x0b" * 16)
+    fill(good, 20)
+    fill(bad, 20)
+    rsm = InMemoryRemoteStorageManager(
+        custom_metadata=lambda md: b"x" * 200 if md.topic_id_partition.topic == "bad" else None)
+    rlm = env.rlm(rsm)
+    rlm.copy_all()
+    data_dir = str(env.root / "data")
+
+    assert run(["tier", "status", "--data-dir", data_dir, "--json"]) == 0
+    rows = {r["topic"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    live = {s.topic: s for s in rlm.status()}
+    assert rows["good"]["highest_tiered_offset"] == good.segments.base_offsets[-1] - 1
+    assert rows["good"]["remote_bytes"] == live["good"].remote_bytes > 0
+    assert rows["good"]["copy_lag_segments"] == 0 and rows["good"]["copy_task"] == "active"
+    assert rows["good"]["local_bytes"] == good.size_bytes
+    assert rows["bad"]["copy_task"] == "stopped" and "200 bytes" in rows["bad"]["last_error"]
+    assert rows["bad"]["highest_tiered_offset"] == -1
+    assert rows["bad"]["copy_lag_segments"] == len(bad.segments) - 1
+
+    assert run(["tier", "status", "--data-dir", data_dir]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith("PARTITION") and "bad-0" in text and "stopped" in text
+
+
+def test_tier_status_of_an_untiered_dir(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    fill(env.open_log("plain-0"), 3)
+    assert run(["tier", "status", "--data-dir", str(env.root / "data")]) == 0
+    assert capsys.readouterr().out.strip() == "no tiered partitions"
