@@ -43,7 +43,6 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.PRODUCER_SNAPSHOT: ".snapshot",
 }
 ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
-_COPY_BUFFER = 1 << 20
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
@@ -121,15 +120,21 @@ class LocalDirectoryRemoteStorageManager:
     def _write(self, target: Path, source: Path | bytes) -> None:
         # Written under a temporary name and renamed, so a reader never sees a partial file.
         tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "wb") as out:
-            if isinstance(source, bytes):
+        if isinstance(source, bytes):
+            with open(tmp, "wb") as out:
                 out.write(source)
-            else:
-                with open(source, "rb") as src:
-                    shutil.copyfileobj(src, out, _COPY_BUFFER)
+                if self.fsync:
+                    out.flush()
+                    os.fsync(out.fileno())
+        else:
+            # copyfile copies in the kernel (copy_file_range/sendfile): no pass through Python buffers.
+            shutil.copyfile(source, tmp)
             if self.fsync:
-                out.flush()
-                os.fsync(out.fileno())
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         os.replace(tmp, target)
 
     # -- fetch ----------------------------------------------------------------------------------

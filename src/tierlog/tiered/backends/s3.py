@@ -7,6 +7,8 @@ Properties (``rsm.config.`` prefix removed):
 * ``s3.allow.http``: plain HTTP; defaults to true only for an ``http://`` endpoint on a loopback
   address (a local test server), never for anything else.
 * ``s3.max.retries`` (default 3), ``s3.connect.timeout.ms`` (5000), ``s3.request.timeout.ms`` (30000).
+* ``s3.multipart.threshold.bytes`` (64 MiB): larger files go up as multipart uploads of
+  ``s3.multipart.chunk.bytes`` (16 MiB), ``s3.multipart.concurrency`` (8) parts at a time.
 
 Credentials come from the environment (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
 ``AWS_SESSION_TOKEN``, or whatever obstore's AWS chain finds); none are ever stored in config.
@@ -25,6 +27,7 @@ import io
 import ipaddress
 import logging
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -122,6 +125,9 @@ class S3RemoteStorageManager:
         self._store: S3Store | None = None
         self.bucket = ""
         self.prefix = ""
+        self.multipart_threshold = 64 << 20
+        self.multipart_chunk = 16 << 20
+        self.multipart_concurrency = 8
 
     def configure(self, props: Mapping[str, str]) -> None:
         from obstore.store import S3Store
@@ -155,6 +161,11 @@ class S3RemoteStorageManager:
                               retry_config=retry)  # type: ignore[arg-type]
         self.bucket = bucket
         self.prefix = f"{prefix}/" if prefix else ""
+        # One PUT below the threshold (one request, nothing left behind if it fails); multipart with
+        # parallel parts above it, where it is faster and a single PUT would hit S3's 5 GiB limit.
+        self.multipart_threshold = _int(props, "s3.multipart.threshold.bytes", 64 << 20)
+        self.multipart_chunk = _int(props, "s3.multipart.chunk.bytes", 16 << 20)
+        self.multipart_concurrency = _int(props, "s3.multipart.concurrency", 8)
 
     @property
     def store(self) -> S3Store:
@@ -190,18 +201,22 @@ class S3RemoteStorageManager:
         ]
         if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
             sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
-        total = 0
+
+        def put(item: tuple[str, Path | bytes]) -> int:
+            suffix, source = item
+            if isinstance(source, bytes):
+                obstore.put(self.store, base + suffix, source)
+                return len(source)
+            size = source.stat().st_size
+            obstore.put(self.store, base + suffix, source if size else b"", use_multipart=size > self.multipart_threshold,
+                        chunk_size=self.multipart_chunk, max_concurrency=self.multipart_concurrency)
+            return size
+
         try:
-            # The segment last: it is the largest and its presence is what a listing would count.
-            for suffix, source in reversed(sources):
-                if isinstance(source, bytes):
-                    obstore.put(self.store, base + suffix, source)
-                    total += len(source)
-                else:
-                    size = source.stat().st_size
-                    # An empty file is one small PUT; obstore's multipart path is for large ones.
-                    obstore.put(self.store, base + suffix, source if size else b"")
-                    total += size
+            # All objects of the segment at once: the small ones cost a round trip each, which
+            # overlaps with the segment's upload instead of adding to it (obstore releases the GIL).
+            with ThreadPoolExecutor(len(sources), thread_name_prefix="s3-upload") as pool:
+                total = sum(pool.map(put, sources))
         except Exception as e:
             # Each attempt has its own segment id: whatever this one wrote is removed now or never.
             self._delete_keys(base, best_effort=True)
