@@ -1,23 +1,49 @@
-"""The broker's configuration: parsed once from ``server.properties`` syntax and overrides."""
+"""The broker's configuration: parsed once from ``server.properties`` syntax and overrides.
+
+Everything wrong with a configuration is found here, before anything starts: unknown keys (with a
+did-you-mean), values of the wrong type or out of range, and keys that contradict each other. Each
+problem is one ConfigError naming the key, what it accepts, and where the bad value came from.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os.path
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from tierlog.config.definition import Value
+from tierlog.config.definition import HostPort, Listeners, Value, format_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF, is_rsm_property
+from tierlog.config.log_config import local_retention_problem
 from tierlog.errors import ConfigError
 
+OVERRIDE_ORIGIN = "--override"
 
-def parse_properties(text: str, source: str = "config") -> dict[str, str]:
-    """Java-properties syntax as Kafka's config files use it: ``key=value`` or ``key: value``,
-    ``#``/``!`` comments, trailing-backslash continuation lines."""
-    out: dict[str, str] = {}
+#: The rules between keys that BrokerConfig enforces, in words (rendered into the reference docs).
+CROSS_KEY_RULES: tuple[str, ...] = (
+    "`broker.id` is the old name of `node.id`: set either, or both to the same value.",
+    "`log.dirs` wins over `log.dir` when both are set; a directory may be listed only once.",
+    "Of the broker keys that set one topic default, the most specific one that is set wins "
+    "(`log.retention.ms` over `log.retention.minutes` over `log.retention.hours`; the same for "
+    "`log.roll.*` and `log.roll.jitter.*`); one in hours or minutes is checked in its unit "
+    "(`log.roll.hours` is at least 1 as `segment.ms` is).",
+    "`log.local.retention.ms` and `log.local.retention.bytes` (and per topic `local.retention.ms` and "
+    "`local.retention.bytes`) are -2 (same as the total retention) or at most the total retention; "
+    "-1 (unbounded) only while the total retention is unbounded too.",
+    "`group.min.session.timeout.ms` is at most `group.max.session.timeout.ms`.",
+    "Every listener name in `advertised.listeners` is one of `listeners`.",
+    "`metrics.listener` does not take the port of a listener on the same address.",
+    "A topic key (`retention.ms`) in a broker config is an error that names its broker-wide default "
+    "(`log.retention.ms`); keys starting `rsm.config.` or `rlmm.config.` are passed to the plugins unchecked.",
+)
+
+
+def _property_lines(text: str, source: str) -> Iterator[tuple[str, str, int]]:
+    """``(key, value, line number)`` of each entry; continuation lines report their first line."""
     lines = text.splitlines()
     i = 0
     while i < len(lines):
         line = lines[i].strip()
+        line_no = i + 1
         i += 1
         if not line or line[0] in "#!":
             continue
@@ -26,29 +52,84 @@ def parse_properties(text: str, source: str = "config") -> dict[str, str]:
             i += 1
         sep = min((p for p in (line.find("="), line.find(":")) if p >= 0), default=-1)
         if sep < 0:
-            raise ConfigError(line, f"{source}: expected key=value")
-        out[line[:sep].strip()] = line[sep + 1 :].strip()
+            raise ConfigError(f"{source}:{line_no}", f"expected KEY=VALUE, got {line!r}")
+        key = line[:sep].strip()
+        if not key:
+            raise ConfigError(f"{source}:{line_no}", f"expected KEY=VALUE, got {line!r} (no key)")
+        yield key, line[sep + 1 :].strip(), line_no
+
+
+def parse_properties(text: str, source: str = "config") -> dict[str, str]:
+    """Java-properties syntax as Kafka's config files use it: ``key=value`` or ``key: value``,
+    ``#``/``!`` comments, trailing-backslash continuation lines. A later entry wins over an earlier
+    one, as in Java."""
+    return {key: value for key, value, _ in _property_lines(text, source)}
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` command-line overrides."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(item, f"an override must be KEY=VALUE ({OVERRIDE_ORIGIN})")
+        out[key.strip()] = value.strip()
     return out
 
 
 class BrokerConfig:
-    """Validated broker configuration; unknown keys are an error with a did-you-mean."""
+    """Validated broker configuration; unknown keys are an error with a did-you-mean.
 
-    def __init__(self, props: Mapping[str, object] | None = None) -> None:
+    ``origins`` maps a key as given to where it came from (``server.properties:12``); errors about
+    that key say so.
+    """
+
+    def __init__(self, props: Mapping[str, object] | None = None, *,
+                 origins: Mapping[str, str] | None = None) -> None:
         props = dict(props or {})
-        self.plugin_props = {k: str(v) for k, v in props.items() if is_rsm_property(k)}
-        self._explicit = BROKER_DEF.parse({k: v for k, v in props.items() if not is_rsm_property(k)})
-        self._values: dict[str, Value] = {name: key.default for name, key in BROKER_DEF.keys.items()}
-        self._values.update(self._explicit)
+        try:
+            self.plugin_props = {k: str(v) for k, v in props.items() if is_rsm_property(k)}
+            broker_props = {k: v for k, v in props.items() if not is_rsm_property(k)}
+            _reject_topic_keys(broker_props)
+            self._explicit = BROKER_DEF.parse(broker_props)
+            self._values: dict[str, Value] = {name: key.default for name, key in BROKER_DEF.keys.items()}
+            self._values.update(self._explicit)
+            self._check_consistency()
+        except ConfigError as e:
+            origin = (origins or {}).get(e.key)
+            if origin is None:
+                raise
+            message = str(e).removeprefix(f"{e.key}: ")
+            raise ConfigError(e.key, f"{message} (from {origin})") from None
 
     @classmethod
     def from_file(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
-        props: dict[str, object] = dict(parse_properties(path.read_text(encoding="utf-8"), str(path)))
-        props.update(overrides or {})
-        return cls(props)
+        props: dict[str, object] = {}
+        origins: dict[str, str] = {}
+        for key, value, line_no in _property_lines(path.read_text(encoding="utf-8"), str(path)):
+            props[key] = value
+            origins[key] = f"{path}:{line_no}"
+        for key, value in (overrides or {}).items():
+            props[key] = value
+            origins[key] = OVERRIDE_ORIGIN
+        return cls(props, origins=origins)
+
+    @classmethod
+    def from_sources(cls, path: Path | None, overrides: Sequence[str] = ()) -> BrokerConfig:
+        """A config file (optional) plus ``KEY=VALUE`` overrides, which win — as ``tierlog serve``
+        takes them."""
+        pairs = parse_overrides(overrides)
+        if path is not None:
+            return cls.from_file(path, pairs)
+        return cls(pairs, origins=dict.fromkeys(pairs, OVERRIDE_ORIGIN))
 
     def is_set(self, name: str) -> bool:
         return name in self._explicit
+
+    @property
+    def explicit(self) -> dict[str, Value]:
+        """The keys set in the file or overrides (canonical names), with their parsed values."""
+        return dict(self._explicit)
 
     def get(self, name: str) -> Value:
         key = BROKER_DEF.require(name)
@@ -92,16 +173,105 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, Value]:
         """Defaults of every topic key as this broker's synonyms set them."""
-        out: dict[str, Value] = {}
+        return {name: value for name, (value, _, _) in self.topic_default_sources().items()}
+
+    def topic_default_sources(self) -> dict[str, tuple[Value, str | None, int]]:
+        """For each topic key: its default on this broker, the broker key that set it (None: the
+        topic key's own default) and that key's multiplier to the topic key's unit.
+
+        The most specific synonym that is set wins (``log.retention.ms`` over ``log.retention.hours``);
+        with none set, the least specific one's default applies.
+        """
+        out: dict[str, tuple[Value, str | None, int]] = {}
         for name, key in TOPIC_DEF.keys.items():
-            value: Value = key.default
+            entry: tuple[Value, str | None, int] = (key.default, None, 1)
             for syn, multiplier in key.broker_synonyms:
                 if self.is_set(syn) or (syn == key.broker_synonyms[-1][0] and self.get(syn) is not None):
                     raw = self.get(syn)
                     if isinstance(raw, int) and not isinstance(raw, bool) and multiplier != 1 and raw >= 0:
                         raw = raw * multiplier
-                    value = raw
+                    entry = (raw, syn, multiplier)
                     if self.is_set(syn):
                         break
-            out[name] = value
+            out[name] = entry
         return out
+
+    # -- rules that span keys -------------------------------------------------------------------
+
+    def _check_consistency(self) -> None:
+        self._check_node_id()
+        self._check_log_dirs()
+        sources = self.topic_default_sources()
+        for local, total in (("local.retention.ms", "retention.ms"), ("local.retention.bytes", "retention.bytes")):
+            self._check_local_retention(sources, local, total)
+        self._check_session_timeouts()
+        self._check_listeners()
+
+    def _check_node_id(self) -> None:
+        if self.is_set("broker.id") and self.is_set("node.id") and self.get("broker.id") != self.get("node.id"):
+            raise ConfigError("broker.id", f"value {self.get('broker.id')} conflicts with node.id "
+                                           f"{self.get('node.id')}; broker.id is the old name of node.id: "
+                                           "set only node.id, or both to the same value")
+
+    def _check_log_dirs(self) -> None:
+        seen: set[str] = set()
+        for d in self.get_list("log.dirs"):
+            norm = os.path.normpath(d)
+            if norm in seen:
+                raise ConfigError("log.dirs", f"directory {d} is listed twice; list each log directory once")
+            seen.add(norm)
+
+    def _check_local_retention(self, sources: Mapping[str, tuple[Value, str | None, int]],
+                               local_name: str, total_name: str) -> None:
+        local, local_source, _ = sources[local_name]
+        total, total_source, _ = sources[total_name]
+        if not isinstance(local, int) or not isinstance(total, int):
+            return
+        origin = total_name
+        if total_source is not None:
+            its = "" if self.is_set(total_source) else "the default "
+            origin += f", from {its}{total_source}={format_value(self.get(total_source))}"
+        problem = local_retention_problem(local, total, origin)
+        if problem is not None:
+            raise ConfigError(local_source or local_name, problem)
+
+    def _check_session_timeouts(self) -> None:
+        low, high = self.get_int("group.min.session.timeout.ms"), self.get_int("group.max.session.timeout.ms")
+        if low > high:
+            if self.is_set("group.min.session.timeout.ms"):
+                raise ConfigError("group.min.session.timeout.ms",
+                                  f"value {low} is larger than group.max.session.timeout.ms {high}")
+            raise ConfigError("group.max.session.timeout.ms",
+                              f"value {high} is smaller than group.min.session.timeout.ms {low}")
+
+    def _check_listeners(self) -> None:
+        listeners = [Listeners.split(item) for item in self.get_list("listeners")]
+        names = [name for name, _, _ in listeners]
+        for name, _, _ in (Listeners.split(item) for item in self.get_list("advertised.listeners")):
+            if name not in names:
+                raise ConfigError("advertised.listeners", f"listener name {name} is not one of listeners "
+                                                          f"({', '.join(names) or 'none'})")
+        metrics = self.get_optional_str("metrics.listener")
+        if not metrics:
+            return
+        m_host, m_port = HostPort.split(metrics)
+        wildcard = {"", "0.0.0.0", "::"}
+        for name, host, port in listeners:
+            if port == m_port != 0 and (host == m_host or host in wildcard or m_host in wildcard):
+                raise ConfigError("metrics.listener", f"port {port} is already taken by listener {name}; "
+                                                      "give the metrics endpoint a port of its own")
+
+
+def _reject_topic_keys(props: Mapping[str, object]) -> None:
+    """A topic key in a broker config is a common slip; point at its broker-wide synonym."""
+    for name in props:
+        if BROKER_DEF.find(name) is not None:
+            continue
+        topic_key = TOPIC_DEF.find(name)
+        if topic_key is None:
+            continue
+        if topic_key.broker_synonyms:
+            hint = f"set its broker-wide default {topic_key.broker_synonyms[0][0]} instead"
+        else:
+            hint = "it can only be set per topic"
+        raise ConfigError(name, f"is a topic config, not a broker config; {hint}")

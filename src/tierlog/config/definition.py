@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import difflib
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tierlog.errors import ConfigError
 
@@ -40,7 +42,190 @@ class Scope(enum.Enum):
     TOPIC = "topic"
 
 
-Validator = Callable[[str, Value], None]
+class Validator(Protocol):
+    """Checks a parsed value, and describes in words what it accepts.
+
+    The "valid values" text of a key (in errors and in the generated docs) is ``describe()`` of its
+    validator, so the text and the check cannot drift apart.
+    """
+
+    def __call__(self, key: str, value: Value) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    minimum: int | float
+
+    def __call__(self, key: str, value: Value) -> None:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < self.minimum:
+            raise ConfigError(key, f"value {value} is below the minimum {self.minimum}")
+
+    def describe(self) -> str:
+        return f"[{self.minimum},...]"
+
+
+@dataclass(frozen=True)
+class Between:
+    minimum: int | float
+    maximum: int | float
+
+    def __call__(self, key: str, value: Value) -> None:
+        if isinstance(value, int | float) and not isinstance(value, bool) and not self.minimum <= value <= self.maximum:
+            raise ConfigError(key, f"value {value} is outside the range {self.describe()}")
+
+    def describe(self) -> str:
+        return f"[{self.minimum},...,{self.maximum}]"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A string that is one of ``choices``; for a list key, every item is."""
+
+    choices: tuple[str, ...]
+    case_insensitive: bool = False
+
+    def _norm(self, s: str) -> str:
+        return s.lower() if self.case_insensitive else s
+
+    def __call__(self, key: str, value: Value) -> None:
+        items: Sequence[str]
+        if isinstance(value, tuple):
+            items = value
+        elif isinstance(value, str):
+            items = (value,)
+        else:
+            return
+        allowed = {self._norm(c) for c in self.choices}
+        for item in items:
+            if self._norm(item) not in allowed:
+                raise ConfigError(key, f"value {item!r} is not one of {', '.join(self.choices)}")
+
+    def describe(self) -> str:
+        text = f"[{', '.join(self.choices)}]"
+        return f"{text} (any case)" if self.case_insensitive else text
+
+
+@dataclass(frozen=True)
+class NonEmpty:
+    """A string that is not blank."""
+
+    what: str = "any text"
+
+    def __call__(self, key: str, value: Value) -> None:
+        if isinstance(value, str) and not value:
+            raise ConfigError(key, f"must not be empty; valid values: {self.describe()}")
+
+    def describe(self) -> str:
+        return f"{self.what}, not empty"
+
+
+_HOST_PORT = r"(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]*):([0-9]+)"
+_LISTENER = re.compile(rf"^([A-Za-z][A-Za-z0-9_]*)://{_HOST_PORT}$")
+_ADDRESS = re.compile(rf"^{_HOST_PORT}$")
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """``NAME://HOST:PORT`` items (an empty HOST binds every interface), each name at most once."""
+
+    #: At least one listener (``listeners``; ``advertised.listeners`` may be empty).
+    required: bool = False
+
+    def __call__(self, key: str, value: Value) -> None:
+        if not isinstance(value, tuple):
+            return
+        if self.required and not value:
+            raise ConfigError(key, f"at least one listener is needed; valid values: {self.describe()}")
+        names: set[str] = set()
+        for item in value:
+            match = _LISTENER.match(item)
+            if match is None:
+                raise ConfigError(key, f"{item!r} is not of the form NAME://HOST:PORT")
+            name, _, port = match.groups()
+            if int(port) > 65535:
+                raise ConfigError(key, f"{item!r}: port {port} is outside [0,...,65535]")
+            if name.upper() in names:
+                raise ConfigError(key, f"listener name {name.upper()} is used twice; each listener needs its own name")
+            names.add(name.upper())
+
+    def describe(self) -> str:
+        text = "comma-separated NAME://HOST:PORT, each NAME once (empty HOST: all interfaces)"
+        return f"{text}; at least one" if self.required else text
+
+    @staticmethod
+    def split(item: str) -> tuple[str, str, int]:
+        """``(NAME, host, port)`` of a listener this validator accepted (IPv6 brackets removed)."""
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ValueError(f"not a listener: {item!r}")
+        name, host, port = match.groups()
+        return name.upper(), host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """``HOST:PORT``; an empty string means off."""
+
+    def __call__(self, key: str, value: Value) -> None:
+        if not isinstance(value, str) or not value:
+            return
+        match = _ADDRESS.match(value)
+        if match is None:
+            raise ConfigError(key, f"{value!r} is not of the form HOST:PORT")
+        if int(match.group(2)) > 65535:
+            raise ConfigError(key, f"{value!r}: port {match.group(2)} is outside [0,...,65535]")
+
+    def describe(self) -> str:
+        return "HOST:PORT (empty HOST: all interfaces); unset or empty: off"
+
+    @staticmethod
+    def split(value: str) -> tuple[str, int]:
+        """``(host, port)`` of a value this validator accepted (IPv6 brackets removed)."""
+        match = _ADDRESS.match(value)
+        if match is None:
+            raise ValueError(f"not HOST:PORT: {value!r}")
+        return match.group(1).strip("[]"), int(match.group(2))
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+@dataclass(frozen=True)
+class DottedPath:
+    """A class named by its dotted Python path, as plugins are loaded."""
+
+    def __call__(self, key: str, value: Value) -> None:
+        if isinstance(value, str) and _DOTTED.match(value) is None:
+            raise ConfigError(key, f"{value!r} is not a dotted Python path such as package.module.Class")
+
+    def describe(self) -> str:
+        return "a dotted Python path: package.module.Class"
+
+
+def at_least(minimum: int | float) -> Validator:
+    return AtLeast(minimum)
+
+
+def between(minimum: int | float, maximum: int | float) -> Validator:
+    return Between(minimum, maximum)
+
+
+def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
+    return OneOf(tuple(choices), case_insensitive)
+
+
+#: What a key without a validator accepts, by type.
+_TYPE_VALID_VALUES = {
+    Type.INT: f"[{-INT32_MAX - 1},...,{INT32_MAX}]",
+    Type.LONG: f"[{-INT64_MAX - 1},...,{INT64_MAX}]",
+    Type.DOUBLE: "any number",
+    Type.BOOLEAN: "[true, false]",
+    Type.STRING: "any string",
+    Type.LIST: "comma-separated list",
+    Type.PASSWORD: "any string",
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +237,8 @@ class ConfigKey:
     importance: Importance = Importance.MEDIUM
     scope: Scope = Scope.BROKER
     validator: Validator | None = None
+    #: What the key accepts, in words. Left empty it is the validator's ``describe()`` (or what the
+    #: type accepts); given explicitly next to a validator it must equal ``describe()``.
     valid_values: str = ""
     #: For a topic key: the broker keys that set its default, most specific first (each with a
     #: multiplier to milliseconds or bytes, for ``log.retention.hours`` and friends).
@@ -62,73 +249,65 @@ class ConfigKey:
     dynamic: bool = True
     group: str = field(default="general")
 
-
-def at_least(minimum: int | float) -> Validator:
-    def check(key: str, value: Value) -> None:
-        if value is not None and isinstance(value, int | float) and value < minimum:
-            raise ConfigError(key, f"value {value} is below the minimum {minimum}")
-
-    return check
-
-
-def between(minimum: int | float, maximum: int | float) -> Validator:
-    def check(key: str, value: Value) -> None:
-        if value is not None and isinstance(value, int | float) and not minimum <= value <= maximum:
-            raise ConfigError(key, f"value {value} is outside [{minimum}, {maximum}]")
-
-    return check
-
-
-def one_of(*choices: str, case_insensitive: bool = False) -> Validator:
-    def norm(s: str) -> str:
-        return s.lower() if case_insensitive else s
-
-    allowed = {norm(c) for c in choices}
-
-    def check(key: str, value: Value) -> None:
-        items: Sequence[str]
-        if isinstance(value, tuple):
-            items = value
-        elif isinstance(value, str):
-            items = (value,)
-        else:
-            return
-        for item in items:
-            if norm(item) not in allowed:
-                raise ConfigError(key, f"value {item!r} is not one of {', '.join(choices)}")
-
-    return check
+    def __post_init__(self) -> None:
+        described = self.validator.describe() if self.validator is not None else ""
+        if self.valid_values and described and self.valid_values != described:
+            raise ValueError(f"config key {self.name}: valid_values {self.valid_values!r} differs from its "
+                             f"validator's {described!r}; leave valid_values empty to use the validator's")
+        if not self.valid_values:
+            object.__setattr__(self, "valid_values", described or _TYPE_VALID_VALUES[self.type])
 
 
 _TRUE = {"true"}
 _FALSE = {"false"}
 
 
+def format_value(value: Value) -> str:
+    """A value as it is written in ``server.properties`` (unset is the empty string)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def _type_error(key: ConfigKey, expected: str, raw: object) -> ConfigError:
+    allowed = f"; valid values: {key.valid_values}" if key.validator is not None else ""
+    return ConfigError(key.name, f"expected {expected}, got {raw!r}{allowed}")
+
+
 def parse_value(key: ConfigKey, raw: object) -> Value:
-    """Parse a raw value (a string from a properties file, or a Python value) as the key's type."""
+    """Parse a raw value (a string from a properties file, or a Python value) as the key's type, then
+    check it; a ConfigError names the key and says what it accepts."""
     if raw is None:
         return None
-    name = key.name
     t = key.type
     if t in (Type.INT, Type.LONG):
-        if isinstance(raw, bool):
-            raise ConfigError(name, f"expected an integer, got {raw!r}")
+        expected = "an integer"
+        if isinstance(raw, bool | float):
+            raise _type_error(key, expected, raw)
         if isinstance(raw, int):
             value: Value = raw
         else:
             try:
                 value = int(str(raw).strip())
             except ValueError:
-                raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+                raise _type_error(key, expected, raw) from None
         assert isinstance(value, int)
         limit = INT32_MAX if t is Type.INT else INT64_MAX
         if not -limit - 1 <= value <= limit:
-            raise ConfigError(name, f"value {value} does not fit a {t.value}")
+            article = "an" if t is Type.INT else "a"
+            raise ConfigError(key.name, f"value {value} does not fit {article} {t.value} "
+                                        f"([{-limit - 1},...,{limit}]); valid values: {key.valid_values}")
     elif t is Type.DOUBLE:
+        if isinstance(raw, bool):
+            raise _type_error(key, "a number", raw)
         try:
             value = float(str(raw).strip())
         except ValueError:
-            raise ConfigError(name, f"expected a number, got {raw!r}") from None
+            raise _type_error(key, "a number", raw) from None
     elif t is Type.BOOLEAN:
         if isinstance(raw, bool):
             value = raw
@@ -139,7 +318,7 @@ def parse_value(key: ConfigKey, raw: object) -> Value:
             elif s in _FALSE:
                 value = False
             else:
-                raise ConfigError(name, f"expected true or false, got {raw!r}")
+                raise ConfigError(key.name, f"expected true or false, got {raw!r}")
     elif t is Type.LIST:
         if isinstance(raw, list | tuple):
             value = tuple(str(x).strip() for x in raw)
@@ -148,7 +327,7 @@ def parse_value(key: ConfigKey, raw: object) -> Value:
     else:
         value = str(raw).strip()
     if key.validator is not None:
-        key.validator(name, value)
+        key.validator(key.name, value)
     return value
 
 
@@ -182,7 +361,11 @@ class ConfigDef:
     def parse(self, props: Mapping[str, object], what: str = "config") -> dict[str, Value]:
         """Validate and parse ``props``; keys are normalised to their canonical names."""
         out: dict[str, Value] = {}
+        spelled: dict[str, str] = {}
         for raw_name, raw in props.items():
             key = self.require(raw_name, what)
+            if key.name in spelled:
+                raise ConfigError(key.name, f"given twice, as {spelled[key.name]} and {raw_name}; set only one")
+            spelled[key.name] = raw_name
             out[key.name] = parse_value(key, raw)
         return out

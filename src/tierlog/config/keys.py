@@ -2,16 +2,24 @@
 
 Topic keys name the broker keys that set their defaults (Kafka's synonyms); broker keys that are
 only such defaults are defined here too, so a ``server.properties`` written for Kafka validates.
+Each key's "valid values" text comes from its validator (see ``definition.Validator``).
 """
 
 from __future__ import annotations
 
+import math
+
 from tierlog.config.definition import (
     INT32_MAX,
     INT64_MAX,
+    AtLeast,
     ConfigDef,
     ConfigKey,
+    DottedPath,
+    HostPort,
     Importance,
+    Listeners,
+    NonEmpty,
     Scope,
     Type,
     Validator,
@@ -45,65 +53,90 @@ def _broker(name: str, type_: Type, default: Value, doc: str, *, importance: Imp
 
 
 TOPIC_KEYS: list[ConfigKey] = [
-    _topic("segment.bytes", Type.INT, 1073741824, "The size at which a segment is rolled.",
-           importance=H, validator=at_least(14), valid="[14,...]", synonyms=(("log.segment.bytes", 1),)),
-    _topic("segment.ms", Type.LONG, 604800000, "The time after which a segment is rolled even if not full.",
-           validator=at_least(1), valid="[1,...]",
-           synonyms=(("log.roll.ms", 1), ("log.roll.hours", HOUR_MS))),
-    _topic("segment.jitter.ms", Type.LONG, 0, "The maximum random jitter subtracted from segment.ms per segment.",
-           validator=at_least(0), valid="[0,...]",
-           synonyms=(("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR_MS))),
-    _topic("segment.index.bytes", Type.INT, 10485760, "The preallocated size of the offset and time index files.",
-           validator=at_least(4), valid="[4,...]", synonyms=(("log.index.size.max.bytes", 1),)),
-    _topic("index.interval.bytes", Type.INT, 4096, "Bytes of log between two offset index entries.",
-           validator=at_least(0), valid="[0,...]", synonyms=(("log.index.interval.bytes", 1),)),
+    _topic("segment.bytes", Type.INT, 1073741824,
+           "The size at which the active segment is closed and a new one started.",
+           importance=H, validator=at_least(14), synonyms=(("log.segment.bytes", 1),)),
+    _topic("segment.ms", Type.LONG, 604800000,
+           "The time after which the active segment is rolled even if it is not full, so that retention "
+           "can delete or tier it.",
+           validator=at_least(1), synonyms=(("log.roll.ms", 1), ("log.roll.hours", HOUR_MS))),
+    _topic("segment.jitter.ms", Type.LONG, 0,
+           "The largest random jitter subtracted from segment.ms per segment, so many partitions do not roll "
+           "at the same moment.",
+           validator=at_least(0), synonyms=(("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR_MS))),
+    _topic("segment.index.bytes", Type.INT, 10485760,
+           "The preallocated size of each segment's offset and time index files; a segment also rolls when "
+           "an index is full.",
+           validator=at_least(4), synonyms=(("log.index.size.max.bytes", 1),)),
+    _topic("index.interval.bytes", Type.INT, 4096,
+           "How many bytes of records lie between two offset index entries; smaller means larger indexes "
+           "and shorter scans.",
+           validator=at_least(0), synonyms=(("log.index.interval.bytes", 1),)),
     _topic("retention.ms", Type.LONG, 604800000,
-           "How long a segment is kept after its largest timestamp; -1 keeps it forever.",
-           importance=H, validator=at_least(-1), valid="[-1,...]",
+           "How long a closed segment is kept after its largest timestamp before it is deleted; -1 keeps "
+           "segments forever.",
+           importance=H, validator=at_least(-1),
            synonyms=(("log.retention.ms", 1), ("log.retention.minutes", MINUTE_MS), ("log.retention.hours", HOUR_MS))),
-    _topic("retention.bytes", Type.LONG, -1, "The maximum size of a partition's log; -1 is unbounded.",
-           importance=H, synonyms=(("log.retention.bytes", 1),)),
+    _topic("retention.bytes", Type.LONG, -1,
+           "The largest size a partition's log may grow to before its oldest segments are deleted; any "
+           "negative value means unbounded.",
+           importance=H, valid="any long; negative: unbounded", synonyms=(("log.retention.bytes", 1),)),
     _topic("log.retention.min.timestamp", Type.LONG, 0,
-           "Timestamp floor (seed 004, KIP-47), Unix ms: every leading segment whose largest timestamp is below "
-           "it is deleted. 0 turns it off.",
-           importance=H, validator=at_least(0), valid="[0,...]", aliases=("retention.min.timestamp",),
+           "Timestamp floor (seed 004, KIP-47), in Unix ms: every leading segment whose largest timestamp is "
+           "below it is deleted, for CreateTime and LogAppendTime alike; 0 turns it off.",
+           importance=H, validator=at_least(0), aliases=("retention.min.timestamp",),
            synonyms=(("log.retention.min.timestamp", 1),)),
-    _topic("file.delete.delay.ms", Type.LONG, 60000, "How long a deleted segment's files wait before removal.",
-           validator=at_least(0), valid="[0,...]", synonyms=(("log.segment.delete.delay.ms", 1),)),
-    _topic("preallocate", Type.BOOLEAN, False, "Preallocate segment files at segment.bytes.",
+    _topic("file.delete.delay.ms", Type.LONG, 60000,
+           "How long the files of a deleted segment stay on disk (renamed .deleted) before they are removed, "
+           "so readers that still hold them can finish.",
+           validator=at_least(0), synonyms=(("log.segment.delete.delay.ms", 1),)),
+    _topic("preallocate", Type.BOOLEAN, False,
+           "Whether a new segment file is preallocated at segment.bytes.",
            synonyms=(("log.preallocate", 1),)),
-    _topic("cleanup.policy", Type.LIST, ("delete",), "delete, compact, or both.",
-           validator=one_of("delete", "compact"), valid="[delete, compact]",
-           synonyms=(("log.cleanup.policy", 1),)),
-    _topic("max.message.bytes", Type.INT, 1048588, "The largest record batch the log accepts.",
-           importance=M, validator=at_least(0), valid="[0,...]", synonyms=(("message.max.bytes", 1),)),
-    _topic("message.timestamp.type", Type.STRING, "CreateTime", "CreateTime or LogAppendTime.",
-           validator=one_of("CreateTime", "LogAppendTime"), valid="[CreateTime, LogAppendTime]",
-           synonyms=(("log.message.timestamp.type", 1),)),
-    _topic("flush.messages", Type.LONG, INT64_MAX, "Force an fsync after this many messages.",
-           validator=at_least(1), valid="[1,...]", synonyms=(("log.flush.interval.messages", 1),)),
-    _topic("flush.ms", Type.LONG, INT64_MAX, "Force an fsync when the oldest unflushed data is this old.",
-           validator=at_least(0), valid="[0,...]", synonyms=(("log.flush.interval.ms", 1),)),
+    _topic("cleanup.policy", Type.LIST, ("delete",),
+           "delete removes old segments by time, size and timestamp floor; compact is accepted for "
+           "compatibility, but tierlog does not compact yet, so a compact-only topic keeps every segment.",
+           validator=one_of("delete", "compact"), synonyms=(("log.cleanup.policy", 1),)),
+    _topic("max.message.bytes", Type.INT, 1048588,
+           "The largest record batch (after compression) the log accepts in one produce.",
+           importance=M, validator=at_least(0), synonyms=(("message.max.bytes", 1),)),
+    _topic("message.timestamp.type", Type.STRING, "CreateTime",
+           "Whether a record's timestamp is the producer's (CreateTime) or the broker's time of append "
+           "(LogAppendTime).",
+           validator=one_of("CreateTime", "LogAppendTime"), synonyms=(("log.message.timestamp.type", 1),)),
+    _topic("flush.messages", Type.LONG, INT64_MAX,
+           "Force an fsync of the log after this many records; the default leaves flushing to the OS.",
+           validator=at_least(1), synonyms=(("log.flush.interval.messages", 1),)),
+    _topic("flush.ms", Type.LONG, INT64_MAX,
+           "Force an fsync of the log when its oldest unflushed data is this old; the default leaves "
+           "flushing to the OS.",
+           validator=at_least(0), synonyms=(("log.flush.interval.ms", 1),)),
     _topic("compression.type", Type.STRING, "producer",
-           "Codec the log stores: producer (keep the producer's), uncompressed, gzip, snappy, lz4, zstd.",
+           "The codec batches are stored with: producer keeps the producer's codec, any other value "
+           "recompresses to it (none is the same as uncompressed).",
            validator=one_of("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd"),
-           valid="[producer, uncompressed, gzip, snappy, lz4, zstd]", synonyms=(("compression.type", 1),)),
-    _topic("min.insync.replicas", Type.INT, 1, "Accepted for compatibility; a single node is always in sync.",
-           validator=at_least(1), valid="[1,...]", synonyms=(("min.insync.replicas", 1),)),
-    _topic("remote.storage.enable", Type.BOOLEAN, False, "Copy closed segments of this topic to the remote tier.",
+           synonyms=(("compression.type", 1),)),
+    _topic("min.insync.replicas", Type.INT, 1,
+           "Accepted for compatibility with Kafka clients and tools; a single node is always in sync.",
+           validator=at_least(1), synonyms=(("min.insync.replicas", 1),)),
+    _topic("remote.storage.enable", Type.BOOLEAN, False,
+           "Copy this topic's closed segments to the remote tier (needs remote.log.storage.system.enable "
+           "on the broker).",
            importance=M, group="tiered"),
     _topic("local.retention.ms", Type.LONG, -2,
-           "How long local copies of tiered segments are kept; -2 means retention.ms.",
-           validator=at_least(-2), valid="[-2,...]", synonyms=(("log.local.retention.ms", 1),), group="tiered"),
+           "How long local copies of segments already in the remote tier are kept; -2 means retention.ms, "
+           "and it may not exceed retention.ms.",
+           validator=at_least(-2), synonyms=(("log.local.retention.ms", 1),), group="tiered"),
     _topic("local.retention.bytes", Type.LONG, -2,
-           "Local size bound when tiering; -2 means retention.bytes.",
-           validator=at_least(-2), valid="[-2,...]", synonyms=(("log.local.retention.bytes", 1),), group="tiered"),
+           "How large the local part of a tiered log may grow; -2 means retention.bytes, and it may not "
+           "exceed retention.bytes.",
+           validator=at_least(-2), synonyms=(("log.local.retention.bytes", 1),), group="tiered"),
     _topic("message.timestamp.before.max.ms", Type.LONG, INT64_MAX,
-           "How far in the past a CreateTime timestamp may be.", validator=at_least(0),
-           synonyms=(("log.message.timestamp.before.max.ms", 1),)),
+           "How far in the past a CreateTime timestamp may lie before the batch is rejected.",
+           validator=at_least(0), synonyms=(("log.message.timestamp.before.max.ms", 1),)),
     _topic("message.timestamp.after.max.ms", Type.LONG, INT64_MAX,
-           "How far in the future a CreateTime timestamp may be.", validator=at_least(0),
-           synonyms=(("log.message.timestamp.after.max.ms", 1),)),
+           "How far in the future a CreateTime timestamp may lie before the batch is rejected.",
+           validator=at_least(0), synonyms=(("log.message.timestamp.after.max.ms", 1),)),
 ]
 
 # Broker keys that exist only as defaults for topic keys (Kafka's synonyms).
@@ -113,101 +146,171 @@ _SYNONYM_DEFAULTS: dict[str, Value] = {
     "log.roll.jitter.hours": 0,
 }
 
+_UNITS = {1: "", MINUTE_MS: ", in minutes", HOUR_MS: ", in hours"}
+
+
+def _scaled(validator: Validator | None, multiplier: int) -> Validator | None:
+    """The validator of a synonym counted in a coarser unit (hours for ms): special values (-1, 0)
+    carry over unscaled, a positive minimum is rounded up to the coarser unit."""
+    if multiplier == 1 or validator is None:
+        return validator
+    if isinstance(validator, AtLeast):
+        minimum = validator.minimum
+        return AtLeast(minimum if minimum <= 0 else math.ceil(minimum / multiplier))
+    raise ValueError(f"no scaled form of {validator!r}")
+
 
 def _synonym_keys() -> list[ConfigKey]:
     out: list[ConfigKey] = []
     seen: set[str] = set()
     for topic_key in TOPIC_KEYS:
-        for syn, mult in topic_key.broker_synonyms:
+        names = [s for s, _ in topic_key.broker_synonyms]
+        for index, (syn, mult) in enumerate(topic_key.broker_synonyms):
             if syn in seen:
                 continue
             seen.add(syn)
-            default = _SYNONYM_DEFAULTS.get(syn, topic_key.default if len(topic_key.broker_synonyms) == 1 else None)
-            unit = {1: "", MINUTE_MS: " (minutes)", HOUR_MS: " (hours)"}[mult]
+            default = _SYNONYM_DEFAULTS.get(syn, topic_key.default if len(names) == 1 else None)
+            doc = f"{topic_key.doc} Broker-wide default of the topic key {topic_key.name}{_UNITS[mult]}"
+            doc += f"; ignored when {' or '.join(names[:index])} is set." if index else "."
+            # Kafka counts hours and minutes in an int; an int of hours always fits a long of ms.
+            type_ = Type.INT if mult != 1 else topic_key.type
             out.append(ConfigKey(
-                name=syn, type=Type.LONG if topic_key.type in (Type.INT, Type.LONG) and mult != 1 else topic_key.type,
-                default=default,
-                doc=f"Broker default for topic key {topic_key.name}{unit}.", importance=topic_key.importance,
-                scope=Scope.BROKER, validator=topic_key.validator if mult == 1 else at_least(-1),
-                valid_values=topic_key.valid_values, dynamic=True, group="log"))
+                name=syn, type=type_, default=default, doc=doc, importance=topic_key.importance,
+                scope=Scope.BROKER, validator=_scaled(topic_key.validator, mult),
+                valid_values="" if topic_key.validator is not None else topic_key.valid_values,
+                dynamic=True, group=topic_key.group))
     return out
 
 
+_COMPAT_DOC = "Accepted so that a Kafka server.properties works unchanged; a single tierlog node ignores it."
+
+
+def _compat(name: str, type_: Type, default: Value, *, validator: Validator | None = None) -> ConfigKey:
+    return _broker(name, type_, default, _COMPAT_DOC, importance=L, validator=validator, group="compatibility")
+
+
 BROKER_KEYS: list[ConfigKey] = [
-    _broker("node.id", Type.INT, 1, "This broker's id.", importance=H, validator=at_least(0)),
-    _broker("broker.id", Type.INT, None, "Alias of node.id accepted for old configs.", validator=at_least(0)),
-    _broker("listeners", Type.LIST, ("PLAINTEXT://127.0.0.1:9092",), "Where the broker listens.", importance=H),
-    _broker("advertised.listeners", Type.LIST, None, "Listeners advertised to clients; defaults to listeners."),
-    _broker("log.dirs", Type.LIST, None, "Log directories; defaults to log.dir.", importance=H),
+    _broker("node.id", Type.INT, 1, "This broker's id, as clients and the metadata log see it.",
+            importance=H, validator=at_least(0)),
+    _broker("broker.id", Type.INT, None,
+            "The old name of node.id, accepted for old configs; when both are set they must be equal.",
+            validator=at_least(0)),
+    _broker("listeners", Type.LIST, ("PLAINTEXT://127.0.0.1:9092",),
+            "The addresses the Kafka protocol listens on.", importance=H, validator=Listeners(required=True)),
+    _broker("advertised.listeners", Type.LIST, None,
+            "The addresses given to clients, by listener name; unset, clients are told the listeners.",
+            validator=Listeners()),
+    _broker("log.dirs", Type.LIST, None, "The directories partitions are stored in; unset, log.dir is used.",
+            importance=H, valid="comma-separated list of directories"),
     _broker("log.dir", Type.STRING, "./tierlog-data", "The log directory used when log.dirs is not set.",
-            importance=H),
-    _broker("num.partitions", Type.INT, 1, "Partitions of an auto-created topic.", validator=at_least(1)),
-    _broker("auto.create.topics.enable", Type.BOOLEAN, True, "Create unknown topics on metadata requests."),
+            importance=H, validator=NonEmpty("a directory path")),
+    _broker("num.partitions", Type.INT, 1, "The number of partitions of a topic created without a count.",
+            validator=at_least(1)),
+    _broker("auto.create.topics.enable", Type.BOOLEAN, True,
+            "Create a topic that a client asks metadata for and that does not exist yet."),
     _broker("sanity.check.all.logs.enabled", Type.BOOLEAN, True,
             "Seed 003 (KIP-263): sanity-check every segment's indexes at startup. When false and the shutdown "
             "was clean, only each partition's active segment is checked; the rest are checked lazily.",
             importance=H, group="log"),
-    _broker("log.retention.check.interval.ms", Type.LONG, 300000, "How often retention runs.",
+    _broker("log.retention.check.interval.ms", Type.LONG, 300000,
+            "How often time, size and timestamp-floor retention runs over every log.",
             validator=at_least(1), group="log"),
-    _broker("log.flush.scheduler.interval.ms", Type.LONG, INT64_MAX, "How often logs are checked for flush.ms.",
-            validator=at_least(1), group="log"),
+    _broker("log.flush.scheduler.interval.ms", Type.LONG, INT64_MAX,
+            "How often logs are checked for data older than flush.ms.", validator=at_least(1), group="log"),
     _broker("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000,
-            "How often the recovery point is checkpointed.", validator=at_least(0), group="log"),
+            "How often each log directory's recovery points are checkpointed.",
+            validator=at_least(0), group="log"),
     _broker("log.flush.start.offset.checkpoint.interval.ms", Type.INT, 60000,
-            "How often the log start offset is checkpointed.", validator=at_least(0), group="log"),
+            "How often each log directory's log start offsets are checkpointed.",
+            validator=at_least(0), group="log"),
     _broker("log.lazy.check.interval.ms", Type.LONG, 1000,
-            "How often the background checker of seed 003 checks a batch of unchecked segments.",
+            "How often the background checker of seed 003 checks a batch of not yet checked segments.",
             validator=at_least(1), group="log"),
-    _broker("num.recovery.threads.per.data.dir", Type.INT, 1, "Threads that load logs at startup.",
+    _broker("num.recovery.threads.per.data.dir", Type.INT, 1,
+            "Threads per log directory that load and recover logs at startup.",
             validator=at_least(1), group="log"),
     _broker("producer.id.expiration.ms", Type.INT, 86400000,
-            "A producer with no batch newer than this is forgotten (also the seed 001 replay window).",
-            validator=at_least(1), dynamic=True, group="producer"),
+            "A producer with no batch newer than this is forgotten; also the window of segments replayed to "
+            "rebuild a missing producer snapshot before upload (seed 001, KIP-952).",
+            importance=H, validator=at_least(1), dynamic=True, group="producer"),
     _broker("producer.id.expiration.check.interval.ms", Type.INT, 600000,
             "How often expired producers are removed.", validator=at_least(1), internal=True, group="producer"),
     _broker("metadata.log.max.record.bytes.between.snapshots", Type.LONG, 20971520,
-            "Bytes appended to the metadata log after which a snapshot is taken.", validator=at_least(1),
-            group="metadata", dynamic=True),
+            "Seed 000: take a metadata snapshot once this many bytes were appended to the metadata log "
+            "since the latest one.", validator=at_least(1), group="metadata", dynamic=True),
     _broker("metadata.log.max.snapshot.interval.ms", Type.LONG, 3600000,
             "Seed 000 (KIP-876): take a snapshot when a record not in the latest snapshot is older than this; "
             "0 disables time-based snapshots.", importance=H, validator=at_least(0), group="metadata", dynamic=True),
     _broker("metadata.max.retention.bytes", Type.LONG, 104857600,
-            "Soft bound on metadata log plus snapshots; the newest snapshot is always kept.", group="metadata", dynamic=True),
+            "Soft bound on the metadata log plus its snapshots; the newest snapshot is always kept.",
+            valid="any long; negative: no bound", group="metadata", dynamic=True),
     _broker("metadata.max.retention.ms", Type.LONG, 604800000,
-            "Snapshots older than this are deleted; the newest snapshot is always kept.", group="metadata", dynamic=True),
-    _broker("metadata.log.segment.bytes", Type.INT, 1073741824, "Segment size of the metadata log.",
+            "Snapshots older than this are deleted; the newest snapshot is always kept.",
+            valid="any long; negative: no bound", group="metadata", dynamic=True),
+    _broker("metadata.log.segment.bytes", Type.INT, 1073741824, "The segment size of the metadata log.",
             validator=at_least(12), group="metadata"),
-    _broker("metadata.log.segment.ms", Type.LONG, 604800000, "Roll time of the metadata log.",
+    _broker("metadata.log.segment.ms", Type.LONG, 604800000,
+            "The time after which the metadata log's active segment is rolled.",
             validator=at_least(1), group="metadata"),
-    _broker("socket.request.max.bytes", Type.INT, 104857600, "The largest request frame accepted.",
+    _broker("socket.request.max.bytes", Type.INT, 104857600,
+            "The largest request frame accepted; a larger one closes the connection.",
             validator=at_least(1), group="network"),
-    _broker("max.connections", Type.INT, INT32_MAX, "The most client connections at once.",
+    _broker("max.connections", Type.INT, INT32_MAX, "The most client connections open at once.",
             validator=at_least(0), group="network"),
-    _broker("connections.max.idle.ms", Type.LONG, 600000, "Idle connections are closed after this.",
+    _broker("connections.max.idle.ms", Type.LONG, 600000, "A connection idle for this long is closed.",
             validator=at_least(1), group="network"),
-    _broker("group.initial.rebalance.delay.ms", Type.INT, 3000, "Delay before the first rebalance of a new group.",
+    _broker("group.initial.rebalance.delay.ms", Type.INT, 3000,
+            "How long a new consumer group waits for more members before its first rebalance.",
             validator=at_least(0), group="groups"),
-    _broker("group.min.session.timeout.ms", Type.INT, 6000, "Smallest allowed session timeout.", group="groups"),
-    _broker("group.max.session.timeout.ms", Type.INT, 1800000, "Largest allowed session timeout.", group="groups"),
-    _broker("offsets.topic.num.partitions", Type.INT, 50, "Partitions of __consumer_offsets.",
+    _broker("group.min.session.timeout.ms", Type.INT, 6000,
+            "The smallest session timeout a consumer may ask for; at most group.max.session.timeout.ms.",
+            validator=at_least(0), group="groups"),
+    _broker("group.max.session.timeout.ms", Type.INT, 1800000,
+            "The largest session timeout a consumer may ask for.", validator=at_least(0), group="groups"),
+    _broker("offsets.topic.num.partitions", Type.INT, 50, "The number of partitions of __consumer_offsets.",
             validator=between(1, 10000), group="groups"),
-    _broker("remote.log.storage.system.enable", Type.BOOLEAN, False, "Enable tiered storage on this broker.",
+    _broker("remote.log.storage.system.enable", Type.BOOLEAN, False,
+            "Enable tiered storage on this broker; topics opt in with remote.storage.enable.",
             importance=H, group="tiered"),
     _broker("remote.log.storage.manager.class.name", Type.STRING,
             "tierlog.tiered.backends.local.LocalDirectoryRemoteStorageManager",
-            "Dotted path of the RemoteStorageManager plugin.", group="tiered"),
+            "The RemoteStorageManager plugin, by dotted path; its properties are those prefixed rsm.config.",
+            validator=DottedPath(), group="tiered"),
     _broker("remote.log.storage.manager.impl.prefix", Type.STRING, "rsm.config.",
-            "Prefix of properties handed to the RemoteStorageManager.", group="tiered"),
+            "The prefix of the properties handed to the RemoteStorageManager.", validator=NonEmpty("a property name prefix"),
+            group="tiered"),
     _broker("remote.log.metadata.custom.metadata.max.bytes", Type.INT, 128,
             "Seed 002 (KIP-917): largest custom metadata a plugin may return; above it the copy is undone "
             "and that partition's copy task stops with an error.", importance=H, validator=at_least(0),
             group="tiered"),
-    _broker("remote.log.manager.task.interval.ms", Type.LONG, 30000, "How often copy and expiry passes run.",
-            validator=at_least(1), group="tiered"),
+    _broker("remote.log.manager.task.interval.ms", Type.LONG, 30000,
+            "How often the copy and expiry passes of the remote tier run.", validator=at_least(1), group="tiered"),
     _broker("remote.log.index.file.cache.total.size.bytes", Type.LONG, 1073741824,
-            "Bound of the cache of remote indexes.", validator=at_least(1), group="tiered"),
-    _broker("metrics.listener", Type.STRING, None, "host:port of the Prometheus endpoint; off unless set.",
+            "The size bound of the local cache of remote index files.", validator=at_least(1), group="tiered"),
+    _broker("metrics.listener", Type.STRING, None,
+            "HOST:PORT of the Prometheus metrics endpoint; off unless set.", validator=HostPort(),
             group="operations"),
+    # Keys of Kafka's shipped server.properties (KRaft and ZooKeeper modes) that mean nothing to a
+    # single-node broker: accepted and ignored, so switching a config over needs no edits.
+    _compat("process.roles", Type.LIST, (), validator=one_of("broker", "controller")),
+    _compat("controller.quorum.voters", Type.LIST, ()),
+    _compat("controller.quorum.bootstrap.servers", Type.LIST, ()),
+    _compat("controller.listener.names", Type.LIST, None),
+    _compat("inter.broker.listener.name", Type.STRING, None),
+    _compat("listener.security.protocol.map", Type.LIST,
+            ("SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT")),
+    _compat("num.network.threads", Type.INT, 3, validator=at_least(1)),
+    _compat("num.io.threads", Type.INT, 8, validator=at_least(1)),
+    _compat("socket.send.buffer.bytes", Type.INT, 102400, validator=at_least(-1)),
+    _compat("socket.receive.buffer.bytes", Type.INT, 102400, validator=at_least(-1)),
+    _compat("default.replication.factor", Type.INT, 1, validator=at_least(1)),
+    _compat("offsets.topic.replication.factor", Type.INT, 3, validator=at_least(1)),
+    _compat("transaction.state.log.replication.factor", Type.INT, 3, validator=at_least(1)),
+    _compat("transaction.state.log.min.isr", Type.INT, 2, validator=at_least(1)),
+    _compat("share.coordinator.state.topic.replication.factor", Type.INT, 3, validator=at_least(1)),
+    _compat("share.coordinator.state.topic.min.isr", Type.INT, 2, validator=at_least(1)),
+    _compat("zookeeper.connect", Type.STRING, None),
+    _compat("zookeeper.connection.timeout.ms", Type.INT, None, validator=at_least(0)),
 ]
 
 TOPIC_DEF = ConfigDef(TOPIC_KEYS)

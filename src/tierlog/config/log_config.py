@@ -107,10 +107,22 @@ class LogConfig:
         return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
 
+def local_retention_problem(local: int, total: int, total_origin: str) -> str | None:
+    """Why a local retention (ms or bytes) cannot go with the total retention ``total`` (which
+    ``total_origin`` names), or None.
+
+    -2 means "the same as the total"; a negative total is unbounded, so any local value fits it.
+    """
+    if local == -2 or total < 0 or 0 <= local <= total:
+        return None
+    allowed = f"allowed: -2 (same as the total retention) or [0,...,{total}]"
+    if local < 0:
+        return (f"value {local} (unbounded) is not allowed while the total retention is {total} "
+                f"({total_origin}); {allowed}")
+    return f"value {local} is larger than the total retention {total} ({total_origin}); {allowed}"
+
+
 def _validate_local_retention(key: str, local: int, total: int) -> None:
-    if local == -2:
-        return
-    if local == -1 and total != -1:
-        raise ConfigError(key, f"cannot be -1 (unbounded) while the total retention is {total}")
-    if total != -1 and local > total:
-        raise ConfigError(key, f"value {local} is larger than the total retention {total}")
+    problem = local_retention_problem(local, total, key.removeprefix("local."))
+    if problem is not None:
+        raise ConfigError(key, problem)
