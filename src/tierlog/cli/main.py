@@ -14,6 +14,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.serve",
     "tierlog.cli.dump_log",
     "tierlog.cli.metadata_cmd",
+    "tierlog.cli.config_cmd",
 )
 
 
