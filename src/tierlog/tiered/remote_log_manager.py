@@ -352,10 +352,13 @@ class RemoteLogManager:
                 state.copy_stopped = True
                 log.error("stopping the copy task of %s-%d: %s", state.tp[0], state.tp[1], e)
                 self._record_error(state, str(e))
-            except (RemoteStorageError, TierlogError, OSError) as e:
+            except Exception as e:
+                # Anything else too: a copy task that died on an unexpected error would stop tiering
+                # the partition silently; this way it is retried and shows in the status.
                 state.consecutive_failures += 1
+                expected = isinstance(e, RemoteStorageError | TierlogError | OSError)
                 log.error("copying %s-%d to the remote tier failed (attempt %d): %s", state.tp[0], state.tp[1],
-                          state.consecutive_failures, e)
+                          state.consecutive_failures, e, exc_info=not expected)
                 self._record_error(state, f"{type(e).__name__}: {e}")
         return copied
 

@@ -110,7 +110,7 @@ class TestS3(RemoteStorageManagerContract):
         with pytest.raises(RemoteStorageError):
             rsm.copy_log_segment_data(make_metadata(), SegmentFiles(tmp_path / "src").data())
 
-    def test_plain_http_only_for_loopback(self) -> None:
+    def test_plain_http_only_for_loopback(self, moto_server: MotoServer) -> None:
         rsm = S3RemoteStorageManager()
         rsm.configure({"s3.bucket": "b", "s3.endpoint": "http://example.com:9000"})
         assert rsm.store.client_options is not None
