@@ -62,6 +62,8 @@ from tierlog.tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -546,6 +548,30 @@ class RemoteLogManager:
             self.rlmm.update_log_start_offset(state.tip, offset, self._now())
         if ulog is not None and offset > ulog.log_start_offset:
             ulog.maybe_increment_log_start_offset(offset, "delete records")
+
+    def delete_partition_data(self, topic: str, partition: int) -> int:
+        """Delete every remote segment of a partition whose topic is being deleted (Kafka's
+        stopPartitions with delete): DELETE_PARTITION_MARKED, each segment deleted, then
+        DELETE_PARTITION_FINISHED. Returns the segments deleted; a failure leaves the rest in
+        DELETE_SEGMENT_STARTED or FINISHED and raises, so the caller can retry."""
+        tip = self._tip_for(topic, partition)
+        if tip is None:
+            return 0
+        state = self._partitions.get((topic, partition))
+        if state is not None:
+            self._release((topic, partition), self.logs.get_log(topic, partition))
+        now = self._now()
+        broker = self.config.broker_id
+        self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+            tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, now, broker))
+        deleted = 0
+        for md in list(self.rlmm.list_remote_log_segments(tip)):
+            self._delete_remote_segment(md, best_effort=False)
+            deleted += 1
+        self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+            tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, self._now(), broker))
+        log.info("deleted %d remote segments of %s-%d", deleted, topic, partition)
+        return deleted
 
     # -- reads ----------------------------------------------------------------------------------
 

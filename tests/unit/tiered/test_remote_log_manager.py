@@ -11,10 +11,8 @@ import pytest
 
 from tierlog.errors import OffsetOutOfRangeError
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
-from tierlog.storage.log import UnifiedLog
 from tierlog.testing.remote import FailurePlan, FlakyRemoteStorageManager, InMemoryRemoteStorageManager
 from tierlog.tiered.api import (
-    IndexType,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
@@ -395,5 +393,14 @@ def test_status_reports_offsets_bytes_and_lag(env: Env) -> None:
     assert after.remote_segments == len(ulog.segments) - 1 and after.copy_task == "active"
 
 
-def _unused(_: UnifiedLog, __: IndexType) -> None:  # keeps imports used for type hints in helpers
-    pass
+def test_deleting_a_topic_deletes_its_remote_data(env: Env) -> None:
+    ulog = env.open_log()
+    fill(ulog, 20)
+    rsm = local_dir_rsm(env)
+    rlm = env.rlm(rsm)
+    assert rlm.copy_all() > 0
+    count = len(segments(rlm))
+    assert rlm.delete_partition_data("t", 0) == count
+    assert segments(rlm) == [] and rsm.list_files() == []
+    assert not ulog.remote_log_enabled
+    assert rlm.delete_partition_data("t", 0) == 0
