@@ -15,6 +15,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.dump_log",
     "tierlog.cli.metadata_cmd",
     "tierlog.cli.config_cmd",
+    "tierlog.cli.tier_cmd",
 )
 
 
