@@ -1,0 +1,245 @@
+"""librdkafka producer and consumer throughput against ``tierlog serve``, next to a loopback socket
+copy of the same bytes in the same run.
+
+Targets (issue 6), 100-byte records on the 2-core machine: ≥ 1,000,000 records/s produced and
+≥ 1,500,000 records/s consumed (Kafka's published single-producer / single-consumer figures are
+about 821,000 and 940,000 records/s).
+
+    python bench/clients.py [--records 2000000] [--sizes 100,1024] [--partitions 1] [--data-dir DIR]
+
+* produce: confluent-kafka (librdkafka) ``produce_batch``, acks=1, no compression, 1 MB batches;
+  timed from the first record handed to the client until ``flush`` returns (every record acknowledged).
+* consume: confluent-kafka ``Consumer.consume`` from offset 0, timed from the first record received
+  to the last; and, when ``kcat`` is on PATH, kcat (librdkafka's C tool) reading everything,
+  timed as a whole process.
+* baseline: the same number of bytes (records × record size) through a loopback TCP socket between
+  two threads of one Python process, in 1 MiB writes.
+
+The broker runs as its own process; the clients and the broker share the machine's two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from _common import command_line, report
+
+CHUNK = 10_000
+CONSUMER_TUNING = {
+    "queued.min.messages": 1_000_000, "queued.max.messages.kbytes": 1_000_000, "fetch.queue.backoff.ms": 10,
+    "max.partition.fetch.bytes": 4_000_000, "fetch.max.bytes": 16_000_000,
+}
+
+
+def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    cmd = [sys.executable, "-m", "tierlog.cli.main", "--log-level", "WARNING", "serve",
+           "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={data_dir}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("tierlog listening on "):
+            threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+            return proc, line.strip().rsplit(" ", 1)[1]
+    raise SystemExit("the broker did not start")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, fn: Callable[[], float]) -> tuple[float, str]:
+    """``fn()``'s figure and the broker's CPU use meanwhile (in cores, of the wall time)."""
+    cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
+    figure = fn()
+    cpu, wall = cpu_seconds(pid) - cpu0, time.perf_counter() - wall0
+    return figure, f"(broker CPU {cpu / wall:.2f} cores)"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
+
+
+def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": 1_000_000,
+        "batch.num.messages": 1_000_000, "queue.buffering.max.messages": 10_000_000,
+        "queue.buffering.max.kbytes": 4_000_000, "compression.type": "none",
+    })
+    producer.list_topics(topic, timeout=10)  # connect before the clock starts
+    chunk = [{"value": os.urandom(size)} for _ in range(CHUNK)]
+    failed = 0
+
+    def on_delivery(err: object, _msg: object) -> None:
+        nonlocal failed
+        if err is not None:
+            failed += 1
+
+    start = time.perf_counter()
+    sent = 0
+    while sent < records:
+        for partition in range(partitions):
+            n = min(CHUNK, records - sent)
+            if n <= 0:
+                break
+            producer.produce_batch(topic, chunk[:n], partition=partition, on_delivery=on_delivery)
+            sent += n
+        producer.poll(0)
+    left = producer.flush(300)
+    elapsed = time.perf_counter() - start
+    if left or failed:
+        raise SystemExit(f"{left} records not delivered, {failed} failed")
+    return records / elapsed
+
+
+def consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
+        # Let librdkafka keep fetching while Python drains its queue, and not back off for a whole
+        # second (fetch.queue.backoff.ms) whenever that queue is full.
+        **CONSUMER_TUNING,
+        **({"debug": os.environ["RDKAFKA_DEBUG"]} if os.environ.get("RDKAFKA_DEBUG") else {}),
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    start = 0.0
+    deadline = time.monotonic() + 300
+    while got < records and time.monotonic() < deadline:
+        msgs = consumer.consume(num_messages=CHUNK, timeout=1.0)
+        if msgs and not start:
+            start = time.perf_counter()  # the clock starts with the first records
+        got += len(msgs)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if got < records:
+        raise SystemExit(f"consumed only {got} of {records}")
+    return got / elapsed
+
+
+def produce_kcat(bootstrap: str, topic: str, records: int, size: int, scratch: Path) -> float:
+    """kcat producing ``records`` lines of ``size`` bytes from a file (librdkafka without Python)."""
+    kcat = shutil.which("kcat")
+    assert kcat is not None
+    lines = scratch / f"records-{size}.txt"
+    line = os.urandom(size // 2 + 1).hex()[:size].encode() + b"\n"
+    with open(lines, "wb") as f:
+        for first in range(0, records, CHUNK):
+            f.write(line * min(CHUNK, records - first))
+    start = time.perf_counter()
+    subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-l", "-X", "acks=1", "-X", "linger.ms=20",
+                    "-X", "batch.size=1000000", "-X", "batch.num.messages=1000000",
+                    "-X", "queue.buffering.max.messages=10000000", "-X", "queue.buffering.max.kbytes=4000000",
+                    str(lines)], check=True, capture_output=True, timeout=300)
+    elapsed = time.perf_counter() - start
+    lines.unlink()
+    return records / elapsed
+
+
+def consume_kcat(bootstrap: str, topic: str, records: int) -> float:
+    kcat = shutil.which("kcat")
+    assert kcat is not None
+    start = time.perf_counter()
+    out = subprocess.run([kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "\n",
+                          # kcat's librdkafka (2.0 in Debian) predates fetch.queue.backoff.ms.
+                          *[arg for k, v in CONSUMER_TUNING.items() if k != "fetch.queue.backoff.ms"
+                            for arg in ("-X", f"{k}={v}")]],
+                         capture_output=True, check=True, timeout=300)
+    elapsed = time.perf_counter() - start
+    lines = out.stdout.count(b"\n")
+    if lines != records:
+        raise SystemExit(f"kcat read {lines} of {records}")
+    return records / elapsed
+
+
+def loopback_copy(total_bytes: int) -> float:
+    """Seconds to push ``total_bytes`` through a loopback TCP connection in 1 MiB writes."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    received = 0
+
+    def reader() -> None:
+        nonlocal received
+        conn, _ = server.accept()
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        while True:
+            n = conn.recv_into(view)
+            if not n:
+                break
+            received += n
+        conn.close()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    block = os.urandom(1 << 20)
+    start = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as sender:
+        left = total_bytes
+        while left > 0:
+            sender.sendall(block if left >= len(block) else block[:left])
+            left -= len(block)
+    thread.join()
+    elapsed = time.perf_counter() - start
+    server.close()
+    assert received == total_bytes
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=2_000_000, help="records of the 100-byte run; records over 200 bytes use a quarter as many")
+    ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--data-dir", type=Path, help="where the broker keeps its logs (default: a temp dir)")
+    args = ap.parse_args()
+    print(f"command: {command_line()}", flush=True)
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tierlog-bench-clients-"))
+    proc, bootstrap = start_broker(data_dir)
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            records = args.records if size <= 200 else max(args.records // 4, 100_000)
+            topic = f"bench-{size}-{int(time.time())}"
+            create_topic(bootstrap, topic, args.partitions)
+            copy_s = loopback_copy(records * size)
+            baseline = records / copy_s
+            print(f"-- {size}-byte records: {records:,} records, {args.partitions} partition(s)", flush=True)
+            rate, cpu = measured(proc.pid, partial(produce, bootstrap, topic, records, size, args.partitions))
+            report("librdkafka produce", rate, "records/s", "loopback socket copy", baseline)
+            print(f"   {cpu}")
+            rate, cpu = measured(proc.pid, partial(consume, bootstrap, topic, records, args.partitions))
+            report("librdkafka consume (confluent-kafka)", rate, "records/s", "loopback socket copy", baseline)
+            print(f"   {cpu}")
+            if shutil.which("kcat") is not None and args.partitions == 1:
+                kcat_topic = f"{topic}-kcat"
+                create_topic(bootstrap, kcat_topic, 1)
+                rate, cpu = measured(proc.pid, partial(produce_kcat, bootstrap, kcat_topic, records, size, Path(tempfile.gettempdir())))
+                report("librdkafka produce (kcat, whole process)", rate, "records/s", "loopback socket copy", baseline)
+                print(f"   {cpu}")
+                rate, cpu = measured(proc.pid, partial(consume_kcat, bootstrap, topic, records))
+                report("librdkafka consume (kcat, whole process)", rate, "records/s", "loopback socket copy", baseline)
+                print(f"   {cpu}")
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
