@@ -1,1 +1,23 @@
-"""tierlog.pipeline."""
+"""The data pipeline on Spark: ``format("tierlog")`` reads a broker's data directory and remote tier
+with the schema and options of Spark's Kafka source, and the maintenance jobs run as Spark jobs.
+
+The data source names are loaded on first use, so the decoding and planning modules underneath can
+be imported (by a Spark worker, or a test) without importing PySpark first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tierlog.pipeline.source import TierlogDataSource, kafka_schema, spark_session
+
+__all__ = ["TierlogDataSource", "kafka_schema", "spark_session"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from tierlog.pipeline import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module 'tierlog.pipeline' has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""What a set of log directories and a remote tier hold, read on the Spark driver without a broker:
+the partitions, their local segments and remote segments, the earliest and latest offsets, and
+offsets for timestamps (ListOffsets, answered from the files)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from tierlog.errors import TierlogError
+from tierlog.pipeline.reader import (
+    RemoteSpec,
+    ScanRange,
+    offset_index_entries,
+    open_segment,
+    position_bounds,
+    read_index,
+    segment_base_offset,
+    time_index_entries,
+)
+from tierlog.records import decode_batch
+from tierlog.records.header import BatchHeader, iter_headers
+from tierlog.storage import files
+from tierlog.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    OffsetCheckpointFile,
+    PartitionMetadataFile,
+)
+from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+
+TopicPartition = tuple[str, int]
+
+#: Directories beside the partitions in a log dir (tiering state, the metadata log).
+SKIPPED_DIRS = frozenset({"remote-log-metadata", "remote-log-index-cache", "__cluster_metadata-0"})
+
+
+@dataclass(frozen=True)
+class LocalSegment:
+    base_offset: int
+    log_path: str
+    size_bytes: int
+
+
+@dataclass
+class PartitionLog:
+    """One partition across both tiers, oldest data first."""
+
+    topic: str
+    partition: int
+    directory: Path | None
+    local_segments: list[LocalSegment] = field(default_factory=list)
+    #: The first offset readable locally (the checkpointed log start offset, or the first segment).
+    local_start: int | None = None
+    log_end_offset: int = 0
+    #: COPY_SEGMENT_FINISHED remote segments by start offset.
+    remote_segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    remote_start: int | None = None
+
+    @property
+    def earliest(self) -> int:
+        starts = [s for s in (self.remote_start, self.local_start) if s is not None]
+        return min(starts) if starts else self.log_end_offset
+
+    @property
+    def latest(self) -> int:
+        return self.log_end_offset
+
+    def local_bounds(self) -> list[tuple[LocalSegment, int]]:
+        """Each local segment with its exclusive end offset."""
+        out = []
+        for i, seg in enumerate(self.local_segments):
+            nxt = self.local_segments[i + 1].base_offset if i + 1 < len(self.local_segments) else self.log_end_offset
+            out.append((seg, max(nxt, seg.base_offset)))
+        return out
+
+    def ranges(self, start: int, end: int) -> list[ScanRange]:
+        """One ScanRange per segment overlapping [start, end); local copies win where both tiers hold
+        an offset, since a local read costs no request."""
+        out: list[ScanRange] = []
+        local_start = self.local_start if self.local_start is not None else self.log_end_offset
+        for md in self.remote_segments:
+            lo = max(start, md.start_offset, self.remote_start or 0)
+            hi = min(end, md.end_offset + 1, local_start)
+            if lo < hi:
+                out.append(ScanRange(self.topic, self.partition, lo, hi, remote=md))
+        for seg, seg_end in self.local_bounds():
+            lo = max(start, seg.base_offset, local_start)
+            hi = min(end, seg_end)
+            if lo < hi:
+                out.append(ScanRange(self.topic, self.partition, lo, hi, log_path=seg.log_path))
+        return out
+
+    def missing(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Offset gaps in [start, end) that neither tier covers (data lost to retention or damage)."""
+        covered = sorted((r.start_offset, r.end_offset) for r in self.ranges(start, end))
+        gaps = []
+        at = start
+        for lo, hi in covered:
+            if lo > at:
+                gaps.append((at, lo))
+            at = max(at, hi)
+        if at < end:
+            gaps.append((at, end))
+        return gaps
+
+
+def _local_segments(directory: Path) -> list[LocalSegment]:
+    out = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            stem, dot, suffix = entry.name.partition(".")
+            if dot and suffix == "log" and stem.isdigit():
+                out.append(LocalSegment(int(stem), entry.path, entry.stat().st_size))
+    return sorted(out, key=lambda s: s.base_offset)
+
+
+def _next_offset(seg: LocalSegment) -> int:
+    """The offset after the last whole batch of a segment, reading only from its last index entry."""
+    rng = ScanRange("", 0, seg.base_offset, seg.base_offset + 1, log_path=seg.log_path)
+    offsets, positions = offset_index_entries(read_index(rng, IndexType.OFFSET, None), seg.base_offset)
+    position = int(positions[-1]) if len(positions) else 0
+    next_offset = int(offsets[-1]) + 1 if len(offsets) else seg.base_offset
+    size = os.stat(seg.log_path).st_size
+    if position >= size:
+        position, next_offset = 0, seg.base_offset
+    with open(seg.log_path, "rb") as f:
+        f.seek(position)
+        data = f.read()
+    try:
+        for h in iter_headers(data):
+            next_offset = h.next_offset
+    except TierlogError:
+        pass  # a zero-filled or damaged tail ends the log here, as recovery would cut it
+    return next_offset
+
+
+def discover(paths: Sequence[Path], remote: RemoteSpec | None = None) -> dict[TopicPartition, PartitionLog]:
+    """Every live partition in ``paths`` and in the remote metadata (a fully tiered partition whose
+    local directory is gone still reads from the remote tier)."""
+    logs: dict[TopicPartition, PartitionLog] = {}
+    start_offsets: dict[TopicPartition, int] = {}
+    for d in paths:
+        d = Path(d)
+        if not d.is_dir():
+            raise TierlogError(f"log directory {d} does not exist")
+        checkpoint = d / LOG_START_OFFSET_CHECKPOINT
+        if checkpoint.exists():
+            try:
+                start_offsets.update(OffsetCheckpointFile(checkpoint).read())
+            except TierlogError:
+                pass  # only an optimisation: the first segment still bounds the log
+        with os.scandir(d) as it:
+            for entry in it:
+                if not entry.is_dir() or entry.name in SKIPPED_DIRS:
+                    continue
+                try:
+                    tp = files.parse_topic_partition_name(entry.name)
+                except ValueError:
+                    continue
+                logs[tp] = PartitionLog(tp[0], tp[1], Path(entry.path), _local_segments(Path(entry.path)))
+    for tp, plog in logs.items():
+        segs = plog.local_segments
+        if segs:
+            plog.log_end_offset = _next_offset(segs[-1])
+            plog.local_start = max(segs[0].base_offset, min(start_offsets.get(tp, 0), plog.log_end_offset))
+    if remote is not None:
+        _add_remote(logs, remote)
+    return logs
+
+
+def _topic_id(plog: PartitionLog) -> bytes | None:
+    if plog.directory is None:
+        return None
+    try:
+        return PartitionMetadataFile(plog.directory / PARTITION_METADATA).read()
+    except (OSError, TierlogError):
+        return None
+
+
+def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> None:
+    if not Path(spec.metadata_dir).is_dir():
+        return
+    store = FileRemoteLogMetadataManager(Path(spec.metadata_dir), read_only=True)
+    try:
+        by_tp: dict[TopicPartition, list[TopicIdPartition]] = {}
+        for tip in store.partitions():
+            by_tp.setdefault((tip.topic, tip.partition), []).append(tip)
+        for tp, tips in by_tp.items():
+            plog = logs.get(tp)
+            if plog is None:
+                plog = logs[tp] = PartitionLog(tp[0], tp[1], None)
+            wanted = _topic_id(plog)
+            # A topic deleted and recreated under the same name keeps the old id's metadata until
+            # it is cleaned up: only the id the local partition carries is this topic.
+            matching = [t for t in tips if wanted is None or t.topic_id == wanted] or tips
+            tip = matching[-1]
+            finished = sorted((m for m in store.list_remote_log_segments(tip)
+                               if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
+                              key=lambda m: m.start_offset)
+            if not finished:
+                continue
+            plog.remote_segments = finished
+            plog.remote_start = max(finished[0].start_offset, store.log_start_offset(tip) or 0)
+            remote_end = finished[-1].end_offset + 1
+            if plog.local_start is None:
+                plog.log_end_offset = max(plog.log_end_offset, remote_end)
+    finally:
+        store.close()
+
+
+# -- ListOffsets by timestamp --------------------------------------------------------------------------
+
+
+def _stream_headers(rng: ScanRange, spec: RemoteSpec | None, position: int) -> Iterator[BatchHeader]:
+    """Each whole batch of the segment from ``position`` (read batch by batch: this scan usually ends
+    within a few batches)."""
+    with open_segment(rng, spec, position) as raw:
+        # Remote plugins may return unbuffered streams; batch-sized reads want a buffer in front.
+        stream: BinaryIO = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw, 1 << 16)  # type: ignore[type-var]
+        while True:
+            head = stream.read(17)
+            if len(head) < 17:
+                return
+            length = int.from_bytes(head[8:12], "big", signed=True)
+            if length < 14 or head[16] != 2:
+                return  # a zero-filled or damaged tail: where recovery would cut the log
+            rest = stream.read(12 + length - 17)
+            if len(rest) < 12 + length - 17:
+                return
+            yield BatchHeader(head + rest, 0)
+
+
+def offset_for_timestamp(plog: PartitionLog, timestamp_ms: int, spec: RemoteSpec | None) -> int | None:
+    """Kafka's ListOffsets for a timestamp (UnifiedLog.fetchOffsetByTimestamp): in the first segment,
+    oldest first, whose largest timestamp reaches it, start at the batch the time index points to and
+    return the first record at or after the timestamp."""
+    ranges = plog.ranges(plog.earliest, plog.latest)
+    for i, rng in enumerate(ranges):
+        base = segment_base_offset(rng)
+        ts, offs = time_index_entries(read_index(rng, IndexType.TIMESTAMP, spec), base)
+        if rng.remote is not None:
+            largest = rng.remote.max_timestamp_ms
+        else:
+            largest = int(ts[-1]) if len(ts) else -1
+        # The active segment's newest batches are not in its time index yet: always look there.
+        if largest < timestamp_ms and not (i == len(ranges) - 1 and not rng.is_remote):
+            continue
+        j = int(np.searchsorted(ts, timestamp_ms, side="right")) - 1
+        target = max(int(offs[j]) if j >= 0 else base, rng.start_offset)
+        index = offset_index_entries(read_index(rng, IndexType.OFFSET, spec), base)
+        position, _ = position_bounds(index, target, target + 1)
+        for h in _stream_headers(rng, spec, position):
+            if h.base_offset >= rng.end_offset:
+                break
+            if h.last_offset < target or h.is_control or h.max_timestamp < timestamp_ms:
+                continue
+            for record in decode_batch(h):
+                if record.timestamp >= timestamp_ms and rng.start_offset <= record.offset < rng.end_offset:
+                    return record.offset
+    return None
+
+
+def select(logs: dict[TopicPartition, PartitionLog], topics: Iterable[str]) -> list[PartitionLog]:
+    wanted = set(topics)
+    return [logs[tp] for tp in sorted(logs) if tp[0] in wanted]

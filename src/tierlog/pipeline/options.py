@@ -1,0 +1,330 @@
+"""The options of ``format("tierlog")``: Spark's Kafka source options with the location options
+replaced by ``path`` and the broker's remote-tier keys, parsed and checked the way Spark's Kafka
+source checks them (same names, same rules, errors that say which option is wrong)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tierlog.config.broker_config import BrokerConfig
+from tierlog.errors import TierlogError
+from tierlog.pipeline.catalog import PartitionLog, TopicPartition, discover, offset_for_timestamp
+from tierlog.pipeline.reader import RemoteSpec, ScanRange, props_tuple
+from tierlog.tiered.api import plugin_properties
+from tierlog.tiered.remote_log_manager import METADATA_DIR_NAME, default_local_remote_dir
+
+EARLIEST = -2
+LATEST = -1
+_LOCAL_RSM = "LocalDirectoryRemoteStorageManager"
+_RSM_CLASS = "remote.log.storage.manager.class.name"
+_RSM_PREFIX = "remote.log.storage.manager.impl.prefix"
+
+
+class TierlogOptionError(TierlogError, ValueError):
+    """An option is missing, malformed or not valid for this kind of query."""
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """A starting or ending position: ``earliest``, ``latest``, per-partition offsets (with -2/-1),
+    one timestamp for every partition, or per-partition timestamps."""
+
+    kind: str  # "earliest" | "latest" | "offsets" | "timestamp" | "timestamps"
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    timestamp: int = 0
+
+    def describe(self) -> str:
+        return self.kind if self.kind in ("earliest", "latest") else f"{self.kind} {dict(self.offsets) or self.timestamp}"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    paths: tuple[str, ...]
+    remote: RemoteSpec | None
+    subscribe: tuple[str, ...] | None = None
+    pattern: str | None = None
+    assign: tuple[TopicPartition, ...] | None = None
+    starting: OffsetSpec = OffsetSpec("earliest")
+    ending: OffsetSpec = OffsetSpec("latest")
+    starting_strategy: str = "error"
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+    check_crcs: bool = True
+
+    # -- which partitions ------------------------------------------------------------------------------
+
+    def partitions(self, logs: Mapping[TopicPartition, PartitionLog]) -> list[PartitionLog]:
+        if self.assign is not None:
+            return [logs[tp] if tp in logs else PartitionLog(tp[0], tp[1], None) for tp in self.assign]
+        if self.subscribe is not None:
+            wanted = set(self.subscribe)
+            return [logs[tp] for tp in sorted(logs) if tp[0] in wanted]
+        assert self.pattern is not None
+        regex = re.compile(self.pattern)
+        # The consumer's pattern subscription leaves out internal topics (exclude.internal.topics).
+        return [logs[tp] for tp in sorted(logs) if not tp[0].startswith("__") and regex.fullmatch(tp[0])]
+
+    def discover(self) -> dict[TopicPartition, PartitionLog]:
+        return discover([Path(p) for p in self.paths], self.remote)
+
+
+# -- parsing ---------------------------------------------------------------------------------------------
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise TierlogOptionError(f"option '{key}' must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+    raw = options.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TierlogOptionError(f"option '{key}' must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise TierlogOptionError(f"option '{key}' must be a positive integer, got {raw!r}")
+    return value
+
+
+def _json_object(key: str, raw: str) -> dict[str, object]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise TierlogOptionError(f"option '{key}' is not valid JSON ({e}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise TierlogOptionError(f"option '{key}' must be a JSON object, got {raw!r}")
+    return value
+
+
+def _partition_map(key: str, raw: str) -> dict[TopicPartition, int]:
+    """``{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}``."""
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in _json_object(key, raw).items():
+        if not isinstance(parts, dict):
+            raise TierlogOptionError(f"option '{key}': expected {{\"{topic}\": {{\"0\": value}}}}, got {raw!r}")
+        for p, value in parts.items():
+            if not (isinstance(p, str) and p.lstrip("-").isdigit()) or not isinstance(value, int) or isinstance(value, bool):
+                raise TierlogOptionError(f"option '{key}': partition {p!r} of {topic!r} needs an integer, got {raw!r}")
+            out[(topic, int(p))] = value
+    return out
+
+
+def _assign(raw: str) -> tuple[TopicPartition, ...]:
+    """``{"topicA":[0,1],"topicB":[2,4]}``."""
+    out: list[TopicPartition] = []
+    for topic, parts in _json_object("assign", raw).items():
+        if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            raise TierlogOptionError(f"option 'assign': expected {{\"{topic}\": [0, 1]}}, got {raw!r}")
+        out.extend((topic, p) for p in parts)
+    return tuple(out)
+
+
+def _timestamp(key: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise TierlogOptionError(f"option '{key}' must be a timestamp in milliseconds, got {raw!r}") from None
+
+
+def _offset_spec(options: Mapping[str, str], which: str, default: str) -> OffsetSpec:
+    """Spark's precedence: the global timestamp, then per-partition timestamps, then offsets."""
+    ts = options.get(f"{which}timestamp")
+    if ts is not None:
+        return OffsetSpec("timestamp", timestamp=_timestamp(f"{which}Timestamp", ts))
+    by_ts = options.get(f"{which}offsetsbytimestamp")
+    if by_ts is not None:
+        return OffsetSpec("timestamps", _partition_map(f"{which}OffsetsByTimestamp", by_ts))
+    raw = options.get(f"{which}offsets", default).strip()
+    if raw.lower() in ("earliest", "latest"):
+        return OffsetSpec(raw.lower())
+    return OffsetSpec("offsets", _partition_map(f"{which}Offsets", raw))
+
+
+def remote_spec(options: Mapping[str, str], config: BrokerConfig | None, first_dir: Path) -> RemoteSpec:
+    """The remote tier as the broker sees it: options override the config file's keys, and the
+    local-directory plugin defaults to the broker's default directory beside the first log dir."""
+    class_name = options.get(_RSM_CLASS) or (config.get_str(_RSM_CLASS) if config else None)
+    if not class_name:
+        class_name = "tierlog.tiered.backends.local.LocalDirectoryRemoteStorageManager"
+    prefix = options.get(_RSM_PREFIX) or (config.get_str(_RSM_PREFIX) if config else "rsm.config.")
+    props = plugin_properties(config.plugin_props, prefix) if config else {}
+    props.update(plugin_properties(options, prefix))
+    if class_name.endswith(_LOCAL_RSM):
+        props.setdefault("dir", str(default_local_remote_dir(first_dir.resolve())))
+    return RemoteSpec(class_name, props_tuple(props), str(first_dir / METADATA_DIR_NAME))
+
+
+def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    # Spark's Kafka options are case-insensitive; the plugin's rsm.config.* values keep their case.
+    options = {k.lower(): v for k, v in raw.items()}
+    if "kafka.bootstrap.servers" in options:
+        raise TierlogOptionError(
+            "format('tierlog') reads a broker's data directory, not a running broker: replace "
+            "'kafka.bootstrap.servers' with option('path', '<log dir>[,<log dir>...]') (and the remote "
+            "tier's keys, or option('config', '<server.properties>'), for tiered data)")
+    config: BrokerConfig | None = None
+    if options.get("config"):
+        try:
+            config = BrokerConfig.from_file(Path(options["config"]))
+        except OSError as e:
+            raise TierlogOptionError(f"option 'config': cannot read {options['config']}: {e}") from None
+    paths = tuple(p.strip() for p in options.get("path", "").split(",") if p.strip())
+    if not paths and config is not None:
+        paths = tuple(str(d) for d in config.log_dirs)
+    if not paths:
+        raise TierlogOptionError("option 'path' is required: the broker's log directory (comma-separate several)")
+    plugin_options = {k: v for k, v in raw.items() if k.lower() in (_RSM_CLASS, _RSM_PREFIX)
+                      or k.lower().startswith("rsm.config.")}
+    remote = remote_spec({k.lower() if not k.lower().startswith("rsm.") else k: v for k, v in plugin_options.items()},
+                         config, Path(paths[0]))
+
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k, "").strip()]
+    if len(given) != 1:
+        names = "subscribe, subscribePattern, assign"
+        if not given:
+            raise TierlogOptionError(f"One of the following options must be specified for the tierlog source: {names}")
+        raise TierlogOptionError(f"Only one of the following options can be specified for the tierlog source: {names}")
+    subscribe = pattern = assign = None
+    if given[0] == "subscribe":
+        subscribe = tuple(t.strip() for t in options["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise TierlogOptionError("No topics to subscribe to as specified value for option 'subscribe' is empty")
+    elif given[0] == "subscribepattern":
+        pattern = options["subscribepattern"].strip()
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise TierlogOptionError(f"option 'subscribePattern' is not a valid pattern: {e}") from None
+    else:
+        assign = _assign(options["assign"])
+
+    starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")
+    ending = _offset_spec(options, "ending", "latest")
+    if streaming:
+        for key in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+            if key in options:
+                raise TierlogOptionError(f"option '{key}' is not valid for streaming queries")
+    else:
+        if starting.kind == "latest" or (starting.kind == "offsets" and LATEST in starting.offsets.values()):
+            raise TierlogOptionError("starting offset can't be latest for batch queries on tierlog")
+        if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST in ending.offsets.values()):
+            raise TierlogOptionError("ending offset can't be earliest for batch queries on tierlog")
+    strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise TierlogOptionError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got {strategy!r}")
+    return ReadOptions(
+        paths=paths, remote=remote, subscribe=subscribe, pattern=pattern, assign=assign,
+        starting=starting, ending=ending, starting_strategy=strategy,
+        include_headers=_bool(options, "includeHeaders", False),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        min_partitions=_positive_int(options, "minPartitions"),
+        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        check_crcs=_bool(options, "kafka.check.crcs", True),
+    )
+
+
+# -- resolving positions to offsets ------------------------------------------------------------------------
+
+
+def _require_all(spec: OffsetSpec, which: str, parts: Sequence[PartitionLog]) -> None:
+    assigned = {(p.topic, p.partition) for p in parts}
+    if set(spec.offsets) != assigned:
+        raise TierlogOptionError(
+            f"If {which} contains specific offsets, you must specify all TopicPartitions. "
+            f"Use -1 for latest, -2 for earliest. Specified: {sorted(spec.offsets)} Assigned: {sorted(assigned)}")
+
+
+def resolve(spec: OffsetSpec, which: str, parts: Sequence[PartitionLog], opts: ReadOptions) -> dict[TopicPartition, int]:
+    """Each partition's offset for a starting or ending position (exclusive for ending)."""
+    if spec.kind in ("offsets", "timestamps"):
+        _require_all(spec, f"{which}Offsets" + ("ByTimestamp" if spec.kind == "timestamps" else ""), parts)
+    out: dict[TopicPartition, int] = {}
+    for plog in parts:
+        tp = (plog.topic, plog.partition)
+        if spec.kind == "earliest":
+            out[tp] = plog.earliest
+        elif spec.kind == "latest":
+            out[tp] = plog.latest
+        elif spec.kind == "offsets":
+            value = spec.offsets[tp]
+            out[tp] = plog.earliest if value == EARLIEST else plog.latest if value == LATEST else value
+        else:
+            ts = spec.timestamp if spec.kind == "timestamp" else spec.offsets[tp]
+            found = offset_for_timestamp(plog, ts, opts.remote)
+            if found is None:
+                if which == "starting" and opts.starting_strategy == "error":
+                    raise TierlogOptionError(
+                        f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp {ts} "
+                        "(startingOffsetsByTimestampStrategy=error; use latest to start at the end instead)")
+                found = plog.latest
+            out[tp] = found
+    return out
+
+
+def check_range(plog: PartitionLog, start: int, end: int, opts: ReadOptions) -> tuple[int, int]:
+    """Apply failOnDataLoss to [start, end): offsets below the earliest or beyond the latest are an
+    error with it, skipped without it."""
+    tp = f"{plog.topic}-{plog.partition}"
+    if start > end:
+        raise TierlogOptionError(f"{tp}: the ending offset {end} is before the starting offset {start}")
+    if start < plog.earliest or end > plog.latest:
+        if opts.fail_on_data_loss:
+            raise TierlogOptionError(
+                f"{tp}: offsets [{start}, {end}) are not all available (the log holds [{plog.earliest}, "
+                f"{plog.latest})). Some data may have been lost because it is not available any more; "
+                "set failOnDataLoss to false to read what there is")
+        start = min(max(start, plog.earliest), plog.latest)
+        end = max(min(end, plog.latest), start)
+    return start, end
+
+
+def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, int],
+                ends: Mapping[TopicPartition, int], opts: ReadOptions) -> list[ScanRange]:
+    """One range per segment overlapping each partition's [start, end), split for minPartitions."""
+    ranges: list[ScanRange] = []
+    for plog in parts:
+        tp = (plog.topic, plog.partition)
+        start, end = check_range(plog, starts[tp], ends[tp], opts)
+        if start >= end:
+            continue
+        gaps = plog.missing(start, end)
+        if gaps and opts.fail_on_data_loss:
+            raise TierlogOptionError(
+                f"{plog.topic}-{plog.partition}: offsets {gaps} are in neither the local log nor the remote tier. "
+                "Some data may have been lost; set failOnDataLoss to false to read what there is")
+        ranges.extend(plog.ranges(start, end))
+    return split_ranges(ranges, opts.min_partitions)
+
+
+def split_ranges(ranges: list[ScanRange], min_partitions: int | None) -> list[ScanRange]:
+    """Split ranges by offsets, in proportion to their sizes, until there are at least
+    ``min_partitions`` (where ranges hold enough offsets), like Spark's KafkaOffsetRangeCalculator."""
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end_offset - r.start_offset for r in ranges)
+    if total == 0:
+        return ranges
+    out: list[ScanRange] = []
+    for r in ranges:
+        size = r.end_offset - r.start_offset
+        parts = max(1, min(size, math.ceil(size * min_partitions / total)))
+        for i in range(parts):
+            lo = r.start_offset + size * i // parts
+            hi = r.start_offset + size * (i + 1) // parts
+            out.append(replace(r, start_offset=lo, end_offset=hi))
+    return out

@@ -1,0 +1,327 @@
+"""``spark.read.format("tierlog")`` and ``spark.readStream.format("tierlog")``: a Python data source
+with the schema and options of Spark's Kafka source, reading a broker's data directory and its remote
+tier instead of a running broker.
+
+Planning (on the driver) lists the partitions and segments and resolves the offset bounds through
+the indexes; each Spark input partition is one segment range, read by a worker straight from the
+segment file or the remote object and returned as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from tierlog.pipeline.catalog import PartitionLog, TopicPartition, offset_for_timestamp
+from tierlog.pipeline.options import (
+    ReadOptions,
+    TierlogOptionError,
+    check_range,
+    parse_options,
+    plan_ranges,
+    resolve,
+)
+from tierlog.pipeline.reader import ScanRange, read_range
+
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """Spark's Kafka source schema (KafkaRecordToRowConverter), field for field."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE))
+    return StructType(fields)
+
+
+class SegmentPartition(InputPartition):
+    """A Spark input partition: one offset range of one segment."""
+
+    def __init__(self, scan: ScanRange) -> None:
+        super().__init__(scan)
+        self.scan = scan
+
+
+def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    scan = partition.scan if isinstance(partition, SegmentPartition) else partition.value
+    if not isinstance(scan, ScanRange):
+        return  # Spark plans one empty partition when the reader returned none
+    yield from read_range(scan, include_headers=opts.include_headers, check_crcs=opts.check_crcs, spec=opts.remote)
+
+
+# -- batch ---------------------------------------------------------------------------------------------
+
+
+class _Pruning:
+    """What pushed-down filters allow to skip: partitions, topics and offset bounds. Spark still
+    evaluates every filter on the rows (they are all returned as not fully handled), so pruning only
+    has to be conservative, never exact."""
+
+    def __init__(self) -> None:
+        self.partitions: set[int] | None = None
+        self.topics: set[str] | None = None
+        self.min_offset: int | None = None
+        self.max_offset: int | None = None  # exclusive
+        self.min_timestamp_ms: int | None = None
+
+    def take(self, f: Filter) -> None:
+        column = getattr(f, "attribute", None)
+        if column not in (("partition",), ("topic",), ("offset",), ("timestamp",)):
+            return
+        name = column[0]
+        value = getattr(f, "value", None)
+        if isinstance(f, EqualTo):
+            values: tuple[Any, ...] | None = (value,)
+        elif isinstance(f, In):
+            values = tuple(value) if isinstance(value, tuple | list) else None
+        else:
+            values = None
+        if values is not None and name in ("partition", "topic"):
+            wanted = set(values)
+            if name == "partition":
+                self.partitions = wanted if self.partitions is None else self.partitions & wanted
+            else:
+                self.topics = wanted if self.topics is None else self.topics & wanted
+            return
+        if name == "offset" and isinstance(value, int):
+            lo = {GreaterThan: value + 1, GreaterThanOrEqual: value, EqualTo: value}.get(type(f))
+            hi = {LessThan: value, LessThanOrEqual: value + 1, EqualTo: value + 1}.get(type(f))
+            if lo is not None:
+                self.min_offset = lo if self.min_offset is None else max(self.min_offset, lo)
+            if hi is not None:
+                self.max_offset = hi if self.max_offset is None else min(self.max_offset, hi)
+        elif name == "timestamp" and isinstance(value, datetime) and isinstance(f, GreaterThan | GreaterThanOrEqual):
+            ms = math.floor(value.timestamp() * 1000)
+            self.min_timestamp_ms = ms if self.min_timestamp_ms is None else max(self.min_timestamp_ms, ms)
+
+    def keep(self, plog: PartitionLog) -> bool:
+        return ((self.partitions is None or plog.partition in self.partitions)
+                and (self.topics is None or plog.topic in self.topics))
+
+
+class TierlogBatchReader(DataSourceReader):
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.pruning = _Pruning()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            self.pruning.take(f)
+            yield f
+
+    def plan(self) -> list[ScanRange]:
+        opts = self.options
+        parts = opts.partitions(opts.discover())
+        starts = resolve(opts.starting, "starting", parts, opts)
+        ends = resolve(opts.ending, "ending", parts, opts)
+        pruning = self.pruning
+        kept = []
+        for plog in parts:
+            if not pruning.keep(plog):
+                continue
+            tp = (plog.topic, plog.partition)
+            start, end = check_range(plog, starts[tp], ends[tp], opts)
+            if pruning.min_offset is not None:
+                start = max(start, min(pruning.min_offset, end))
+            if pruning.max_offset is not None:
+                end = max(start, min(end, pruning.max_offset))
+            if pruning.min_timestamp_ms is not None and start < end:
+                # The first record at or after the timestamp, as ListOffsets finds it: nothing
+                # before it can pass the filter unless timestamps go backwards, and Spark's own
+                # filter on the rows stays exact for what is read.
+                found = offset_for_timestamp(plog, pruning.min_timestamp_ms, opts.remote)
+                start = end if found is None else max(start, min(found, end))
+            starts[tp], ends[tp] = start, end
+            kept.append(plog)
+        return plan_ranges(kept, starts, ends, opts)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [SegmentPartition(r) for r in self.plan()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+
+# -- streaming -------------------------------------------------------------------------------------------
+
+Offsets = dict[str, dict[str, int]]
+
+
+def _to_json(offsets: Mapping[TopicPartition, int]) -> Offsets:
+    """Spark's Kafka offset format: ``{"topic": {"0": 23}}``."""
+    out: Offsets = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def _from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[TopicPartition, int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of what was appended since the last batch, per partition offsets in Spark's
+    Kafka format, so a checkpoint written for one restarts the other's query position."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._target: dict[TopicPartition, int] | None = None
+
+    def _logs(self) -> list[PartitionLog]:
+        return self.options.partitions(self.options.discover())
+
+    def initialOffset(self) -> Offsets:
+        parts = self._logs()
+        return _to_json(resolve(self.options.starting, "starting", parts, self.options))
+
+    def _available(self) -> dict[TopicPartition, int]:
+        latest = {(p.topic, p.partition): p.latest for p in self._logs()}
+        if self._target is not None:
+            # Trigger.AvailableNow: nothing appended after the query started is read.
+            latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items() if tp in self._target}
+        return latest
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {(p.topic, p.partition): p.latest for p in self._logs()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        begin = _from_json(start)
+        logs = {(p.topic, p.partition): p for p in self._logs()}
+        latest = self._available()
+        # A partition that appeared after the query started is read from its beginning, as Spark does.
+        begin.update({tp: logs[tp].earliest for tp in latest if tp not in begin and tp in logs})
+        end = dict(begin)
+        end.update({tp: max(o, begin[tp]) for tp, o in latest.items()})
+        if isinstance(limit, ReadMaxRows):
+            end = _rate_limit(begin, end, limit.max_rows)
+        return _to_json(end)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        return _to_json(self._available())
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        begin = _from_json(start)
+        until = _from_json(end)
+        logs = {(p.topic, p.partition): p for p in self._logs()}
+        parts = [logs[tp] for tp in sorted(until) if tp in logs]
+        starts = {tp: begin.get(tp, logs[tp].earliest) for tp in until if tp in logs}
+        return [SegmentPartition(r) for r in plan_ranges(parts, starts, until, self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def commit(self, end: Offsets) -> None:
+        pass  # the log is read in place: there is nothing to release
+
+
+def _rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+                max_rows: int) -> dict[TopicPartition, int]:
+    """Share ``max_rows`` between partitions in proportion to what each has waiting (Spark's
+    KafkaMicroBatchStream.rateLimit)."""
+    sizes = {tp: end[tp] - begin.get(tp, end[tp]) for tp in end}
+    total = sum(s for s in sizes.values() if s > 0)
+    if total <= max_rows:
+        return dict(end)
+    out = {}
+    for tp, until in end.items():
+        size = sizes[tp]
+        if size <= 0:
+            out[tp] = until
+            continue
+        share = max_rows * size / total
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(until, begin[tp] + step)
+    return out
+
+
+# -- the data source -------------------------------------------------------------------------------------
+
+
+class TierlogDataSource(DataSource):
+    """``format("tierlog")``: Spark's Kafka source over a tierlog (or Kafka) data directory."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tierlog"
+
+    def _options(self, *, streaming: bool) -> ReadOptions:
+        return parse_options(dict(self.options), streaming=streaming)
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeheaders", self.options.get("includeHeaders", "false")))
+        if include.strip().lower() not in ("true", "false"):
+            raise TierlogOptionError(f"option 'includeHeaders' must be true or false, got {include!r}")
+        return kafka_schema(include.strip().lower() == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return TierlogBatchReader(self._options(streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TierlogStreamReader(self._options(streaming=True))
+
+
+def spark_session(master: str | None = None, *, app_name: str = "tierlog",
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark session (``local[*]`` unless told) with ``format("tierlog")`` registered.
+
+    Python workers run this interpreter, which has tierlog and its compiled decoder; filter pushdown
+    for Python data sources is switched on so partition, offset and timestamp filters prune the scan.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
+    settings = {"spark.sql.python.filterPushdown.enabled": "true"}
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.dataSource.register(TierlogDataSource)
+    return spark

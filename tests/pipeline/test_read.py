@@ -1,0 +1,170 @@
+"""spark.read.format("tierlog") against the files: every row, the schema, offset and timestamp bounds,
+minPartitions, topic selection, the remote tier and the option checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from tests.pipeline.data import Dataset, Row
+
+# Spark's Kafka source schema, spelled out as KafkaRecordToRowConverter defines it.
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
+])
+HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                       StructField("value", BinaryType())])))
+
+
+def reader(spark: Any, ds: Dataset, **options: object) -> Any:
+    r = spark.read.format("tierlog").option("path", str(ds.data))
+    for k, v in options.items():
+        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
+    return r.load()
+
+
+def rows(df: Any, headers: bool = True) -> list[Row]:
+    cols = ["key", "value", "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts"), "timestampType"]
+    out = []
+    for r in df.select(*cols, *(["headers"] if headers else [])).collect():
+        hs = tuple((h["key"], h["value"]) for h in r["headers"]) if headers else ()
+        out.append((r["key"], r["value"], r["topic"], r["partition"], r["offset"], r["ts"], r["timestampType"], hs))
+    return sorted(out, key=lambda x: (x[2], x[3], x[4]))
+
+
+def offsets(df: Any) -> dict[tuple[str, int], list[int]]:
+    out: dict[tuple[str, int], list[int]] = {}
+    for r in df.select("topic", "partition", "offset").collect():
+        out.setdefault((r[0], r[1]), []).append(r[2])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_schema_is_exactly_the_kafka_source_schema(spark: Any, dataset: Dataset) -> None:
+    assert reader(spark, dataset, subscribe="events").schema == KAFKA_SCHEMA
+    with_headers = reader(spark, dataset, subscribe="events", includeHeaders="true").schema
+    assert with_headers == StructType([*KAFKA_SCHEMA.fields, HEADERS])
+
+
+def test_every_row_matches_the_files(spark: Any, dataset: Dataset) -> None:
+    got = rows(reader(spark, dataset, subscribe="orders,lat", includeHeaders="true"))
+    want = sorted(dataset.expected[("orders", 0)] + dataset.expected[("orders", 1)] + dataset.expected[("lat", 0)],
+                  key=lambda x: (x[2], x[3], x[4]))
+    assert len(got) == len(want) > 150
+    assert got == want
+    # The data set really has what the comparison is meant to cover.
+    assert any(r[0] is None for r in got) and any(r[1] is None for r in got)
+    assert any(h[1] is None for r in got for h in r[7]) and any(r[6] == 1 for r in got)
+    # Control records take offsets but are never rows: the offsets have gaps.
+    orders0 = [r[4] for r in got if r[2] == "orders" and r[3] == 0]
+    assert len(orders0) < dataset.log_end[("orders", 0)]
+
+
+def test_tiered_topic_is_read_in_full_from_both_tiers(spark: Any, dataset: Dataset) -> None:
+    assert dataset.log_start[("tiered", 0)] > 0 and dataset.remote_files
+    got = rows(reader(spark, dataset, subscribe="tiered", includeHeaders="true"))
+    assert got == dataset.expected[("tiered", 0)]
+
+
+def test_offset_bounds(spark: Any, dataset: Dataset) -> None:
+    df = reader(spark, dataset, subscribe="orders,tiered",
+                startingOffsets={"orders": {"0": 7, "1": -2}, "tiered": {"0": 30}},
+                endingOffsets={"orders": {"0": 50, "1": -1}, "tiered": {"0": 75}})
+    got = offsets(df)
+    want = {
+        ("orders", 0): [r[4] for r in dataset.expected[("orders", 0)] if 7 <= r[4] < 50],
+        ("orders", 1): [r[4] for r in dataset.expected[("orders", 1)]],
+        ("tiered", 0): [r[4] for r in dataset.expected[("tiered", 0)] if 30 <= r[4] < 75],
+    }
+    assert got == want
+    assert offsets(reader(spark, dataset, subscribe="events", startingOffsets="earliest",
+                          endingOffsets="latest")) == {("events", 0): list(range(8))}
+
+
+def test_timestamp_bounds_agree_with_list_offsets(spark: Any, dataset: Dataset) -> None:
+    for tp in [("orders", 1), ("tiered", 0), ("lat", 0)]:
+        probes = dataset.by_timestamp[tp]
+        stamps = sorted(probes)
+        start_ts, end_ts = stamps[1], stamps[2]
+        start, end = probes[start_ts], probes[end_ts]
+        assert start is not None and end is not None and start < end
+        df = reader(spark, dataset, assign={tp[0]: [tp[1]]}, startingTimestamp=str(start_ts),
+                    endingTimestamp=str(end_ts))
+        assert offsets(df)[tp] == [r[4] for r in dataset.expected[tp] if start <= r[4] < end], tp
+    # Per partition, and an ending timestamp past every record means the latest offset.
+    tp = ("orders", 0)
+    stamps = sorted(dataset.by_timestamp[tp])
+    df = reader(spark, dataset, subscribe="orders",
+                startingOffsetsByTimestamp={"orders": {"0": stamps[3], "1": stamps[0]}},
+                endingOffsetsByTimestamp={"orders": {"0": stamps[4], "1": stamps[4] + 10**9}})
+    got = offsets(df)
+    first = dataset.by_timestamp[tp][stamps[3]]
+    assert first is not None and dataset.by_timestamp[tp][stamps[4]] is None
+    assert got[tp] == [r[4] for r in dataset.expected[tp] if r[4] >= first]
+    assert got[("orders", 1)] == [r[4] for r in dataset.expected[("orders", 1)]]
+
+
+def test_starting_timestamp_without_a_match(spark: Any, dataset: Dataset) -> None:
+    after_all = max(dataset.by_timestamp[("events", 0)])
+    with pytest.raises(Exception, match="No offset matched"):
+        reader(spark, dataset, subscribe="events", startingTimestamp=str(after_all)).collect()
+    df = reader(spark, dataset, subscribe="events", startingTimestamp=str(after_all),
+                startingOffsetsByTimestampStrategy="latest")
+    assert df.count() == 0
+
+
+def test_min_partitions_splits_segments(spark: Any, dataset: Dataset) -> None:
+    plain = reader(spark, dataset, subscribe="events")
+    assert plain.rdd.getNumPartitions() == 1
+    split = reader(spark, dataset, subscribe="events", minPartitions="4")
+    assert split.rdd.getNumPartitions() == 4
+    assert offsets(split) == offsets(plain)
+
+
+def test_subscribe_pattern_and_assign(spark: Any, dataset: Dataset) -> None:
+    got = reader(spark, dataset, subscribePattern="or.*|ev.*").groupBy("topic", "partition").count().collect()
+    assert sorted((r[0], r[1], r[2]) for r in got) == [
+        ("events", 0, 8), ("orders", 0, len(dataset.expected[("orders", 0)])),
+        ("orders", 1, len(dataset.expected[("orders", 1)]))]
+    assigned = reader(spark, dataset, assign={"orders": [1]})
+    assert set(offsets(assigned)) == {("orders", 1)}
+
+
+def test_pushed_down_filters_prune_and_stay_exact(spark: Any, dataset: Dataset) -> None:
+    df = reader(spark, dataset, subscribe="orders").where("partition = 1 and offset >= 40 and offset < 45")
+    assert offsets(df) == {("orders", 1): [r[4] for r in dataset.expected[("orders", 1)] if 40 <= r[4] < 45]}
+
+
+def test_fail_on_data_loss(spark: Any, dataset: Dataset) -> None:
+    start = {"trimmed": {"0": 0}}
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader(spark, dataset, subscribe="trimmed", startingOffsets=start).collect()
+    df = reader(spark, dataset, subscribe="trimmed", startingOffsets=start, failOnDataLoss="false")
+    assert offsets(df)[("trimmed", 0)] == [r[4] for r in dataset.expected[("trimmed", 0)]]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"subscribe": "orders", "kafka.bootstrap.servers": "localhost:9092"}, "option\\('path'"),
+    ({"subscribe": "orders", "startingOffsets": "latest"}, "can't be latest"),
+    ({"subscribe": "orders", "endingOffsets": "earliest"}, "can't be earliest"),
+    ({}, "One of the following options must be specified"),
+    ({"subscribe": "orders", "assign": '{"orders": [0]}'}, "Only one of the following"),
+    ({"subscribe": "orders", "startingOffsets": '{"orders": {"0": 1}}'}, "you must specify all TopicPartitions"),
+])
+def test_bad_options_are_rejected(spark: Any, dataset: Dataset, options: dict[str, str], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        reader(spark, dataset, **options).collect()
