@@ -45,7 +45,9 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "tierlog.cli.main", "serve",
+        # TIERLOG_IT_LOG_LEVEL=DEBUG shows, among others, the API versions each client negotiated.
+        cmd = [sys.executable, "-m", "tierlog.cli.main", "--log-level", os.environ.get("TIERLOG_IT_LOG_LEVEL", "INFO"),
+               "serve",
                "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={self.data_dir}"]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]

@@ -4,7 +4,9 @@ from committed offsets after the broker restarts."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -58,37 +60,60 @@ def test_kafka_python_produce_and_group_consume(broker: BrokerProcess, topic_nam
         consumer.close()
 
 
+class _Polling:
+    """A kafka-python consumer polled continuously by its own thread, as an application would."""
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self.consumer = consumer
+        self.values: list[int] = []
+        self.assigned: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for records in self.consumer.poll(timeout_ms=200).values():
+                self.values.extend(int(r.value) for r in records)
+            self.assigned = {tp.partition for tp in self.consumer.assignment()}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
 def test_kafka_python_two_consumers_split_and_rebalance(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker.bootstrap, topic_name)
     group = f"g-{topic_name}"
 
-    def member() -> KafkaConsumer:
-        return KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", session_timeout_ms=10000, heartbeat_interval_ms=500)
+    def member() -> _Polling:
+        return _Polling(KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
+                                      auto_offset_reset="earliest", session_timeout_ms=10000,
+                                      heartbeat_interval_ms=500))
 
     first, second = member(), member()
     try:
-        deadline = time.monotonic() + 60
-        # Both must poll for the group to settle with both members.
-        while time.monotonic() < deadline:
-            first.poll(timeout_ms=100)
-            second.poll(timeout_ms=100)
-            a, b = first.assignment(), second.assignment()
-            if a and b and len(a) + len(b) == PARTITIONS:
-                break
-        a, b = first.assignment(), second.assignment()
-        assert a and b, (a, b)
-        assert not (a & b)
-        assert {tp.partition for tp in a | b} == set(range(PARTITIONS))
+        assert _wait_for(lambda: bool(first.assigned) and bool(second.assigned)
+                         and len(first.assigned) + len(second.assigned) == PARTITIONS), (first.assigned, second.assigned)
+        assert not (first.assigned & second.assigned)
+        assert first.assigned | second.assigned == set(range(PARTITIONS))
 
         second.close()  # LeaveGroup: the survivor must get every partition
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(first.assignment()) != PARTITIONS:
-            first.poll(timeout_ms=200)
-        assert {tp.partition for tp in first.assignment()} == set(range(PARTITIONS))
+        assert _wait_for(lambda: first.assigned == set(range(PARTITIONS))), first.assigned
 
         kp_produce(broker.bootstrap, topic_name, range(400))
-        assert sorted(kp_consume(first, 400)) == list(range(400))
+        assert _wait_for(lambda: len(first.values) >= 400)
+        assert sorted(first.values) == list(range(400))
     finally:
         first.close()
         second.close()

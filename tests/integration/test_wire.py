@@ -21,6 +21,12 @@ from tierlog.protocol import ApiKey, build_request, encode_request, parse_respon
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 
 
+def now_ms() -> int:
+    # Records carry the current time: the session broker runs retention every half second, and
+    # records older than retention.ms (7 days) would be deleted under the test's feet.
+    return int(time.time() * 1000)
+
+
 class RawClient:
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -103,7 +109,7 @@ def test_retried_duplicate_batch_gets_its_original_offset_and_is_stored_once(bro
         pid = init.producer_id
 
         def batch(seq: int, n: int) -> bytes:
-            return build_batch([SimpleRecord(None, f"r{seq + i}".encode(), timestamp=1_700_000_000_000) for i in range(n)],
+            return build_batch([SimpleRecord(None, f"r{seq + i}".encode(), timestamp=now_ms()) for i in range(n)],
                                producer_id=pid, producer_epoch=0, base_sequence=seq)
 
         assert produce(client, topic_name, batch(0, 5)).base_offset == 0  # something before the batch under test
@@ -130,7 +136,7 @@ def test_retried_duplicate_batch_gets_its_original_offset_and_is_stored_once(bro
 def test_bad_input_closes_only_that_connection(broker: BrokerProcess, topic_name: str) -> None:
     healthy = RawClient(broker.port)
     create_topic(healthy, topic_name)
-    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"before")])).error_code == 0
+    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"before", timestamp=now_ms())])).error_code == 0
 
     bad_inputs = [
         struct.pack(">i", -5),  # negative frame size
@@ -153,10 +159,10 @@ def test_bad_input_closes_only_that_connection(broker: BrokerProcess, topic_name
         assert body.topics[0].error_code == 0
 
     # A corrupt batch is refused with CORRUPT_MESSAGE and the connection stays usable.
-    corrupt = bytearray(build_batch([SimpleRecord(None, b"x" * 20)]))
+    corrupt = bytearray(build_batch([SimpleRecord(None, b"x" * 20, timestamp=now_ms())]))
     corrupt[-1] ^= 0xFF
     assert produce(healthy, topic_name, bytes(corrupt)).error_code == 2
-    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"after")])).error_code == 0
+    assert produce(healthy, topic_name, build_batch([SimpleRecord(None, b"after", timestamp=now_ms())])).error_code == 0
     values = [r.value for _, records in iter_batches(fetch_all(healthy, topic_name)) for r in records]
     assert values == [b"before", b"after"]
     healthy.close()
@@ -184,11 +190,11 @@ def test_pipelined_requests_in_order_and_acks_zero(broker: BrokerProcess, topic_
     try:
         create_topic(client, topic_name)
         # acks=0: no response, but the records are appended.
-        produce(client, topic_name, build_batch([SimpleRecord(None, b"quiet")]), acks=0)
+        produce(client, topic_name, build_batch([SimpleRecord(None, b"quiet", timestamp=now_ms())]), acks=0)
         sent = []
         for i in range(20):
             sent.append(client.send(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 1000, "topic_data": [
-                {"name": topic_name, "partition_data": [{"index": 0, "records": build_batch([SimpleRecord(None, str(i).encode())])}]}]}))
+                {"name": topic_name, "partition_data": [{"index": 0, "records": build_batch([SimpleRecord(None, str(i).encode(), timestamp=now_ms())])}]}]}))
         offsets = [client.receive(ApiKey.PRODUCE, 9, corr).responses[0].partition_responses[0].base_offset for corr in sent]
         assert offsets == list(range(1, 21))
     finally:
@@ -207,7 +213,7 @@ def test_long_poll_fetch_is_woken_by_a_produce(broker: BrokerProcess, topic_name
                                                "forgotten_topics_data": [], "rack_id": ""})
         time.sleep(0.3)
         start = time.monotonic()
-        assert produce(writer, topic_name, build_batch([SimpleRecord(None, b"wake")])).error_code == 0
+        assert produce(writer, topic_name, build_batch([SimpleRecord(None, b"wake", timestamp=now_ms())])).error_code == 0
         body = waiting.receive(ApiKey.FETCH, 11, corr)
         assert time.monotonic() - start < 5
         records = body.responses[0].partitions[0].records

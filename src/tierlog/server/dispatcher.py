@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from tierlog.protocol import ParsedRequest
+from tierlog.protocol import ParsedRequest, api_spec
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, Handler
 
@@ -16,10 +16,19 @@ class Dispatcher:
     def __init__(self, ctx: BrokerContext, handlers: Mapping[int, Handler]) -> None:
         self.ctx = ctx
         self._handlers = dict(handlers)
+        #: (client software, API key, version) combinations seen, logged once each: which versions
+        #: real clients negotiate is worth knowing and costs one set lookup per request.
+        self.versions_seen: set[tuple[str, int, int]] = set()
 
     async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
         handler = self._handlers.get(request.api_key)
         if handler is None:
             # Advertised but unhandled would be a bug; the codec already refused unknown APIs.
             return CloseConnection(f"no handler for API {request.api_key} v{request.api_version}")
+        software = client.extra.get("software")
+        key = (f"{software[0]}/{software[1]}" if software else client.client_id, request.api_key, request.api_version)
+        if key not in self.versions_seen:
+            self.versions_seen.add(key)
+            spec = api_spec(request.api_key)
+            log.debug("client %s uses %s v%d", key[0], spec.name if spec else request.api_key, request.api_version)
         return await handler(self.ctx, request, client)

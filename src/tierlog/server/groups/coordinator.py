@@ -246,7 +246,10 @@ class GroupCoordinator:
                    rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
                    require_known_member_id=require_known_member_id, now_ms=self.now_ms(),
                    callback=_resolver(future))
-        return await future
+        result = await future
+        log.debug("group %s: JoinGroup from %r -> error %d, member %s, generation %d", group_id, member_id,
+                  result.error_code, result.member_id, result.generation_id)
+        return result
 
     async def sync(self, group_id: str, member_id: str, generation_id: int, protocol_type: str | None,
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
@@ -257,13 +260,16 @@ class GroupCoordinator:
         group.sync(member_id=member_id, generation_id=generation_id, protocol_type=protocol_type,
                    protocol_name=protocol_name, assignments=assignments, now_ms=self.now_ms(),
                    callback=_resolver(future))
-        return await future
+        result = await future
+        log.debug("group %s: SyncGroup from %s generation %d -> error %d", group_id, member_id, generation_id,
+                  result.error_code)
+        return result
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
         group = self.groups.get(group_id)
-        if group is None:
-            return UNKNOWN_MEMBER_ID
-        return group.heartbeat(member_id, generation_id, self.now_ms())
+        code = UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
+        log.debug("group %s: Heartbeat from %s generation %d -> error %d", group_id, member_id, generation_id, code)
+        return code
 
     def leave(self, group_id: str, member_ids: Iterable[str]) -> tuple[int, list[int]]:
         """(group error, per-member errors)."""
