@@ -202,8 +202,19 @@ class PartitionManager:
             if limit <= 0 and not min_one:
                 continue
             try:
-                info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else None,
+                # Bounded by the high watermark reported with the records, even if appends land
+                # meanwhile: a client may take the reported value as the end of what it got.
+                info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else hw,
                                  min_one_message=min_one)
+                region = info.records
+                if region is None or region.size == 0:
+                    continue
+                if copy_all or region.size < SENDFILE_MIN_BYTES:
+                    result.records = region.read_bytes()
+                else:
+                    # A duplicate, so the slice stays readable if the segment is closed or deleted
+                    # before the response is sent.
+                    result.records = FileSlice(os.dup(region.fd), region.position, region.size)
             except OffsetOutOfRangeError:
                 result.error_code = OFFSET_OUT_OF_RANGE
                 continue
@@ -211,13 +222,6 @@ class PartitionManager:
                 result.error_code = error_code_of(e)
                 log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
                 continue
-            region = info.records
-            if region is None or region.size == 0:
-                continue
-            if copy_all or region.size < SENDFILE_MIN_BYTES:
-                result.records = region.read_bytes()
-            else:
-                result.records = FileSlice(os.dup(region.fd), region.position, region.size)
             remaining -= region.size
             min_one = False
         return out

@@ -31,6 +31,23 @@ def _release(results: list[ReadResult]) -> None:
         r.release()
 
 
+async def _read(ctx: BrokerContext, specs: list[ReadSpec], max_bytes: int, read_committed: bool) -> list[ReadResult]:
+    read = asyncio.ensure_future(ctx.io.run(ctx.partitions.read_blocking, specs, max_bytes,
+                                            read_committed=read_committed))
+    try:
+        # Shielded: if the connection closes meanwhile, the read still finishes in its thread and its
+        # file slices (duplicated descriptors) must be closed rather than dropped.
+        return await asyncio.shield(read)
+    except asyncio.CancelledError:
+        read.add_done_callback(_release_when_done)
+        raise
+
+
+def _release_when_done(read: asyncio.Future[list[ReadResult]]) -> None:
+    if not read.cancelled() and read.exception() is None:
+        _release(read.result())
+
+
 def _set_done(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -79,8 +96,7 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
     deadline = loop.time() + max_wait_ms / 1000.0
     partitions = ctx.partitions
     while True:
-        results = await ctx.io.run(partitions.read_blocking, specs, max_bytes, read_committed=read_committed) \
-            if specs else []
+        results = await _read(ctx, specs, max_bytes, read_committed) if specs else []
         remaining = deadline - loop.time()
         if (not specs or remaining <= 0 or any(r.error_code for r in results)
                 or sum(r.size for r in results) >= min_bytes):
