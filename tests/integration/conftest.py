@@ -39,6 +39,7 @@ class BrokerProcess:
         self.port = 0
         self.stdout_lines: list[str] = []
         self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
+        self._drainer: threading.Thread | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -69,7 +70,8 @@ class BrokerProcess:
             if line.startswith(LISTENING):
                 self.port = int(line.strip().rsplit(":", 1)[1])
                 # Keep draining stdout so the broker never blocks on a full pipe.
-                threading.Thread(target=self._drain, daemon=True).start()
+                self._drainer = threading.Thread(target=self._drain, daemon=True)
+                self._drainer.start()
                 return self
         self.kill()
         raise AssertionError(f"broker did not start; stdout={self.stdout_lines!r}; stderr tail:\n{self.stderr_tail()}")
@@ -91,6 +93,8 @@ class BrokerProcess:
                 proc.kill()
                 proc.wait()
                 raise AssertionError(f"broker ignored signal {sig}; stderr tail:\n{self.stderr_tail()}") from None
+        if self._drainer is not None:
+            self._drainer.join(10)  # every line the broker printed is in stdout_lines
         return proc.returncode
 
     def kill(self) -> None:

@@ -4,6 +4,7 @@ from committed offsets after the broker restarts."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -223,3 +224,17 @@ def test_committed_offsets_resume_after_restart(own_broker: BrokerProcess, topic
     second = asyncio.run(rest())
     # Exactly what was not committed before the restart, nothing twice.
     assert sorted(second) == sorted(set(range(1200)) - consumed)
+
+
+def test_sigterm_and_sigint_shut_down_cleanly(own_broker: BrokerProcess, topic_name: str) -> None:
+    broker = own_broker
+    create_topic(broker.bootstrap, topic_name, partitions=1)
+    kp_produce(broker.bootstrap, topic_name, range(100), enable_idempotence=True, acks="all")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        assert broker.stop(sig) == 0, broker.stderr_tail()
+        assert any(line.startswith("tierlog stopped cleanly") for line in broker.stdout_lines)
+        data = broker.data_dir
+        assert (data / ".kafka_cleanshutdown").exists()
+        # The producer state of the idempotent producer was snapshotted at the log end.
+        assert (data / f"{topic_name}-0" / "00000000000000000100.snapshot").exists()
+        broker.start()

@@ -21,3 +21,10 @@ def test_parse_listener_rejects(bad: str) -> None:
 def test_listener_names_are_unique() -> None:
     with pytest.raises(ConfigError):
         parse_listeners(["PLAINTEXT://:1", "PLAINTEXT://:2"])
+
+
+def test_every_advertised_api_has_a_handler() -> None:
+    from tierlog.protocol import SUPPORTED_APIS
+    from tierlog.server.handlers import all_handlers
+
+    assert set(all_handlers()) == set(SUPPORTED_APIS)
