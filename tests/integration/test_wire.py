@@ -221,3 +221,24 @@ def test_long_poll_fetch_is_woken_by_a_produce(broker: BrokerProcess, topic_name
     finally:
         waiting.close()
         writer.close()
+
+
+def test_client_vanishing_during_a_large_fetch(broker: BrokerProcess, topic_name: str) -> None:
+    client = RawClient(broker.port)
+    create_topic(client, topic_name)
+    big = build_batch([SimpleRecord(None, bytes(1000), timestamp=now_ms()) for _ in range(900)])
+    for _ in range(4):  # ~3.6 MB: the fetch below leaves through sendfile
+        assert produce(client, topic_name, big).error_code == 0
+    for _ in range(5):
+        leaving = RawClient(broker.port)
+        leaving.send(ApiKey.FETCH, 11, {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 24, "isolation_level": 0,
+                                         "session_id": 0, "session_epoch": -1, "replica_id": -1, "topics": [
+            {"topic": topic_name, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 24,
+                                                  "current_leader_epoch": -1, "log_start_offset": -1}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+        leaving.sock.close()
+    # The broker carries on; a full read still returns every record.
+    values = [r for _, rs in iter_batches(fetch_all(client, topic_name)) for r in rs]
+    assert len(values) == 3600
+    client.close()
+    assert "Traceback" not in broker.stderr_tail(200)

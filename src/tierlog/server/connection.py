@@ -228,6 +228,11 @@ class KafkaConnection(asyncio.Protocol):
                 self.requests_served += 1
         except asyncio.CancelledError:
             pass
+        except (ConnectionError, OSError) as e:
+            # The client went away while a response (typically a sendfile) was being written.
+            log.info("connection %s from %s:%d lost while writing: %s", self.client.connection_id,
+                     self.client.host, self.client.port, e)
+            self.close()
         except Exception:
             log.exception("connection %s from %s:%d failed; closing it", self.client.connection_id,
                           self.client.host, self.client.port)
@@ -288,7 +293,7 @@ class KafkaConnection(asyncio.Protocol):
     async def _sendfile(self, part: FileSlice) -> None:
         if self._write_resumed is not None:
             await self._write_resumed
-        if self._closed or self._transport is None or part.size == 0:
+        if self._closed or self._transport is None or self._transport.is_closing() or part.size == 0:
             return
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
         with open(part.fd, "rb", buffering=0, closefd=False) as f:
