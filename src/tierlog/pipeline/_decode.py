@@ -18,8 +18,12 @@ Varints are read as Java reads them (a 5-byte varint keeps its low 32 bits), lik
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 # Column order of the header table returned by scan_batches.
 F_POSITION = 0
@@ -155,10 +159,30 @@ def scan_batches(buf: np.ndarray, start: int, n: int) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+@intrinsic  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _memcpy(typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, n: Any) -> Any:
+    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` as LLVM's memcpy intrinsic.
+
+    Keys and values are copied one at a time at data-dependent positions; a numba loop or slice
+    assignment costs 60-80 ns for a 100-byte value there (four times the whole parse), the
+    intrinsic a few ns. An intrinsic, unlike a ctypes call to libc, keeps the kernel cacheable."""
+    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d, d_at, s, s_at, count = args
+        dst_array = context.make_array(signature.args[0])(context, builder, d)
+        src_array = context.make_array(signature.args[2])(context, builder, s)
+        cgutils.raw_memcpy(builder, builder.gep(dst_array.data, [d_at]), builder.gep(src_array.data, [s_at]),
+                           count, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def _copy(src: np.ndarray, pos: int, n: int, dst: np.ndarray, at: int) -> None:
-    for i in range(n):
-        dst[at + i] = src[pos + i]
+    if n > 0:
+        _memcpy(dst, at, src, pos, n)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -203,6 +204,36 @@ def _binary(kind: pa.DataType, n: int, offsets: np.ndarray, valid: np.ndarray, d
                                  null_count=nulls)
 
 
+class _BufferPool:
+    """Output buffers reused from window to window once no Arrow batch refers to them.
+
+    A fresh buffer costs a page fault per 4 KiB on first write, as much as decoding into it; reuse
+    avoids that. A buffer is handed out again only when the pool holds the last reference to it:
+    every Arrow array built on it keeps a numpy view, and every view keeps its base alive, so a
+    batch still being serialised (or kept by the caller) pins its buffers."""
+
+    _PER_NAME = 4
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, list[np.ndarray]] = {}
+
+    def get(self, name: str, size: int, dtype: type[np.generic]) -> np.ndarray:
+        arrays = self._arrays.setdefault(name, [])
+        for i in range(len(arrays)):
+            # References: the list, and getrefcount's own argument.
+            if sys.getrefcount(arrays[i]) == 2 and arrays[i].size >= size:
+                return arrays[i]
+        fresh = np.empty(size, dtype)
+        if len(arrays) < self._PER_NAME:
+            arrays.append(fresh)
+        else:
+            for i in range(len(arrays)):
+                if sys.getrefcount(arrays[i]) == 2:
+                    arrays[i] = fresh  # the free one was too small: replace it
+                    break
+        return fresh
+
+
 class WindowDecoder:
     """Turns windows of one partition's log into Arrow batches of rows in [start, end)."""
 
@@ -216,6 +247,7 @@ class WindowDecoder:
         self.include_headers = include_headers
         self.check_crcs = check_crcs
         self.schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+        self._pool = _BufferPool()
 
     def decode(self, buf: np.ndarray, origin: int) -> _Window:
         """Decode the whole batches of ``buf``; ``origin`` is its position in the segment (errors
@@ -278,22 +310,23 @@ class WindowDecoder:
         # Every record takes at least 7 bytes, which bounds the rows a lying count can claim.
         max_rows = min(int(counts.sum()), region // 7) + 1
         max_headers = (region // 2 + 1) if self.include_headers else 1
-        o_offset = np.empty(max_rows, np.int64)
-        o_ts = np.empty(max_rows, np.int64)
-        o_tst = np.empty(max_rows, np.int32)
-        k_off = np.empty(max_rows + 1, np.int32)
-        k_valid = np.empty(max_rows, np.uint8)
-        v_off = np.empty(max_rows + 1, np.int32)
-        v_valid = np.empty(max_rows, np.uint8)
-        h_off = np.empty(max_rows + 1, np.int32)
-        k_data = np.empty(region, np.uint8)
-        v_data = np.empty(region, np.uint8)
+        get = self._pool.get
+        o_offset = get("offset", max_rows, np.int64)
+        o_ts = get("timestamp", max_rows, np.int64)
+        o_tst = get("timestamp_type", max_rows, np.int32)
+        k_off = get("key_offsets", max_rows + 1, np.int32)
+        k_valid = get("key_valid", max_rows, np.uint8)
+        v_off = get("value_offsets", max_rows + 1, np.int32)
+        v_valid = get("value_valid", max_rows, np.uint8)
+        h_off = get("header_offsets", max_rows + 1, np.int32)
+        k_data = get("key_data", region, np.uint8)
+        v_data = get("value_data", region, np.uint8)
         hdata = region if self.include_headers else 0
-        hk_off = np.empty(max_headers + 1, np.int32)
-        hk_data = np.empty(hdata, np.uint8)
-        hv_off = np.empty(max_headers + 1, np.int32)
-        hv_valid = np.empty(max_headers, np.uint8)
-        hv_data = np.empty(hdata, np.uint8)
+        hk_off = get("header_key_offsets", max_headers + 1, np.int32)
+        hk_data = get("header_key_data", hdata, np.uint8)
+        hv_off = get("header_value_offsets", max_headers + 1, np.int32)
+        hv_valid = get("header_value_valid", max_headers, np.uint8)
+        hv_data = get("header_value_data", hdata, np.uint8)
         status, bad, nrows, kb, vb, nh, hkb, hvb = K.decode_records(
             buf, inflated, inflated_flag, starts, ends, rows[:, K.F_BASE_OFFSET], rows[:, K.F_BASE_TIMESTAMP],
             append_time, counts, self.start_offset, self.end_offset, self.include_headers,
@@ -384,15 +417,17 @@ def read_range(rng: ScanRange, *, include_headers: bool, check_crcs: bool = True
         carry = b""
         need = 0
         eof = False
+        buffer: bytearray | None = None
         while True:
             want = max(window_bytes, len(carry) + need)
             if limit is not None:
                 want = max(min(want, limit - position), len(carry) + need)
-            buffer = bytearray(want)
+            if buffer is None or len(buffer) < want:
+                buffer = bytearray(want)  # the read buffer is reused: decoded rows never point into it
             buffer[: len(carry)] = carry
             got = len(carry)
             if not eof:
-                n = _fill(stream, memoryview(buffer)[got:])
+                n = _fill(stream, memoryview(buffer)[got:want])
                 got += n
                 eof = n < want - len(carry)
             if limit is not None and position + got >= limit:

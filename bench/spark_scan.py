@@ -1,0 +1,120 @@
+"""Scan throughput of ``spark.read.format("tierlog")`` next to ``spark.read.parquet`` of the same rows,
+in the same Spark session and run.
+
+A topic of ``--records`` 100-byte records (random values, so neither side gains from compression or
+dictionary encoding; null keys) is written once through UnifiedLog into ``--dir`` and reused by later
+runs; the same rows are written to Parquet by Spark from the data source itself. Each scan
+materialises every column (``write.format("noop")``), best of ``--rounds``. Target: tierlog ≥ 0.5×
+the Parquet scan.
+
+Run: .venv/bin/python bench/spark_scan.py [--records 5000000] [--partitions 2] [--master local[*]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tierlog.config import LogConfig
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.storage.loader import LoadOptions, load_log
+
+TOPIC = "scan"
+VALUE_BYTES = 100
+PER_BATCH = 1000
+T0 = 1_700_000_000_000
+
+
+def write_topic(data: Path, records: int, partitions: int, codec: int) -> None:
+    marker = data / "bench.json"
+    wanted = {"records": records, "partitions": partitions, "codec": codec}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        return
+    shutil.rmtree(data, ignore_errors=True)
+    rng = np.random.default_rng(7)
+    per_partition = records // partitions
+    config = LogConfig.from_props({"segment.bytes": 64 << 20, "retention.ms": -1})
+    started = time.perf_counter()
+    for p in range(partitions):
+        ulog = load_log(data / f"{TOPIC}-{p}", config, LoadOptions())
+        written = 0
+        while written < per_partition:
+            n = min(PER_BATCH, per_partition - written)
+            values = rng.integers(0, 256, size=(n, VALUE_BYTES), dtype=np.uint8)
+            batch = [SimpleRecord(None, values[i].tobytes(), (), T0 + written + i) for i in range(n)]
+            ulog.append_as_leader(build_batch(batch, compression=codec))
+            written += n
+        ulog.close()
+    marker.write_text(json.dumps(wanted))
+    print(f"wrote {records} records in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+
+
+def best_time(action: object, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        action()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--partitions", type=int, default=2, help="topic partitions")
+    parser.add_argument("--codec", type=int, default=0, help="batch compression id (0 none … 4 zstd)")
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "tierlog-spark-scan")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    args = parser.parse_args()
+    print("command:", " ".join([sys.executable, *sys.argv]))
+
+    data = args.dir / "data"
+    write_topic(data, args.records, args.partitions, args.codec)
+
+    from tierlog.pipeline import spark_session
+
+    spark = spark_session(args.master, app_name="tierlog-bench", conf={
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.driver.memory": "6g",
+        "spark.sql.session.timeZone": "UTC", **dict(c.split("=", 1) for c in args.conf)})
+    spark.sparkContext.setLogLevel("ERROR")
+    source = spark.read.format("tierlog").option("path", str(data)).option("subscribe", TOPIC)
+    parquet_dir = args.dir / "parquet"
+    if not (parquet_dir / "_SUCCESS").exists() or (args.dir / "parquet.stamp").read_text() != (data / "bench.json").read_text():
+        source.load().write.mode("overwrite").parquet(str(parquet_dir))
+        (args.dir / "parquet.stamp").write_text((data / "bench.json").read_text())
+
+    def scan_tierlog() -> None:
+        source.load().write.format("noop").mode("overwrite").save()
+
+    def scan_parquet() -> None:
+        spark.read.parquet(str(parquet_dir)).write.format("noop").mode("overwrite").save()
+
+    count = source.load().count()
+    assert count == args.records - args.records % args.partitions, count
+    scan_tierlog()  # warm-up: Python workers, the compiled decoder, the page cache
+    scan_parquet()
+    t_tierlog = best_time(scan_tierlog, args.rounds)
+    t_parquet = best_time(scan_parquet, args.rounds)
+    splits = source.load().rdd.getNumPartitions()
+    spark.stop()
+    rate_t = count / t_tierlog
+    rate_p = count / t_parquet
+    print(f"rows: {count} ({VALUE_BYTES}-byte values, codec {args.codec}), {splits} input partitions, "
+          f"master {args.master}, best of {args.rounds}")
+    print(f"tierlog data source: {t_tierlog:6.2f} s  {rate_t / 1e6:6.2f} M rows/s")
+    print(f"parquet scan:        {t_parquet:6.2f} s  {rate_p / 1e6:6.2f} M rows/s")
+    print(f"ratio tierlog/parquet: {rate_t / rate_p:.2f}x (target >= 0.5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
