@@ -172,8 +172,8 @@ def _memcpy(typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, n: Any
         d, d_at, s, s_at, count = args
         dst_array = context.make_array(signature.args[0])(context, builder, d)
         src_array = context.make_array(signature.args[2])(context, builder, s)
-        cgutils.raw_memcpy(builder, builder.gep(dst_array.data, [d_at]), builder.gep(src_array.data, [s_at]),
-                           count, 1)
+        cgutils.raw_memcpy(builder, builder.gep(dst_array.data, [d_at]),  # type: ignore[no-untyped-call,unused-ignore]
+                           builder.gep(src_array.data, [s_at]), count, 1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -182,7 +182,8 @@ def _memcpy(typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, n: Any
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
 def _copy(src: np.ndarray, pos: int, n: int, dst: np.ndarray, at: int) -> None:
     if n > 0:
-        _memcpy(dst, at, src, pos, n)
+        # Called from compiled code, where the typing context argument is implicit.
+        _memcpy(dst, at, src, pos, n)  # type: ignore[call-arg,unused-ignore]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
