@@ -169,7 +169,8 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def eof_received(self) -> bool | None:
-        # Requests already received are still answered if the client only half-closed.
+        # The client closed its side: like Kafka, close ours too (what it still had queued is dropped;
+        # it cannot have been waiting for the answers).
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -147,6 +147,12 @@ class PartitionManager:
         ulog = self.log_manager.get_log(topic, partition)
         if ulog is None or ulog.deleted:
             ulog = self.log_manager.get_or_create_log(topic, partition, t.topic_id)
+            # The topic may have been deleted between the image lookup and the creation; the log sync
+            # deletes logs after the image changes, so checking the image again closes the gap.
+            current = self._image().topics_by_name.get(topic)
+            if current is None or current.topic_id != t.topic_id:
+                self.log_manager.delete_log(topic, partition)
+                raise UnknownTopicOrPartitionError(f"Topic {topic} was deleted")
         return ulog
 
     def append_blocking(self, items: list[tuple[str, int, bytes | None]], *, internal: bool = False,
@@ -202,19 +208,23 @@ class PartitionManager:
             if limit <= 0 and not min_one:
                 continue
             try:
-                # Bounded by the high watermark reported with the records, even if appends land
-                # meanwhile: a client may take the reported value as the end of what it got.
-                info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else hw,
-                                 min_one_message=min_one)
-                region = info.records
-                if region is None or region.size == 0:
-                    continue
-                if copy_all or region.size < SENDFILE_MIN_BYTES:
-                    result.records = region.read_bytes()
-                else:
-                    # A duplicate, so the slice stays readable if the segment is closed or deleted
-                    # before the response is sent.
-                    result.records = FileSlice(os.dup(region.fd), region.position, region.size)
+                # The log's lock is held from the read until the bytes are copied or the descriptor
+                # duplicated: deleting the log closes its segments under that lock, and a descriptor
+                # closed in between could be reused by another file.
+                with ulog.lock:
+                    # Bounded by the high watermark reported with the records, even if appends land
+                    # meanwhile: a client may take the reported value as the end of what it got.
+                    info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else hw,
+                                     min_one_message=min_one)
+                    region = info.records
+                    if region is None or region.size == 0:
+                        continue
+                    if copy_all or region.size < SENDFILE_MIN_BYTES:
+                        result.records = region.read_bytes()
+                    else:
+                        # The duplicate keeps the slice readable if the segment is closed or deleted
+                        # before the response is sent.
+                        result.records = FileSlice(os.dup(region.fd), region.position, region.size)
             except OffsetOutOfRangeError:
                 result.error_code = OFFSET_OUT_OF_RANGE
                 continue
