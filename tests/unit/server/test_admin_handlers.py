@@ -1,0 +1,136 @@
+"""Admin handlers called in-process on a real broker context: configs, topics, partitions, records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from tierlog.config import BrokerConfig
+from tierlog.protocol import ApiKey, ParsedRequest, build_request, request_header_version
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.server import Broker
+from tierlog.server.connection import ClientInfo
+from tierlog.server.context import BrokerContext
+from tierlog.server.handlers import all_handlers
+from tierlog.storage.log_manager import LogManagerSettings
+
+HANDLERS = all_handlers()
+
+
+async def call(ctx: BrokerContext, api: ApiKey, version: int, values: dict[str, Any]) -> Any:
+    body = build_request(api, version, values)
+    request = ParsedRequest(int(api), version, 1, "unit", request_header_version(api, version), body)
+    return await HANDLERS[int(api)](ctx, request, ClientInfo("c", "127.0.0.1", 1, "unit"))
+
+
+def with_broker(tmp_path: Path, test: Callable[[BrokerContext], Awaitable[None]], **overrides: str) -> None:
+    async def run() -> None:
+        broker = Broker(BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "d"),
+                                      "log.retention.hours": "48", **overrides}), LogManagerSettings())
+        await broker.start()
+        try:
+            assert broker.ctx is not None
+            await test(broker.ctx)
+        finally:
+            await broker.stop()
+
+    asyncio.run(run())
+
+
+def create(name: str, partitions: int = 1, configs: dict[str, str] | None = None, validate_only: bool = False) -> dict[str, Any]:
+    return {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": -1, "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+            "timeout": 1000, "validate_only": validate_only}
+
+
+def describe(name: str, keys: list[str] | None = None, resource_type: int = 2) -> dict[str, Any]:
+    return {"resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}],
+            "include_synonyms": True, "include_documentation": True}
+
+
+def test_create_describe_and_alter_topic_configs(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        checked = await call(ctx, ApiKey.CREATE_TOPICS, 7, create("t", 3, {"retention.min.timestamp": "5"}, True))
+        assert checked.topics[0].error_code == 0 and "t" not in ctx.image.topics_by_name
+        made = (await call(ctx, ApiKey.CREATE_TOPICS, 7, create("t", 3, {"retention.min.timestamp": "5"}))).topics[0]
+        assert (made.error_code, made.num_partitions, made.replication_factor) == (0, 3, 1)
+        assert made.topic_id is not None
+        floor = next(c for c in made.configs if c.name == "log.retention.min.timestamp")
+        assert (floor.value, floor.config_source) == ("5", 1)
+        assert ctx.log_manager.get_log("t", 2) is not None
+
+        result = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("t", ["retention.ms", "log.retention.min.timestamp"]))).results[0]
+        by_name = {c.name: c for c in result.configs}
+        assert by_name["retention.ms"].value == str(48 * 3_600_000)
+        assert by_name["retention.ms"].config_source == 4  # from the broker's log.retention.hours
+        assert [s.name for s in by_name["retention.ms"].synonyms] == ["log.retention.hours", "retention.ms"]
+        assert by_name["log.retention.min.timestamp"].documentation
+
+        alter = {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
+            {"name": "log.retention.min.timestamp", "config_operation": 1, "value": None}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0].error_code == 0
+        assert dict(ctx.image.topic_configs("t")) == {"cleanup.policy": "delete,compact"}
+        ulog = ctx.log_manager.get_log("t", 0)
+        assert ulog is not None and ulog.config.cleanup_policy == ("delete", "compact")
+
+        legacy = {"resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "segment.bytes", "value": "-5"}]}], "validate_only": False}
+        refused = (await call(ctx, ApiKey.ALTER_CONFIGS, 2, legacy)).responses[0]
+        assert refused.error_code == 40 and "segment.bytes" in refused.error_message
+        legacy["resources"][0]["configs"] = [{"name": "segment.bytes", "value": "100000"}]
+        assert (await call(ctx, ApiKey.ALTER_CONFIGS, 2, legacy)).responses[0].error_code == 0
+        # The legacy API replaces the whole set.
+        assert dict(ctx.image.topic_configs("t")) == {"segment.bytes": "100000"}
+
+    with_broker(tmp_path, test)
+
+
+def test_topic_errors_partitions_records_and_broker_configs(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        assert (await call(ctx, ApiKey.CREATE_TOPICS, 7, create("a"))).topics[0].error_code == 0
+        assert (await call(ctx, ApiKey.CREATE_TOPICS, 7, create("a"))).topics[0].error_code == 36
+        assert (await call(ctx, ApiKey.CREATE_TOPICS, 7, create("bad/name"))).topics[0].error_code == 17
+        assert (await call(ctx, ApiKey.CREATE_TOPICS, 7, create("c", 1, {"nope": "1"}))).topics[0].error_code == 40
+
+        grow = {"topics": [{"name": "a", "count": 4, "assignments": None}], "timeout": 1000, "validate_only": False}
+        assert (await call(ctx, ApiKey.CREATE_PARTITIONS, 3, grow)).results[0].error_code == 0
+        assert ctx.image.topics_by_name["a"].num_partitions == 4
+        assert (await call(ctx, ApiKey.CREATE_PARTITIONS, 3, grow)).results[0].error_code == 37
+
+        now = int(time.time() * 1000)
+        batch = build_batch([SimpleRecord(None, b"v", timestamp=now) for _ in range(10)])
+        await ctx.io.run(ctx.partitions.append_blocking, [("a", 0, batch)])
+        purge = {"topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 4},
+                                                           {"partition_index": 1, "offset": 7}]}], "timeout": 1000}
+        parts = (await call(ctx, ApiKey.DELETE_RECORDS, 2, purge)).topics[0].partitions
+        assert [(p.low_watermark, p.error_code) for p in parts] == [(4, 0), (-1, 1)]
+
+        listed = await call(ctx, ApiKey.LIST_OFFSETS, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": "a", "partitions": [{"partition_index": 0, "timestamp": t, "current_leader_epoch": -1}
+                                         for t in (-2, -1, -3, now, now + 1)]}]})
+        # Max timestamp: all records share one, and storage reports the batch's last offset for it.
+        assert [(p.offset, p.error_code) for p in listed.topics[0].partitions] == [(4, 0), (10, 0), (9, 0), (4, 0), (-1, 0)]
+
+        epochs = await call(ctx, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {"replica_id": -1, "topics": [
+            {"topic": "a", "partitions": [{"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                                          {"partition": 0, "current_leader_epoch": 5, "leader_epoch": 0}]}]})
+        first, fenced = epochs.topics[0].partitions
+        assert (first.error_code, first.leader_epoch, first.end_offset) == (0, 0, 10)
+        assert fenced.error_code == 75
+
+        brokers = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("1", ["log.retention.hours", "node.id"], 4))).results[0]
+        assert {c.name: (c.value, c.read_only, c.config_source) for c in brokers.configs} == {
+            "log.retention.hours": ("48", False, 4), "node.id": ("1", True, 5)}
+        other = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("7", None, 4))).results[0]
+        assert other.error_code == 42
+
+        gone = await call(ctx, ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": "a", "topic_id": None},
+                                                                    {"name": "zzz", "topic_id": None}], "timeout": 1000})
+        assert [r.error_code for r in gone.responses] == [0, 3]
+        assert ctx.log_manager.get_log("a", 0) is None
+
+    with_broker(tmp_path, test)
