@@ -1,0 +1,118 @@
+"""The compiled decoder and the planning helpers without Spark: windows of any size, damage, options."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.pipeline.data import Dataset, Row
+from tierlog.errors import CorruptRecordError
+from tierlog.pipeline.options import TierlogOptionError, parse_options, plan_ranges, resolve, split_ranges
+from tierlog.pipeline.reader import ARROW_SCHEMA_WITH_HEADERS, ScanRange, read_range
+from tierlog.pipeline.source import _rate_limit
+
+
+def scan(ds: Dataset, topic: str, *, window_bytes: int = 16 << 20, **options: str) -> list[Row]:
+    opts = parse_options({"path": str(ds.data), "subscribe": topic, **options})
+    parts = opts.partitions(opts.discover())
+    ranges = plan_ranges(parts, resolve(opts.starting, "starting", parts, opts),
+                         resolve(opts.ending, "ending", parts, opts), opts)
+    out: list[Row] = []
+    for r in ranges:
+        for b in read_range(r, include_headers=True, spec=opts.remote, window_bytes=window_bytes):
+            assert b.schema == ARROW_SCHEMA_WITH_HEADERS
+            for d in b.to_pylist():
+                out.append((d["key"], d["value"], d["topic"], d["partition"], d["offset"],
+                            int(d["timestamp"].timestamp() * 1000 + 0.5), d["timestampType"],
+                            tuple((h["key"], h["value"]) for h in d["headers"])))
+    return sorted(out, key=lambda x: (x[2], x[3], x[4]))
+
+
+def test_arrow_schema_is_what_spark_expects() -> None:
+    pytest.importorskip("pyspark")
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from tierlog.pipeline.source import kafka_schema
+
+    assert to_arrow_schema(kafka_schema(True), timezone="UTC") == ARROW_SCHEMA_WITH_HEADERS
+
+
+@pytest.mark.parametrize("window", [61, 300, 1000, 16 << 20])
+def test_any_window_size_reads_the_same_rows(dataset: Dataset, window: int) -> None:
+    # Windows smaller than one batch exercise the carry-over and grow-the-window paths.
+    want = sorted(dataset.expected[("orders", 0)] + dataset.expected[("orders", 1)], key=lambda x: (x[2], x[3], x[4]))
+    assert scan(dataset, "orders", window_bytes=window) == want
+
+
+def test_remote_segments_decode_through_the_plugin(dataset: Dataset) -> None:
+    assert scan(dataset, "tiered") == dataset.expected[("tiered", 0)]
+
+
+def _damaged_copy(dataset: Dataset, tmp_path: Path) -> Path:
+    target = tmp_path / "data"
+    shutil.copytree(dataset.data / "events-0", target / "events-0")
+    return target / "events-0" / "00000000000000000000.log"
+
+
+def test_a_bad_crc_is_an_error_unless_checks_are_off(dataset: Dataset, tmp_path: Path) -> None:
+    log_file = _damaged_copy(dataset, tmp_path)
+    raw = bytearray(log_file.read_bytes())
+    raw[-3] ^= 0xFF  # inside the last batch's value
+    log_file.write_bytes(bytes(raw))
+    rng = ScanRange("events", 0, 0, 8, log_path=str(log_file))
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        list(read_range(rng, include_headers=False))
+    rows = pa.Table.from_batches(list(read_range(rng, include_headers=False, check_crcs=False)))
+    assert rows.num_rows == 8
+
+
+def test_a_malformed_record_is_an_error(dataset: Dataset, tmp_path: Path) -> None:
+    log_file = _damaged_copy(dataset, tmp_path)
+    raw = bytearray(log_file.read_bytes())
+    raw[61] = 0x7F  # the first record's length varint: far more than the batch holds
+    log_file.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="malformed record"):
+        list(read_range(ScanRange("events", 0, 0, 8, log_path=str(log_file)), include_headers=False,
+                        check_crcs=False))
+
+
+def test_a_torn_or_zero_filled_tail_ends_the_log(dataset: Dataset, tmp_path: Path) -> None:
+    log_file = _damaged_copy(dataset, tmp_path)
+    raw = log_file.read_bytes()
+    log_file.write_bytes(raw[:-10])  # the last batch torn
+    rng = ScanRange("events", 0, 0, 8, log_path=str(log_file))
+    assert sum(b.num_rows for b in read_range(rng, include_headers=False)) == 7
+    log_file.write_bytes(raw + bytes(4096))  # a preallocated, never-written tail
+    assert sum(b.num_rows for b in read_range(rng, include_headers=False)) == 8
+
+
+def test_option_rules() -> None:
+    base = {"path": "/nowhere", "subscribe": "t"}
+    with pytest.raises(TierlogOptionError, match="path"):
+        parse_options({"subscribe": "t"})
+    with pytest.raises(TierlogOptionError, match="true or false"):
+        parse_options({**base, "includeHeaders": "yes"})
+    with pytest.raises(TierlogOptionError, match="positive integer"):
+        parse_options({**base, "minPartitions": "0"})
+    with pytest.raises(TierlogOptionError, match="not valid for streaming"):
+        parse_options({**base, "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(TierlogOptionError, match="error or latest"):
+        parse_options({**base, "startingOffsetsByTimestampStrategy": "maybe"})
+    opts = parse_options({**base, "startingOffsets": '{"t": {"0": -2}}', "startingTimestamp": "5"})
+    assert opts.starting.kind == "timestamp"  # the global timestamp wins, as in Spark
+    assert parse_options(base, streaming=True).starting.kind == "latest"
+    remote = parse_options({**base, "rsm.config.dir": "/r"}).remote
+    assert remote is not None and dict(remote.props)["dir"] == "/r"
+
+
+def test_split_ranges_and_rate_limit() -> None:
+    ranges = [ScanRange("t", 0, 0, 100, log_path="a"), ScanRange("t", 1, 0, 10, log_path="b")]
+    split = split_ranges(ranges, 8)
+    assert len(split) >= 8
+    assert sum(r.end_offset - r.start_offset for r in split) == 110
+    assert split_ranges(ranges, None) == ranges
+    limited = _rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 100, ("t", 1): 10}, 11)
+    assert limited == {("t", 0): 10, ("t", 1): 1}
