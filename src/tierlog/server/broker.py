@@ -20,16 +20,17 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config import BrokerConfig
+from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import TierlogError
-from tierlog.metadata import Controller, ControllerSettings, metadata_log_dir
+from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
 from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
 from tierlog.server.handlers import all_handlers
-from tierlog.server.log_sync import LogSync, topic_log_config
+from tierlog.server.log_sync import LogSync, effective_topic_defaults, topic_log_config
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -94,10 +95,15 @@ class Broker:
         mdir.mkdir(parents=True, exist_ok=True)
         controller = Controller.open(mdir, ControllerSettings.from_broker_config(config), clock=self.clock,
                                      scheduler=scheduler)
-        defaults = config.topic_defaults()
+        node_id = config.node_id
+        cache: list[tuple[MetadataImage, dict[str, Value]]] = []
 
         def config_for_topic(topic: str) -> LogConfig:
-            return topic_log_config(controller.image, topic, defaults)
+            image = controller.image
+            # Defaults depend on dynamic broker configs; computed once per image, not per partition.
+            if not cache or cache[0][0] is not image:
+                cache[:] = [(image, effective_topic_defaults(config, image, node_id))]
+            return topic_log_config(image, topic, cache[0][1])
 
         # Every log dir gets this broker's one cluster id (left empty, each new dir would draw its own).
         settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
@@ -122,7 +128,6 @@ class Broker:
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io, producer_ids=ProducerIdManager(controller),
-            topic_defaults=config.topic_defaults(),
         )
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(
             num_partitions=config.get_int("offsets.topic.num.partitions"),

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
-from tierlog.config.definition import Value
 from tierlog.metadata import Controller, MetadataImage
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
@@ -62,7 +61,6 @@ class BrokerContext:
     partitions: PartitionManager
     io: StorageIO
     producer_ids: ProducerIdManager
-    topic_defaults: Mapping[str, Value]
     listeners: list[BoundListener] = field(default_factory=list)
     groups: GroupCoordinator | None = None
 

@@ -12,13 +12,49 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from tierlog.config.definition import Value
+from tierlog.config import BrokerConfig
+from tierlog.config.definition import Value, parse_value
+from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError
 from tierlog.metadata import ConfigResourceType, MetadataDelta, MetadataImage
 from tierlog.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
+
+
+def dynamic_broker_configs(image: MetadataImage, node_id: int) -> dict[str, str]:
+    """Broker configs set through the admin API: this broker's own over the cluster-wide defaults."""
+    return {**image.broker_configs(""), **image.broker_configs(str(node_id))}
+
+
+def effective_topic_defaults(config: BrokerConfig, image: MetadataImage, node_id: int) -> dict[str, Value]:
+    """The defaults of every topic key, with broker synonyms set dynamically (e.g. a cluster-wide
+    ``log.retention.ms``) taking effect without a restart.
+
+    Kafka's precedence: synonyms are tried most specific first (``log.retention.ms`` before
+    ``log.retention.hours``), and the first one with a value anywhere -- this broker's dynamic
+    config, the cluster-wide dynamic default, server.properties -- decides.
+    """
+    out = config.topic_defaults()
+    dynamic = dynamic_broker_configs(image, node_id)
+    if not dynamic:
+        return out
+    for name, key in TOPIC_DEF.keys.items():
+        for syn, multiplier in key.broker_synonyms:
+            if syn in dynamic:
+                try:
+                    value = parse_value(BROKER_DEF.require(syn), dynamic[syn])
+                except ConfigError as e:
+                    log.error("ignoring dynamic broker config %s: %s", syn, e)
+                    continue
+                if isinstance(value, int) and not isinstance(value, bool) and multiplier != 1 and value >= 0:
+                    value *= multiplier
+                out[name] = value
+                break
+            if config.is_set(syn):
+                break
+    return out
 
 
 def topic_log_config(image: MetadataImage, topic: str, defaults: Mapping[str, Value]) -> LogConfig:
@@ -81,6 +117,10 @@ class LogSync:
             changed = {name for (rtype, name) in set(new.configs) | set(old.configs)
                        if rtype == ConfigResourceType.TOPIC
                        and old.configs.get((rtype, name)) != new.configs.get((rtype, name))}
+            broker_keys = {k for k in set(new.configs) | set(old.configs) if k[0] == ConfigResourceType.BROKER}
+            if any(old.configs.get(k) != new.configs.get(k) for k in broker_keys):
+                # A dynamic broker config may be a topic default: every topic may follow it.
+                changed = set(new.topics_by_name)
             for name in changed:
                 if name in new.topics_by_name:
                     self.log_manager.update_topic_config(name)

@@ -134,3 +134,26 @@ def test_topic_errors_partitions_records_and_broker_configs(tmp_path: Path) -> N
         assert ctx.log_manager.get_log("a", 0) is None
 
     with_broker(tmp_path, test)
+
+
+def test_dynamic_broker_defaults_reach_topics_without_overrides(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        await call(ctx, ApiKey.CREATE_TOPICS, 7, create("plain"))
+        await call(ctx, ApiKey.CREATE_TOPICS, 7, create("own", 1, {"retention.ms": "1000"}))
+        change = {"resources": [{"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "3600000"}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, change)).responses[0].error_code == 0
+        plain, own = ctx.log_manager.get_log("plain", 0), ctx.log_manager.get_log("own", 0)
+        assert plain is not None and own is not None
+        assert (plain.config.retention_ms, own.config.retention_ms) == (3_600_000, 1000)
+        entry = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("plain", ["retention.ms"]))).results[0].configs[0]
+        assert (entry.value, entry.config_source) == ("3600000", 3)
+        assert [(s.name, s.source) for s in entry.synonyms] == [("log.retention.ms", 3), ("log.retention.hours", 4),
+                                                                 ("retention.ms", 5)]
+        # This broker's own setting wins over the cluster-wide one.
+        change["resources"][0]["resource_name"] = "1"
+        change["resources"][0]["configs"][0]["value"] = "7200000"
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, change)).responses[0].error_code == 0
+        assert plain.config.retention_ms == 7_200_000
+
+    with_broker(tmp_path, test)

@@ -19,6 +19,7 @@ from tierlog.metadata import AlterConfigOp, AlterConfigOpType, ConfigResourceTyp
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
+from tierlog.server.log_sync import effective_topic_defaults
 from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION
 
 INVALID_REQUEST = 42
@@ -70,27 +71,32 @@ def _entry(key: ConfigKey, value: str | None, source: ConfigSource, *, read_only
 
 def topic_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wanted: set[str] | None = None, *,
                          include_synonyms: bool = False, include_docs: bool = False) -> list[dict[str, Any]]:
-    """Every topic key's effective value given the topic's ``overrides`` (canonical names)."""
-    effective = LogConfig.from_props(dict(overrides), ctx.topic_defaults).to_props()
+    """Every topic key's effective value given the topic's ``overrides`` (canonical names), with
+    Kafka's synonym list: the topic override, then each broker synonym as set dynamically for this
+    broker, dynamically cluster-wide and in server.properties, then the default. The first entry is
+    the value in force and its source."""
+    image = ctx.image
+    layers = ((ConfigSource.DYNAMIC_BROKER_CONFIG, image.broker_configs(str(ctx.node_id))),
+              (ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, image.broker_configs("")))
+    defaults = effective_topic_defaults(ctx.config, image, ctx.node_id)
+    effective = LogConfig.from_props(dict(overrides), defaults).to_props()
     out: list[dict[str, Any]] = []
     for name, key in sorted(TOPIC_DEF.keys.items()):
         if wanted is not None and name not in wanted and not (set(key.aliases) & wanted):
             continue
         synonyms: list[dict[str, Any]] = []
         if name in overrides:
-            source = ConfigSource.DYNAMIC_TOPIC_CONFIG
-            value: str | None = overrides[name]
-            synonyms.append({"name": name, "value": value, "source": int(source)})
-        else:
-            source = ConfigSource.DEFAULT_CONFIG
-            value = effective.get(name, format_value(key.default))
+            synonyms.append({"name": name, "value": overrides[name], "source": int(ConfigSource.DYNAMIC_TOPIC_CONFIG)})
         for syn, _ in key.broker_synonyms:
+            for source, layer in layers:
+                if syn in layer:
+                    synonyms.append({"name": syn, "value": layer[syn], "source": int(source)})
             if ctx.config.is_set(syn):
-                if source is ConfigSource.DEFAULT_CONFIG:
-                    source = ConfigSource.STATIC_BROKER_CONFIG
                 synonyms.append({"name": syn, "value": format_value(ctx.config.get(syn)),
                                  "source": int(ConfigSource.STATIC_BROKER_CONFIG)})
+        source = ConfigSource(synonyms[0]["source"]) if synonyms else ConfigSource.DEFAULT_CONFIG
         synonyms.append({"name": name, "value": format_value(key.default), "source": int(ConfigSource.DEFAULT_CONFIG)})
+        value = overrides[name] if name in overrides else effective.get(name, format_value(key.default))
         out.append(_entry(key, value, source, read_only=False, synonyms=synonyms if include_synonyms else [],
                           include_docs=include_docs))
     return out
