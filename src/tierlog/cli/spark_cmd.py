@@ -1,0 +1,112 @@
+"""``tierlog spark JOB``: the maintenance jobs on Spark (``usage``, ``verify``, ``export``), reading a
+data directory and its remote tier offline — beside a running broker or a stopped one.
+
+PySpark is imported only when a job runs, so ``tierlog --help`` and the other commands stay fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tierlog.errors import TierlogError
+
+JOBS = ("usage", "verify", "export")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, export",
+                       description="Run a maintenance job over a data directory and its remote tier on Spark. "
+                                   "usage: bytes, records and segments per partition, local and remote. "
+                                   "verify: CRCs, offsets, indexes and producer snapshots of every segment. "
+                                   "export: topics to Parquet partitioned by topic and date (rerunnable).")
+    p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
+    p.add_argument("--path", action="append", default=[], metavar="DIR",
+                   help="a log directory (repeatable or comma-separated); default: the config's log.dirs")
+    p.add_argument("--config", type=Path, help="server.properties (log.dirs and the remote tier's settings)")
+    p.add_argument("--remote", action="append", default=[], metavar="KEY=VALUE",
+                   help="a remote-tier setting, e.g. rsm.config.dir=/data-remote (repeatable)")
+    p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable); export needs one")
+    p.add_argument("--output", help="export: the Parquet directory")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    p.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    options: dict[str, str] = {}
+    paths = [d for item in args.path for d in item.split(",") if d]
+    if paths:
+        options["path"] = ",".join(paths)
+    if args.config is not None:
+        options["config"] = str(args.config)
+    for item in args.remote:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise TierlogError(f"--remote {item!r} is not KEY=VALUE")
+        options[key.strip()] = value.strip()
+    # The jobs read every topic; the option parser wants a selection, which the jobs then ignore.
+    options["subscribePattern"] = ".*"
+    return options
+
+
+def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[str(c).upper() for c in columns]] + [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return "; ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from tierlog.pipeline import jobs
+        from tierlog.pipeline.options import parse_options
+
+        opts = parse_options(_options(args))
+        topics = args.topic or None
+        if args.job == "export" and (not args.output or not args.topic):
+            raise TierlogError("export needs --output DIR and at least one --topic")
+        from pyspark.sql import SparkSession
+
+        from tierlog.pipeline import spark_session
+
+        # A session that already exists (a notebook, a test) is used and left running.
+        owned = SparkSession.getActiveSession() is None
+        spark = spark_session(args.master, app_name=f"tierlog-{args.job}",
+                              conf={"spark.ui.showConsoleProgress": "false" if args.json else "true"})
+        if owned:
+            spark.sparkContext.setLogLevel("ERROR")
+        try:
+            if args.job == "usage":
+                rows = jobs.usage(spark, opts.paths, opts.remote, topics)
+                columns = ["topic", "partition", "local_segments", "local_records", "local_bytes",
+                           "remote_segments", "remote_records", "remote_bytes"]
+            elif args.job == "verify":
+                rows = jobs.verify(spark, opts.paths, opts.remote, topics)
+                columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems"]
+            else:
+                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output)
+                rows = [{"topics": ",".join(args.topic), "output": args.output, "rows": written}]
+                columns = ["topics", "output", "rows"]
+        finally:
+            if owned:
+                spark.stop()
+    except (TierlogError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+    else:
+        print(_table(rows, columns) if rows else "nothing found")
+    if args.job == "verify" and not all(r["ok"] for r in rows):
+        return 3  # damage found: distinct from a failure to run
+    return 0

@@ -1,0 +1,300 @@
+"""Maintenance jobs over a data directory and its remote tier, run as Spark jobs: one task per segment,
+so they grow from ``local[*]`` to a cluster by changing the master.
+
+* :func:`usage` — bytes, records and segments per partition, local and remote (the remote size as
+  the plugin's custom metadata reports it, seed 002, where the plugin can read it);
+* :func:`verify` — every batch's CRC and structure, offsets, both indexes and the producer snapshot
+  of every segment, local and remote (seed 003's checks, for all segments at once);
+* :func:`export` — topics to Parquet partitioned by date, idempotent when rerun.
+
+The per-segment functions are plain Python, so they run on Spark workers and in tests alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tierlog._util.crc import crc32c
+from tierlog.errors import TierlogError
+from tierlog.pipeline import _decode as K
+from tierlog.pipeline.catalog import PartitionLog, discover
+from tierlog.pipeline.reader import (
+    RemoteSpec,
+    ScanRange,
+    WindowDecoder,
+    _readonly,
+    offset_index_entries,
+    open_segment,
+    read_index,
+    remote_storage,
+    segment_base_offset,
+    time_index_entries,
+)
+from tierlog.storage.producer_snapshot import decode_snapshot
+from tierlog.tiered.api import IndexType, load_class
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """One segment to look at: its offsets [base, end), and where it is."""
+
+    scan: ScanRange
+    tier: str  # "local" | "remote"
+    size_bytes: int
+    snapshot_path: str | None = None  # the local producer snapshot at the segment's end, if any
+    last: bool = False  # the partition's active segment (no final index entries, no snapshot yet)
+
+
+def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable[str] | None = None) -> list[SegmentTask]:
+    wanted = None if topics is None else set(topics)
+    tasks = []
+    for tp in sorted(logs):
+        plog = logs[tp]
+        if wanted is not None and plog.topic not in wanted:
+            continue
+        for md in plog.remote_segments:
+            rng = ScanRange(plog.topic, plog.partition, md.start_offset, md.end_offset + 1, remote=md)
+            tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes))
+        bounds = plog.local_bounds()
+        for i, (seg, end) in enumerate(bounds):
+            rng = ScanRange(plog.topic, plog.partition, seg.base_offset, end, log_path=seg.log_path)
+            snap = Path(seg.log_path).with_name(f"{end:020d}.snapshot")
+            tasks.append(SegmentTask(rng, "local", seg.size_bytes, str(snap) if snap.exists() else None,
+                                     last=i == len(bounds) - 1))
+    return tasks
+
+
+# -- reading a whole segment ---------------------------------------------------------------------------
+
+
+def _segment_bytes(task: SegmentTask, spec: RemoteSpec | None) -> bytes:
+    with open_segment(task.scan, spec, 0) as stream:
+        return stream.read()
+
+
+def _headers(data: bytes) -> tuple[np.ndarray, int, int]:
+    """(header table, end of the last whole batch, status) of a whole segment."""
+    buf = _readonly(data)
+    n, stop, status, _ = K.count_batches(buf, 0, len(buf))
+    return K.scan_batches(buf, 0, n), stop, status
+
+
+# -- usage -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentUsage:
+    topic: str
+    partition: int
+    tier: str
+    base_offset: int
+    size_bytes: int
+    records: int
+    batches: int
+
+
+def segment_usage(task: SegmentTask, spec: RemoteSpec | None) -> SegmentUsage:
+    """Records counted from the batch headers (no decompression); control records are not data."""
+    size = task.size_bytes
+    if task.scan.remote is not None and spec is not None:
+        hook = getattr(load_class(spec.class_name), "uploaded_size_bytes", None)
+        custom = task.scan.remote.custom_metadata
+        if callable(hook) and custom:
+            try:
+                reported = hook(custom)
+            except Exception:
+                reported = None
+            if isinstance(reported, int):
+                size = reported
+    table, _, _ = _headers(_segment_bytes(task, spec))
+    data = (table[:, K.F_ATTRIBUTES] & 0x20) == 0
+    records = int(table[data, K.F_RECORDS_COUNT].clip(min=0).sum())
+    return SegmentUsage(task.scan.topic, task.scan.partition, task.tier, segment_base_offset(task.scan), size,
+                        records, len(table))
+
+
+def summarize_usage(rows: Iterable[SegmentUsage]) -> list[dict[str, Any]]:
+    """Per partition: local and remote bytes, records and segments."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in rows:
+        entry = out.setdefault((r.topic, r.partition), {
+            "topic": r.topic, "partition": r.partition,
+            "local_bytes": 0, "local_records": 0, "local_segments": 0,
+            "remote_bytes": 0, "remote_records": 0, "remote_segments": 0})
+        entry[f"{r.tier}_bytes"] += r.size_bytes
+        entry[f"{r.tier}_records"] += r.records
+        entry[f"{r.tier}_segments"] += 1
+    return [out[k] for k in sorted(out)]
+
+
+# -- verify ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentCheck:
+    topic: str
+    partition: int
+    tier: str
+    base_offset: int
+    batches: int
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list[str]) -> None:
+    if len(raw) % 8:
+        problems.append(f"offset index: size {len(raw)} is not a multiple of 8")
+    offsets, positions = offset_index_entries(raw, base)
+    whole = len(raw) // 8
+    if len(offsets) < whole:
+        problems.append(f"offset index: entry {len(offsets)} of {whole} does not increase (zero-filled or damaged)")
+    by_position = dict(zip(table[:, K.F_POSITION].tolist(),
+                           (table[:, K.F_BASE_OFFSET] + table[:, K.F_LAST_OFFSET_DELTA]).tolist(), strict=True))
+    for offset, position in zip(offsets.tolist(), positions.tolist(), strict=True):
+        last = by_position.get(position)
+        if last is None:
+            problems.append(f"offset index: entry ({offset}, {position}) does not point at a batch")
+            return
+        if last != offset:
+            problems.append(f"offset index: entry ({offset}, {position}) points at a batch ending at {last}")
+            return
+
+
+def _check_time_index(raw: bytes, base: int, end: int, table: np.ndarray, final: bool, problems: list[str]) -> None:
+    if len(raw) % 12:
+        problems.append(f"time index: size {len(raw)} is not a multiple of 12")
+    stamps, offsets = time_index_entries(raw, base)
+    whole = len(raw) // 12
+    if len(stamps) < whole:
+        problems.append(f"time index: entry {len(stamps)} of {whole} does not increase (zero-filled or damaged)")
+    if len(offsets) and (offsets[0] < base or offsets[-1] >= max(end, base + 1)):
+        problems.append(f"time index: offsets [{offsets[0]}, {offsets[-1]}] outside the segment [{base}, {end})")
+    # Control batches count: the log's max timestamp covers transaction markers too.
+    if final and len(table):
+        largest = int(table[:, K.F_MAX_TIMESTAMP].max())
+        if largest >= 0 and (not len(stamps) or int(stamps[-1]) != largest):
+            found = int(stamps[-1]) if len(stamps) else None
+            problems.append(f"time index: last entry {found} is not the segment's largest timestamp {largest}")
+
+
+def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
+    """Every check of one segment; problems are described, never raised, so one bad segment does not
+    hide the others."""
+    scan = task.scan
+    base = segment_base_offset(scan)
+    problems: list[str] = []
+    try:
+        data = _segment_bytes(task, spec)
+    except (OSError, TierlogError) as e:
+        return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, (f"cannot read the segment: {e}",))
+    table, stop, status = _headers(data)
+    if status != K.OK and not (status == K.SHORT_BATCH and not any(data[stop:])):
+        problems.append(f"batch at position {stop}: {'length below the minimum' if status == K.SHORT_BATCH else 'bad magic'}")
+    elif stop != len(data) and any(data[stop:]):
+        problems.append(f"{len(data) - stop} bytes after the last whole batch at position {stop}")
+    view = memoryview(data)
+    bases = table[:, K.F_BASE_OFFSET]
+    lasts = bases + table[:, K.F_LAST_OFFSET_DELTA]
+    for i in range(len(table)):
+        p, s = int(table[i, K.F_POSITION]), int(table[i, K.F_SIZE])
+        if s < 61 or crc32c(view[p + 21 : p + s]) != int(table[i, K.F_CRC]):
+            problems.append(f"batch at offset {int(bases[i])} (position {p}): CRC mismatch or short batch")
+    if len(table):
+        if int(bases[0]) < base:
+            problems.append(f"first batch starts at offset {int(bases[0])}, below the segment's base {base}")
+        if np.any(bases[1:] <= lasts[:-1]):
+            problems.append("batch offsets do not increase")
+        if int(lasts[-1]) >= scan.end_offset and not task.last:
+            problems.append(f"last offset {int(lasts[-1])} reaches the next segment at {scan.end_offset}")
+    if not problems:
+        # Record structure (and decompression) of every batch, through the scan's own decoder.
+        decoder = WindowDecoder(scan.topic, scan.partition, base, 1 << 62, include_headers=True, check_crcs=False)
+        try:
+            decoder.decode(_readonly(data), 0)
+        except TierlogError as e:
+            problems.append(str(e))
+    del view
+    _check_offset_index(read_index(scan, IndexType.OFFSET, spec), base, table, problems)
+    _check_time_index(read_index(scan, IndexType.TIMESTAMP, spec), base, scan.end_offset, table, not task.last,
+                      problems)
+    snapshot: bytes | None = None
+    if task.scan.remote is not None and spec is not None:
+        try:
+            with remote_storage(spec).fetch_index(task.scan.remote, IndexType.PRODUCER_SNAPSHOT) as stream:
+                snapshot = stream.read()
+        except (OSError, TierlogError) as e:
+            problems.append(f"producer snapshot: missing from the remote tier ({e})")
+    elif task.snapshot_path is not None:
+        snapshot = Path(task.snapshot_path).read_bytes()
+    if snapshot is not None:
+        try:
+            decode_snapshot(snapshot, task.snapshot_path or "remote producer snapshot")
+        except TierlogError as e:
+            problems.append(f"producer snapshot: {e}")
+    return SegmentCheck(scan.topic, scan.partition, task.tier, base, len(table), tuple(problems))
+
+
+# -- running on Spark --------------------------------------------------------------------------------------
+
+
+def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: Any) -> list[Any]:
+    if not tasks:
+        return []
+    rdd = spark.sparkContext.parallelize(list(tasks), len(tasks))
+    return list(rdd.map(lambda t: fn(t, spec)).collect())
+
+
+def _logs(paths: Sequence[str], spec: RemoteSpec | None) -> dict[tuple[str, int], PartitionLog]:
+    return discover([Path(p) for p in paths], spec)
+
+
+def usage(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
+          topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    tasks = segment_tasks(_logs(paths, spec), topics)
+    return summarize_usage(_run(spark, tasks, spec, segment_usage))
+
+
+def verify(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
+           topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    tasks = segment_tasks(_logs(paths, spec), topics)
+    checks: list[SegmentCheck] = _run(spark, tasks, spec, verify_segment)
+    return [{**asdict(c), "problems": list(c.problems), "ok": c.ok}
+            for c in sorted(checks, key=lambda c: (c.topic, c.partition, c.base_offset, c.tier))]
+
+
+def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Sequence[str], output: str,
+           *, options: Mapping[str, str] | None = None) -> int:
+    """Write ``topics`` to Parquet under ``output``, partitioned by topic and record date (UTC).
+
+    Dynamic partition overwrite replaces exactly the dates a run writes, so a rerun over the same
+    data leaves the same files, and a rerun after more data arrived rewrites only the dates it
+    touches. Returns the rows written."""
+    reader = spark.read.format("tierlog").option("path", ",".join(paths)).option("subscribe", ",".join(topics))
+    reader = reader.option("includeHeaders", "true")
+    if spec is not None:
+        reader = reader.option("remote.log.storage.manager.class.name", spec.class_name)
+        for key, value in spec.props:
+            reader = reader.option(f"rsm.config.{key}", value)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    from pyspark.sql import functions as F
+
+    # The UTC date by arithmetic on epoch milliseconds: to_date would use the session's time zone,
+    # and the same data must land in the same directories whoever runs the export.
+    df = reader.load().withColumn("date", F.expr("date_from_unix_date(CAST(floor(unix_millis(timestamp) / 86400000) AS INT))"))
+    previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        df.write.mode("overwrite").partitionBy("topic", "date").parquet(output)
+    finally:
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
+    return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
+

@@ -1,0 +1,73 @@
+"""The Spark maintenance jobs and ``tierlog spark JOB``: usage, verify (on good and damaged data) and
+export (rerunnable)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pipeline.data import Dataset
+from tierlog.cli import spark_cmd
+from tierlog.pipeline import jobs
+from tierlog.pipeline.options import parse_options
+
+
+def cli(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tierlog")
+    spark_cmd.register(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["spark", *argv])
+
+
+def test_usage_counts_records_and_bytes_in_both_tiers(spark: Any, dataset: Dataset,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert spark_cmd.run(cli("usage", "--path", str(dataset.data), "--json")) == 0
+    rows = {(r["topic"], r["partition"]): r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(rows) == set(dataset.expected)
+    for tp, r in rows.items():
+        assert r["local_records"] + r["remote_records"] == len(dataset.expected[tp]), tp
+        part_dir = dataset.data / f"{tp[0]}-{tp[1]}"
+        assert r["local_bytes"] == sum(f.stat().st_size for f in part_dir.glob("*.log"))
+    tiered = rows[("tiered", 0)]
+    assert tiered["remote_segments"] >= 2 and tiered["local_segments"] == 1
+    assert tiered["remote_bytes"] == sum(f.stat().st_size for f in dataset.remote_files if f.suffix == ".log")
+
+
+def test_verify_passes_on_good_data_and_names_the_damage(spark: Any, dataset: Dataset, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    opts = parse_options({"path": str(dataset.data), "subscribePattern": ".*"})
+    checks = jobs.verify(spark, opts.paths, opts.remote)
+    assert checks and all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
+    assert {c["tier"] for c in checks if c["topic"] == "tiered"} == {"local", "remote"}
+
+    damaged = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", damaged / "orders-0")
+    logs = sorted((damaged / "orders-0").glob("*.log"))
+    raw = bytearray(logs[0].read_bytes())
+    raw[200] ^= 0x55
+    logs[0].write_bytes(bytes(raw))
+    index = logs[1].with_suffix(".index")
+    index.write_bytes(index.read_bytes() + bytes(8))  # a zero entry after the valid ones
+    assert spark_cmd.run(cli("verify", "--path", str(damaged), "--json")) == 3
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    bad = {r["base_offset"]: r["problems"] for r in rows if not r["ok"]}
+    first, second = (int(p.name.split(".")[0]) for p in logs[:2])
+    assert set(bad) == {first, second}
+    assert any("CRC" in p for p in bad[first])
+    assert any("offset index" in p for p in bad[second])
+
+
+def test_export_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    opts = parse_options({"path": str(dataset.data), "subscribe": "orders"})
+    want = len(dataset.expected[("orders", 0)]) + len(dataset.expected[("orders", 1)])
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    first = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    again = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
+    assert first == again and len(again) == want
+    assert [p.name for p in (out / "topic=orders").iterdir() if p.is_dir()] == ["date=2023-11-14"]
