@@ -16,6 +16,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.metadata_cmd",
     "tierlog.cli.config_cmd",
     "tierlog.cli.tier_cmd",
+    "tierlog.cli.spark_cmd",
 )
 
 
