@@ -71,3 +71,46 @@ def test_export_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, t
     again = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
     assert first == again and len(again) == want
     assert [p.name for p in (out / "topic=orders").iterdir() if p.is_dir()] == ["date=2023-11-14"]
+
+
+def _largest_timestamps(part_dir: Path) -> list[tuple[int, int]]:
+    from tierlog.records import iter_headers
+
+    out = []
+    for log_file in sorted(part_dir.glob("*.log")):
+        stamps = [h.max_timestamp for h in iter_headers(log_file.read_bytes())]
+        out.append((int(log_file.name.split(".")[0]), max(stamps)))
+    return out
+
+
+def test_retention_preview_applies_the_timestamp_floor_and_time_retention(
+        spark: Any, dataset: Dataset, capsys: pytest.CaptureFixture[str]) -> None:
+    segments = _largest_timestamps(dataset.data / "orders-0")
+    assert len(segments) >= 3
+    floor = segments[1][1] + 1  # the first two segments lie wholly below it
+    argv = ["retention-preview", "--path", str(dataset.data), "--topic", "orders", "--json"]
+    assert spark_cmd.run(cli(*argv, "--override", f"retention.min.timestamp={floor}",
+                             "--override", "retention.ms=-1")) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    got = sorted((r["partition"], r["base_offset"], r["reason"]) for r in rows)
+    assert [g for g in got if g[0] == 0] == [(0, segments[0][0], "timestamp_floor"), (0, segments[1][0], "timestamp_floor")]
+    # orders-1 was written later (its timestamps are all above the floor): nothing there.
+    assert all(g[0] == 0 for g in got)
+    # Time retention, evaluated at a chosen "now": every segment has expired, the active one too (the
+    # broker rolls it first, as Kafka does).
+    now = segments[-1][1] + 10_000
+    assert spark_cmd.run(cli(*argv, "--override", "retention.ms=5000", "--now", str(now))) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["base_offset"] for r in rows if r["partition"] == 0) == [s[0] for s in segments]
+    assert {r["reason"] for r in rows} == {"time"}
+
+
+def test_retention_preview_covers_the_remote_tier(spark: Any, dataset: Dataset) -> None:
+    opts = parse_options({"path": str(dataset.data), "subscribe": "tiered"})
+    config_for = jobs.topic_configs(opts.paths, None, {"remote.storage.enable": "true", "retention.bytes": "1",
+                                                       "local.retention.bytes": "1"})
+    rows = jobs.retention_preview(spark, opts.paths, opts.remote, config_for, 0, ["tiered"])
+    remote = [r for r in rows if r["tier"] == "remote"]
+    assert remote and all(r["reason"] == "size" for r in remote)
+    # Locally only the active segment is left, and it is never deleted.
+    assert [r for r in rows if r["tier"] == "local"] == []

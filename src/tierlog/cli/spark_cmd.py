@@ -14,14 +14,16 @@ from typing import Any
 
 from tierlog.errors import TierlogError
 
-JOBS = ("usage", "verify", "export")
+JOBS = ("usage", "verify", "retention-preview", "export")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, export",
+    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, retention-preview, export",
                        description="Run a maintenance job over a data directory and its remote tier on Spark. "
                                    "usage: bytes, records and segments per partition, local and remote. "
                                    "verify: CRCs, offsets, indexes and producer snapshots of every segment. "
+                                   "retention-preview: what time, size and timestamp-floor retention would "
+                                   "delete now, per tier. "
                                    "export: topics to Parquet partitioned by topic and date (rerunnable).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
@@ -31,6 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a remote-tier setting, e.g. rsm.config.dir=/data-remote (repeatable)")
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable); export needs one")
     p.add_argument("--output", help="export: the Parquet directory")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="retention-preview: a topic config to assume for every topic, e.g. retention.ms=3600000")
+    p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     p.set_defaults(func=run)
@@ -89,6 +94,17 @@ def run(args: argparse.Namespace) -> int:
                 rows = jobs.usage(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "local_segments", "local_records", "local_bytes",
                            "remote_segments", "remote_records", "remote_bytes"]
+            elif args.job == "retention-preview":
+                import time
+
+                from tierlog.config.broker_config import BrokerConfig, parse_overrides
+
+                broker = BrokerConfig.from_file(args.config) if args.config is not None else None
+                config_for = jobs.topic_configs(opts.paths, broker, parse_overrides(args.override))
+                now_ms = args.now if args.now is not None else int(time.time() * 1000)
+                rows = jobs.retention_preview(spark, opts.paths, opts.remote, config_for, now_ms, topics)
+                columns = ["topic", "partition", "tier", "base_offset", "end_offset", "size_bytes",
+                           "largest_timestamp_ms", "reason"]
             elif args.job == "verify":
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems"]

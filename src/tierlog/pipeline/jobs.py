@@ -5,6 +5,8 @@ so they grow from ``local[*]`` to a cluster by changing the master.
   the plugin's custom metadata reports it, seed 002, where the plugin can read it);
 * :func:`verify` — every batch's CRC and structure, offsets, both indexes and the producer snapshot
   of every segment, local and remote (seed 003's checks, for all segments at once);
+* :func:`retention_preview` — what the time, size and timestamp-floor (seed 004) policies would
+  delete now, in each tier, without deleting anything;
 * :func:`export` — topics to Parquet partitioned by date, idempotent when rerun.
 
 The per-segment functions are plain Python, so they run on Spark workers and in tests alike.
@@ -12,7 +14,8 @@ The per-segment functions are plain Python, so they run on Spark workers and in 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +23,12 @@ from typing import Any
 import numpy as np
 
 from tierlog._util.crc import crc32c
+from tierlog.config.broker_config import BrokerConfig
+from tierlog.config.log_config import LogConfig
 from tierlog.errors import TierlogError
+from tierlog.metadata.metadata_log import load_readonly, resolve_metadata_dir
 from tierlog.pipeline import _decode as K
-from tierlog.pipeline.catalog import PartitionLog, discover
+from tierlog.pipeline.catalog import LocalSegment, PartitionLog, discover
 from tierlog.pipeline.reader import (
     RemoteSpec,
     ScanRange,
@@ -36,6 +42,7 @@ from tierlog.pipeline.reader import (
     time_index_entries,
 )
 from tierlog.storage.producer_snapshot import decode_snapshot
+from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.tiered.api import IndexType, load_class
 
 
@@ -298,3 +305,87 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
         spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
     return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
 
+
+
+# -- retention preview -------------------------------------------------------------------------------------
+
+
+def _largest_timestamp(seg: LocalSegment, last: bool) -> int:
+    """What retention compares with: the time index's last entry (a closed segment's final entry is its
+    largest timestamp); the active segment's batches are read, since its newest are not indexed yet;
+    the file's mtime when no record has a timestamp, as Kafka does."""
+    rng = ScanRange("", 0, seg.base_offset, seg.base_offset + 1, log_path=seg.log_path)
+    stamps, _ = time_index_entries(read_index(rng, IndexType.TIMESTAMP, None), seg.base_offset)
+    largest = int(stamps[-1]) if len(stamps) else -1
+    if last:
+        table, _, _ = _headers(Path(seg.log_path).read_bytes())
+        if len(table):
+            largest = max(largest, int(table[:, K.F_MAX_TIMESTAMP].max()))
+    if largest < 0:
+        largest = int(os.stat(seg.log_path).st_mtime * 1000)
+    return largest
+
+
+def partition_retention(plog: PartitionLog, config: LogConfig, now_ms: int) -> list[dict[str, Any]]:
+    """What retention would delete now from one partition, per tier, with the policy that would
+    delete each segment (seed 004's timestamp floor among them)."""
+    rows: list[dict[str, Any]] = []
+    tiered = config.remote_storage_enable and bool(plog.remote_segments)
+    highest_remote = plog.remote_segments[-1].end_offset if plog.remote_segments else -1
+    bounds = plog.local_bounds()
+    local = [SegmentInfo(seg.base_offset, end, seg.size_bytes, _largest_timestamp(seg, i == len(bounds) - 1),
+                         i == len(bounds) - 1) for i, (seg, end) in enumerate(bounds)]
+    policy = RetentionPolicy.from_config(
+        config, log_start_offset=plog.local_start or 0, high_watermark=plog.latest, local=tiered,
+        highest_offset_in_remote=highest_remote if tiered else None)
+    for d in deletable_segments(local, policy, now_ms):
+        rows.append(_deletion_row(plog, "local", d))
+    if plog.remote_segments:
+        remote = [SegmentInfo(md.start_offset, md.end_offset + 1, md.segment_size_in_bytes, md.max_timestamp_ms, False)
+                  for md in plog.remote_segments]
+        # The remote tier is held to the topic's total retention, counting what is only local too.
+        local_only = sum(s.size_bytes for s in local if s.base_offset > highest_remote)
+        total = sum(s.size_bytes for s in remote) + local_only
+        remote_policy = RetentionPolicy.from_config(config, log_start_offset=plog.remote_start or 0,
+                                                    high_watermark=plog.latest)
+        for d in deletable_segments(remote, remote_policy, now_ms, total):
+            rows.append(_deletion_row(plog, "remote", d))
+    return rows
+
+
+def _deletion_row(plog: PartitionLog, tier: str, d: Deletion) -> dict[str, Any]:
+    s = d.segment
+    return {"topic": plog.topic, "partition": plog.partition, "tier": tier, "base_offset": s.base_offset,
+            "end_offset": s.upper_bound_offset, "size_bytes": s.size_bytes,
+            "largest_timestamp_ms": s.largest_timestamp_ms, "reason": d.reason.value}
+
+
+def topic_configs(paths: Sequence[str], broker: BrokerConfig | None,
+                  overrides: Mapping[str, str] | None = None) -> Callable[[str], LogConfig]:
+    """Each topic's LogConfig as the broker would build it: its stored overrides (from the metadata
+    log, read without a broker) over the broker's defaults, then ``overrides`` (a what-if)."""
+    defaults = broker.topic_defaults() if broker is not None else None
+    stored: dict[str, Mapping[str, str]] = {}
+    for p in paths:
+        directory = resolve_metadata_dir(Path(p))
+        if directory.is_dir():
+            image = load_readonly(directory).image
+            stored = {name: dict(image.topic_configs(name)) for name in image.topics_by_name}
+            break
+
+    def config_for(topic: str) -> LogConfig:
+        return LogConfig.from_props({**stored.get(topic, {}), **(overrides or {})}, defaults)
+
+    return config_for
+
+
+def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
+                      config_for: Callable[[str], LogConfig], now_ms: int,
+                      topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    logs = _logs(paths, spec)
+    wanted = None if topics is None else set(topics)
+    work = [(logs[tp], config_for(tp[0])) for tp in sorted(logs) if wanted is None or tp[0] in wanted]
+    if not work:
+        return []
+    rdd = spark.sparkContext.parallelize(work, len(work))
+    return list(rdd.flatMap(lambda item: partition_retention(item[0], item[1], now_ms)).collect())
