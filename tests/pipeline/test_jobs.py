@@ -114,3 +114,34 @@ def test_retention_preview_covers_the_remote_tier(spark: Any, dataset: Dataset) 
     assert remote and all(r["reason"] == "size" for r in remote)
     # Locally only the active segment is left, and it is never deleted.
     assert [r for r in rows if r["tier"] == "local"] == []
+
+
+def test_rebuild_snapshots_recreates_what_the_broker_wrote(spark: Any, dataset: Dataset, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
+    from tierlog.storage.producer_snapshot import decode_snapshot
+
+    data = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", data / "orders-0")
+    snapshots = sorted((data / "orders-0").glob("*.snapshot"))
+    assert len(snapshots) >= 2
+    # The snapshot at the log end offset is the one a clean shutdown writes, not a segment's.
+    leo = f"{dataset.log_end[('orders', 0)]:020d}.snapshot"
+    originals = {p.name: sorted(decode_snapshot(p.read_bytes())) for p in snapshots if p.name != leo}
+    assert any(originals.values()), "the idempotent and transactional producers should be in some snapshot"
+    for p in snapshots:
+        p.unlink()
+    argv = ["rebuild-snapshots", "--path", str(data), "--json"]
+    assert spark_cmd.run(cli(*argv)) == 1  # no clean-shutdown marker: a broker might be running
+    assert "clean-shutdown" in capsys.readouterr().err
+    assert spark_cmd.run(cli(*argv, "--dry-run")) == 0
+    planned = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["snapshot"] for r in planned) == sorted(originals) and not any(r["written"] for r in planned)
+    assert not list((data / "orders-0").glob("*.snapshot"))
+    (data / CLEAN_SHUTDOWN).write_bytes(b"")
+    assert spark_cmd.run(cli(*argv)) == 0
+    written = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(r["written"] for r in written) and len(written) == len(originals)
+    rebuilt = {p.name: sorted(decode_snapshot(p.read_bytes())) for p in (data / "orders-0").glob("*.snapshot")}
+    assert rebuilt == originals
+    assert not [p for p in data.iterdir() if p.name.startswith(".tierlog-snapshot-rebuild")]

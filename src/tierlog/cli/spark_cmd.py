@@ -14,16 +14,18 @@ from typing import Any
 
 from tierlog.errors import TierlogError
 
-JOBS = ("usage", "verify", "retention-preview", "export")
+JOBS = ("usage", "verify", "retention-preview", "rebuild-snapshots", "export")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, retention-preview, export",
+    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, retention-preview, rebuild-snapshots, export",
                        description="Run a maintenance job over a data directory and its remote tier on Spark. "
                                    "usage: bytes, records and segments per partition, local and remote. "
                                    "verify: CRCs, offsets, indexes and producer snapshots of every segment. "
                                    "retention-preview: what time, size and timestamp-floor retention would "
                                    "delete now, per tier. "
+                                   "rebuild-snapshots: create missing producer snapshots of closed segments "
+                                   "(on a cleanly stopped broker's data). "
                                    "export: topics to Parquet partitioned by topic and date (rerunnable).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
@@ -36,6 +38,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="retention-preview: a topic config to assume for every topic, e.g. retention.ms=3600000")
     p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
+    p.add_argument("--dry-run", action="store_true", help="rebuild-snapshots: list what is missing, write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     p.set_defaults(func=run)
@@ -105,6 +110,19 @@ def run(args: argparse.Namespace) -> int:
                 rows = jobs.retention_preview(spark, opts.paths, opts.remote, config_for, now_ms, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "end_offset", "size_bytes",
                            "largest_timestamp_ms", "reason"]
+            elif args.job == "rebuild-snapshots":
+                unclean = jobs.stopped_cleanly(opts.paths)
+                if unclean and not args.dry_run and not args.force:
+                    raise TierlogError(
+                        f"{', '.join(unclean)} has no clean-shutdown marker: a broker may be running there. "
+                        "Stop it cleanly first (or --dry-run to look, --force if you are sure)")
+                from tierlog.config.broker_config import BrokerConfig
+
+                broker = BrokerConfig.from_file(args.config) if args.config is not None else BrokerConfig()
+                rows = jobs.rebuild_snapshots(spark, opts.paths, opts.remote,
+                                              broker.get_int("producer.id.expiration.ms"),
+                                              dry_run=args.dry_run, topics=topics)
+                columns = ["topic", "partition", "segment", "snapshot", "producers", "written"]
             elif args.job == "verify":
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems"]

@@ -7,6 +7,8 @@ so they grow from ``local[*]`` to a cluster by changing the master.
   of every segment, local and remote (seed 003's checks, for all segments at once);
 * :func:`retention_preview` — what the time, size and timestamp-floor (seed 004) policies would
   delete now, in each tier, without deleting anything;
+* :func:`rebuild_snapshots` — the missing producer snapshots of closed segments, each rebuilt from
+  the expiration window only (seed 001 as a backfill), on a cleanly stopped broker's data;
 * :func:`export` — topics to Parquet partitioned by date, idempotent when rerun.
 
 The per-segment functions are plain Python, so they run on Spark workers and in tests alike.
@@ -15,6 +17,8 @@ The per-segment functions are plain Python, so they run on Spark workers and in 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tierlog._util.crc import crc32c
+from tierlog._util.files import fsync_dir
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import TierlogError
@@ -41,6 +46,8 @@ from tierlog.pipeline.reader import (
     segment_base_offset,
     time_index_entries,
 )
+from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
+from tierlog.storage.producer_rebuild import rebuild_missing_snapshot, segment_sources_in
 from tierlog.storage.producer_snapshot import decode_snapshot
 from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.tiered.api import IndexType, load_class
@@ -389,3 +396,57 @@ def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
         return []
     rdd = spark.sparkContext.parallelize(work, len(work))
     return list(rdd.flatMap(lambda item: partition_retention(item[0], item[1], now_ms)).collect())
+
+
+# -- rebuild-snapshots (seed 001 as a backfill) --------------------------------------------------------------
+
+
+def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run: bool) -> list[dict[str, Any]]:
+    """Create the producer snapshot at the end of every closed local segment that lacks one, each
+    rebuilt from only the segments within ``producer.id.expiration.ms`` before the segment's end
+    (seed 001), so tiering them later uploads real state rather than a placeholder."""
+    if plog.directory is None:
+        return []
+    bounds = plog.local_bounds()[:-1]  # the active segment has no end yet
+    start = plog.local_start or 0
+    missing = [(seg, end) for seg, end in bounds
+               if end > start and not (plog.directory / f"{end:020d}.snapshot").exists()]
+    rows: list[dict[str, Any]] = []
+    if not missing:
+        return rows
+    sources = segment_sources_in(plog.directory)
+    # Closed segments' largest timestamps from their time indexes: no segment is scanned for them.
+    stamps = {seg.base_offset: _largest_timestamp(seg, False) for seg, _ in plog.local_bounds()}
+    scratch = Path(tempfile.mkdtemp(prefix=".tierlog-snapshot-rebuild-", dir=plog.directory.parent))
+    try:
+        for seg, end in missing:
+            row = {"topic": plog.topic, "partition": plog.partition, "segment": seg.base_offset,
+                   "snapshot": f"{end:020d}.snapshot", "producers": None, "written": False}
+            if not dry_run:
+                built = rebuild_missing_snapshot(sources, seg.base_offset, end, start, expiration_ms, scratch, stamps)
+                row["producers"] = len(decode_snapshot(built.read_bytes(), built))
+                # Renamed in only when whole: a reader never sees a partial snapshot.
+                os.replace(built, plog.directory / built.name)
+                fsync_dir(plog.directory)
+                row["written"] = True
+            rows.append(row)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
+def stopped_cleanly(paths: Sequence[str]) -> list[str]:
+    """The log dirs without Kafka's clean-shutdown marker: a broker may be running there (it deletes
+    the marker when it starts), and files must not change under it."""
+    return [p for p in paths if not (Path(p) / CLEAN_SHUTDOWN).exists()]
+
+
+def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, expiration_ms: int, *,
+                      dry_run: bool = False, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    logs = _logs(paths, spec)
+    wanted = None if topics is None else set(topics)
+    work = [logs[tp] for tp in sorted(logs) if logs[tp].directory is not None and (wanted is None or tp[0] in wanted)]
+    if not work:
+        return []
+    rdd = spark.sparkContext.parallelize(work, len(work))
+    return list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
