@@ -116,6 +116,12 @@ def build_dataset(root: Path) -> Dataset:
     events = open_log("events-0")
     for i in range(8):
         events.append_as_leader(build_batch([SimpleRecord(None, b"e%d" % i, (), T0 + i * 10)]))
+    # A transaction left open at the end: read_committed stops at its first offset.
+    opentxn = open_log("opentxn-0")
+    opentxn.append_as_leader(build_batch([SimpleRecord(b"a", b"before", (), T0)] * 3))
+    opentxn.append_as_leader(build_batch([SimpleRecord(b"t", b"open", (), T0 + 1)] * 2, producer_id=4242,
+                                         producer_epoch=0, base_sequence=0, is_transactional=True))
+    opentxn.append_as_leader(build_batch([SimpleRecord(b"a", b"after", (), T0 + 2)] * 4))
     trimmed = open_log("trimmed-0")
     for i in range(40):
         trimmed.append_as_leader(build_batch([SimpleRecord(b"k", b"x" * 60, (), T0 + i * 10)] * 2))

@@ -116,3 +116,17 @@ def test_split_ranges_and_rate_limit() -> None:
     assert split_ranges(ranges, None) == ranges
     limited = _rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 100, ("t", 1): 10}, 11)
     assert limited == {("t", 0): 10, ("t", 1): 1}
+
+
+def test_last_stable_offset_from_the_snapshot_and_from_a_header_replay(dataset: Dataset, tmp_path: Path) -> None:
+    from tierlog.pipeline.catalog import discover, last_stable_offset
+
+    logs = discover([dataset.data])
+    assert last_stable_offset(logs[("opentxn", 0)]) == 3  # the open transaction's first offset
+    assert last_stable_offset(logs[("orders", 0)]) == dataset.log_end[("orders", 0)]
+    # Without the snapshot at the log end the headers after the previous one are replayed instead.
+    copy = tmp_path / "data"
+    shutil.copytree(dataset.data / "opentxn-0", copy / "opentxn-0")
+    for snapshot in (copy / "opentxn-0").glob("*.snapshot"):
+        snapshot.unlink()
+    assert last_stable_offset(discover([copy])[("opentxn", 0)]) == 3

@@ -168,3 +168,16 @@ def test_fail_on_data_loss(spark: Any, dataset: Dataset) -> None:
 def test_bad_options_are_rejected(spark: Any, dataset: Dataset, options: dict[str, str], message: str) -> None:
     with pytest.raises(Exception, match=message):
         reader(spark, dataset, **options).collect()
+
+
+def test_read_committed_skips_aborted_transactions_and_stops_at_the_lso(spark: Any, dataset: Dataset) -> None:
+    committed = rows(reader(spark, dataset, subscribe="orders,tiered,opentxn", includeHeaders="true",
+                            **{"kafka.isolation.level": "read_committed"}))
+    everything = rows(reader(spark, dataset, subscribe="orders,tiered,opentxn", includeHeaders="true"))
+    dropped = [r for r in everything if r not in committed]
+    # Each of orders-0, orders-1 and tiered-0 aborted one two-record transaction (see data.py).
+    aborted = [r for r in dropped if r[2] != "opentxn"]
+    assert len(aborted) == 6 and all(r[0] == b"txn" for r in aborted)
+    assert sum(1 for r in committed if r[0] == b"txn") == 6  # the committed transactions stay
+    assert [r[4] for r in committed if r[2] == "opentxn"] == [0, 1, 2]
+    assert [r[1] for r in dropped if r[2] == "opentxn"] == [b"open"] * 2 + [b"after"] * 4

@@ -33,6 +33,8 @@ from tierlog.storage.checkpoints import (
     OffsetCheckpointFile,
     PartitionMetadataFile,
 )
+from tierlog.storage.producer_snapshot import decode_snapshot
+from tierlog.storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
@@ -63,6 +65,8 @@ class PartitionLog:
     #: COPY_SEGMENT_FINISHED remote segments by start offset.
     remote_segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     remote_start: int | None = None
+    _last_stable: int | None = None
+    _aborted: list[tuple[int, int, int]] | None = None
 
     @property
     def earliest(self) -> int:
@@ -110,6 +114,57 @@ class PartitionLog:
         if at < end:
             gaps.append((at, end))
         return gaps
+
+
+def last_stable_offset(plog: PartitionLog) -> int:
+    """The first offset of the oldest transaction still open (the log end offset when none is): what a
+    read_committed consumer may read up to.
+
+    Tiering copies only below the LSO, so open transactions are local: their state is the newest
+    producer snapshot's (each producer's open transaction's first offset) plus a replay of the batch
+    headers after it, as the broker rebuilds it on startup."""
+    if plog._last_stable is not None:
+        return plog._last_stable
+    leo = plog.log_end_offset
+    if plog.directory is None or not plog.local_segments:
+        plog._last_stable = leo
+        return leo
+    local_start = plog.local_start or 0
+    snapshots = sorted(int(p.name.split(".")[0]) for p in plog.directory.glob("*.snapshot")
+                       if p.name.split(".")[0].isdigit() and local_start <= int(p.name.split(".")[0]) <= leo)
+    open_txns: dict[int, int] = {}
+    start = local_start
+    if snapshots:
+        start = snapshots[-1]
+        entries = decode_snapshot((plog.directory / f"{start:020d}.snapshot").read_bytes())
+        open_txns = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+    for rng in plog.ranges(start, leo):
+        index = offset_index_entries(read_index(rng, IndexType.OFFSET, None), segment_base_offset(rng))
+        position, _ = position_bounds(index, rng.start_offset, rng.end_offset)
+        for h in _stream_headers(rng, None, position):
+            if h.base_offset < start or not h.is_transactional:
+                continue
+            if h.is_control:
+                open_txns.pop(h.producer_id, None)  # a COMMIT or ABORT marker ends it either way
+            else:
+                open_txns.setdefault(h.producer_id, h.base_offset)
+    plog._last_stable = min(open_txns.values(), default=leo)
+    return plog._last_stable
+
+
+def aborted_transactions(plog: PartitionLog, spec: RemoteSpec | None) -> list[tuple[int, int, int]]:
+    """(producer id, first offset, last offset) of every aborted transaction, from the transaction
+    indexes of both tiers (an entry sits in the segment of its ABORT marker, which may be later than
+    the segments holding its records: hence all of them, gathered once on the driver)."""
+    if plog._aborted is None:
+        found = []
+        for rng in plog.ranges(plog.earliest, plog.latest):
+            raw = read_index(rng, IndexType.TRANSACTION, spec)
+            for at in range(0, len(raw) - ABORTED_TXN_SIZE + 1, ABORTED_TXN_SIZE):
+                txn = AbortedTxn.from_bytes(raw, at)
+                found.append((txn.producer_id, txn.first_offset, txn.last_offset))
+        plog._aborted = sorted(set(found), key=lambda t: (t[1], t[0]))
+    return plog._aborted
 
 
 def _local_segments(directory: Path) -> list[LocalSegment]:

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import TierlogError
-from tierlog.pipeline.catalog import PartitionLog, TopicPartition, discover, offset_for_timestamp
+from tierlog.pipeline.catalog import (
+    PartitionLog,
+    TopicPartition,
+    aborted_transactions,
+    discover,
+    last_stable_offset,
+    offset_for_timestamp,
+)
 from tierlog.pipeline.reader import RemoteSpec, ScanRange, props_tuple
 from tierlog.tiered.api import plugin_properties
 from tierlog.tiered.remote_log_manager import METADATA_DIR_NAME, default_local_remote_dir
@@ -57,6 +64,13 @@ class ReadOptions:
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
     check_crcs: bool = True
+    #: The consumer's isolation.level: read_committed stops at the last stable offset and skips
+    #: aborted transactions; read_uncommitted (Kafka's and Spark's default) returns both.
+    read_committed: bool = False
+
+    def latest(self, plog: PartitionLog) -> int:
+        """Where "latest" is for this reader: the log end, or the last stable offset."""
+        return last_stable_offset(plog) if self.read_committed else plog.latest
 
     # -- which partitions ------------------------------------------------------------------------------
 
@@ -235,7 +249,16 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOpt
         min_partitions=_positive_int(options, "minPartitions"),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         check_crcs=_bool(options, "kafka.check.crcs", True),
+        read_committed=_isolation(options),
     )
+
+
+def _isolation(options: Mapping[str, str]) -> bool:
+    level = options.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if level not in ("read_uncommitted", "read_committed"):
+        raise TierlogOptionError(f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, "
+                                 f"got {level!r}")
+    return level == "read_committed"
 
 
 # -- resolving positions to offsets ------------------------------------------------------------------------
@@ -259,10 +282,10 @@ def resolve(spec: OffsetSpec, which: str, parts: Sequence[PartitionLog], opts: R
         if spec.kind == "earliest":
             out[tp] = plog.earliest
         elif spec.kind == "latest":
-            out[tp] = plog.latest
+            out[tp] = opts.latest(plog)
         elif spec.kind == "offsets":
             value = spec.offsets[tp]
-            out[tp] = plog.earliest if value == EARLIEST else plog.latest if value == LATEST else value
+            out[tp] = plog.earliest if value == EARLIEST else opts.latest(plog) if value == LATEST else value
         else:
             ts = spec.timestamp if spec.kind == "timestamp" else spec.offsets[tp]
             found = offset_for_timestamp(plog, ts, opts.remote)
@@ -271,7 +294,7 @@ def resolve(spec: OffsetSpec, which: str, parts: Sequence[PartitionLog], opts: R
                     raise TierlogOptionError(
                         f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp {ts} "
                         "(startingOffsetsByTimestampStrategy=error; use latest to start at the end instead)")
-                found = plog.latest
+                found = opts.latest(plog)
             out[tp] = found
     return out
 
@@ -300,6 +323,8 @@ def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, i
     for plog in parts:
         tp = (plog.topic, plog.partition)
         start, end = check_range(plog, starts[tp], ends[tp], opts)
+        if opts.read_committed:
+            end = max(start, min(end, last_stable_offset(plog)))  # nothing past an open transaction
         if start >= end:
             continue
         gaps = plog.missing(start, end)
@@ -307,7 +332,12 @@ def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, i
             raise TierlogOptionError(
                 f"{plog.topic}-{plog.partition}: offsets {gaps} are in neither the local log nor the remote tier. "
                 "Some data may have been lost; set failOnDataLoss to false to read what there is")
-        ranges.extend(plog.ranges(start, end))
+        for r in plog.ranges(start, end):
+            if opts.read_committed:
+                aborted = tuple(a for a in aborted_transactions(plog, opts.remote)
+                                if a[1] < r.end_offset and a[2] >= r.start_offset)
+                r = replace(r, aborted=aborted)
+            ranges.append(r)
     return split_ranges(ranges, opts.min_partitions)
 
 

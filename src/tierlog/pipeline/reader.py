@@ -9,8 +9,6 @@ do the rest, writing the Arrow buffers directly.
 
 from __future__ import annotations
 
-import io
-import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -37,6 +35,7 @@ from tierlog.tiered.api import (
 WINDOW_BYTES = 16 << 20
 
 _CONTROL = 0x20
+_TRANSACTIONAL = 0x10
 _LOG_APPEND_TIME = 0x08
 _CODEC = 0x07
 _HEADER = 61
@@ -79,6 +78,9 @@ class ScanRange:
     end_offset: int
     log_path: str | None = None
     remote: RemoteLogSegmentMetadata | None = None
+    #: read_committed: (producer id, first offset, last offset) of the aborted transactions that
+    #: overlap the range, whose batches are skipped. None reads uncommitted (Kafka's default).
+    aborted: tuple[tuple[int, int, int], ...] | None = None
 
     @property
     def is_remote(self) -> bool:
@@ -148,8 +150,9 @@ def position_bounds(index: tuple[np.ndarray, np.ndarray], start_offset: int,
 
 
 def read_index(rng: ScanRange, index_type: IndexType, spec: RemoteSpec | None) -> bytes:
-    """The raw bytes of the segment's offset or time index (empty when missing: reads then start at
-    the beginning of the segment, which is slower but still right)."""
+    """The raw bytes of the segment's offset, time or transaction index (empty when missing: reads
+    then start at the beginning of the segment, which is slower but still right; a segment without
+    aborted transactions has no transaction index)."""
     if rng.remote is not None:
         if spec is None:
             return b""
@@ -159,7 +162,7 @@ def read_index(rng: ScanRange, index_type: IndexType, spec: RemoteSpec | None) -
         except Exception:
             return b""
     assert rng.log_path is not None
-    suffix = ".index" if index_type is IndexType.OFFSET else ".timeindex"
+    suffix = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexType.TRANSACTION: ".txnindex"}[index_type]
     try:
         return Path(rng.log_path).with_suffix(suffix).read_bytes()
     except OSError:
@@ -238,7 +241,8 @@ class WindowDecoder:
     """Turns windows of one partition's log into Arrow batches of rows in [start, end)."""
 
     def __init__(self, topic: str, partition: int, start_offset: int, end_offset: int, *,
-                 include_headers: bool, check_crcs: bool = True) -> None:
+                 include_headers: bool, check_crcs: bool = True,
+                 aborted: tuple[tuple[int, int, int], ...] | None = None) -> None:
         self.topic = topic
         self.topic_bytes = topic.encode("utf-8")
         self.partition = partition
@@ -246,6 +250,7 @@ class WindowDecoder:
         self.end_offset = end_offset
         self.include_headers = include_headers
         self.check_crcs = check_crcs
+        self.aborted = aborted or ()
         self.schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
         self._pool = _BufferPool()
 
@@ -274,7 +279,15 @@ class WindowDecoder:
             at = int(table[np.argmax(short), K.F_POSITION]) + origin
             raise CorruptRecordError(f"{self.topic}-{self.partition}: record batch at position {at} is "
                                      f"shorter than the {_HEADER}-byte header")
-        chosen = np.flatnonzero(((attrs & _CONTROL) == 0) & (last >= self.start_offset) & (base < self.end_offset))
+        wanted = ((attrs & _CONTROL) == 0) & (last >= self.start_offset) & (base < self.end_offset)
+        if self.aborted:
+            # read_committed: a transactional batch inside an aborted transaction of its producer
+            # (from its first offset to the abort marker) is not returned, as the consumer drops it.
+            transactional = (attrs & _TRANSACTIONAL) != 0
+            pids = table[:, K.F_PRODUCER_ID]
+            for pid, first, last_offset in self.aborted:
+                wanted &= ~(transactional & (pids == pid) & (base >= first) & (base <= last_offset))
+        chosen = np.flatnonzero(wanted)
         if len(chosen) == 0:
             return _Window(None, stop, need, done)
         rows = table[chosen]
@@ -412,7 +425,7 @@ def read_range(rng: ScanRange, *, include_headers: bool, check_crcs: bool = True
     index = offset_index_entries(read_index(rng, IndexType.OFFSET, spec), segment_base_offset(rng))
     position, limit = position_bounds(index, rng.start_offset, rng.end_offset)
     decoder = WindowDecoder(rng.topic, rng.partition, rng.start_offset, rng.end_offset,
-                            include_headers=include_headers, check_crcs=check_crcs)
+                            include_headers=include_headers, check_crcs=check_crcs, aborted=rng.aborted)
     with open_segment(rng, spec, position) as stream:
         carry = b""
         need = 0
@@ -441,17 +454,6 @@ def read_range(rng: ScanRange, *, include_headers: bool, check_crcs: bool = True
             need = window.need
             if window.done or eof or got == 0:
                 return
-
-
-def open_stream(data: bytes) -> BinaryIO:
-    return io.BytesIO(data)
-
-
-def local_file_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def props_tuple(props: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

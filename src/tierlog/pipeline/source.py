@@ -219,14 +219,14 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _to_json(resolve(self.options.starting, "starting", parts, self.options))
 
     def _available(self) -> dict[TopicPartition, int]:
-        latest = {(p.topic, p.partition): p.latest for p in self._logs()}
+        latest = {(p.topic, p.partition): self.options.latest(p) for p in self._logs()}
         if self._target is not None:
             # Trigger.AvailableNow: nothing appended after the query started is read.
             latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items() if tp in self._target}
         return latest
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {(p.topic, p.partition): p.latest for p in self._logs()}
+        self._target = {(p.topic, p.partition): self.options.latest(p) for p in self._logs()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
