@@ -114,6 +114,8 @@ def test_split_ranges_and_rate_limit() -> None:
     assert len(split) >= 8
     assert sum(r.end_offset - r.start_offset for r in split) == 110
     assert split_ranges(ranges, None) == ranges
+    capped = split_ranges(ranges, None, 30)
+    assert max(r.end_offset - r.start_offset for r in capped) <= 30 and len(capped) == 5
     limited = _rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 100, ("t", 1): 10}, 11)
     assert limited == {("t", 0): 10, ("t", 1): 1}
 

@@ -147,6 +147,13 @@ def test_subscribe_pattern_and_assign(spark: Any, dataset: Dataset) -> None:
 def test_pushed_down_filters_prune_and_stay_exact(spark: Any, dataset: Dataset) -> None:
     df = reader(spark, dataset, subscribe="orders").where("partition = 1 and offset >= 40 and offset < 45")
     assert offsets(df) == {("orders", 1): [r[4] for r in dataset.expected[("orders", 1)] if 40 <= r[4] < 45]}
+    # Planned from the pushed filters: only the segments of orders-1 holding offsets 40-44 are read.
+    everything = reader(spark, dataset, subscribe="orders").rdd.getNumPartitions()
+    assert df.rdd.getNumPartitions() < everything / 2
+    late = sorted(r[5] for r in dataset.expected[("orders", 1)])[-5]
+    recent = reader(spark, dataset, subscribe="orders").where(f"timestamp >= timestamp_millis({late})")
+    assert sorted(r[0] for r in recent.select("offset").collect()) == sorted(
+        r[4] for r in dataset.expected[("orders", 1)] if r[5] >= late)
 
 
 def test_fail_on_data_loss(spark: Any, dataset: Dataset) -> None:

@@ -62,6 +62,7 @@ class ReadOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
     check_crcs: bool = True
     #: The consumer's isolation.level: read_committed stops at the last stable offset and skips
@@ -247,6 +248,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOpt
         include_headers=_bool(options, "includeHeaders", False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         min_partitions=_positive_int(options, "minPartitions"),
+        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         check_crcs=_bool(options, "kafka.check.crcs", True),
         read_committed=_isolation(options),
@@ -338,13 +340,17 @@ def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, i
                                 if a[1] < r.end_offset and a[2] >= r.start_offset)
                 r = replace(r, aborted=aborted)
             ranges.append(r)
-    return split_ranges(ranges, opts.min_partitions)
+    return split_ranges(ranges, opts.min_partitions, opts.max_records_per_partition)
 
 
-def split_ranges(ranges: list[ScanRange], min_partitions: int | None) -> list[ScanRange]:
+def split_ranges(ranges: list[ScanRange], min_partitions: int | None,
+                 max_records: int | None = None) -> list[ScanRange]:
     """Split ranges by offsets, in proportion to their sizes, until there are at least
-    ``min_partitions`` (where ranges hold enough offsets), like Spark's KafkaOffsetRangeCalculator."""
-    if not min_partitions or len(ranges) >= min_partitions:
+    ``min_partitions`` (where ranges hold enough offsets) and none spans more than ``max_records``
+    offsets, like Spark's KafkaOffsetRangeCalculator."""
+    wants_more = bool(min_partitions) and len(ranges) < (min_partitions or 0)
+    too_big = max_records is not None and any(r.end_offset - r.start_offset > max_records for r in ranges)
+    if not wants_more and not too_big:
         return ranges
     total = sum(r.end_offset - r.start_offset for r in ranges)
     if total == 0:
@@ -352,7 +358,10 @@ def split_ranges(ranges: list[ScanRange], min_partitions: int | None) -> list[Sc
     out: list[ScanRange] = []
     for r in ranges:
         size = r.end_offset - r.start_offset
-        parts = max(1, min(size, math.ceil(size * min_partitions / total)))
+        parts = math.ceil(size * min_partitions / total) if wants_more and min_partitions else 1
+        if max_records is not None:
+            parts = max(parts, math.ceil(size / max_records))
+        parts = max(1, min(size, parts))
         for i in range(parts):
             lo = r.start_offset + size * i // parts
             hi = r.start_offset + size * (i + 1) // parts
