@@ -16,7 +16,12 @@ from tierlog.pipeline.source import _rate_limit
 
 
 def scan(ds: Dataset, topic: str, *, window_bytes: int = 16 << 20, **options: str) -> list[Row]:
-    opts = parse_options({"path": str(ds.data), "subscribe": topic, **options})
+    return scan_options({"path": str(ds.data), "subscribe": topic, **options}, window_bytes=window_bytes)
+
+
+def scan_options(options: dict[str, str], *, window_bytes: int = 16 << 20) -> list[Row]:
+    """Plan and read like the data source does, in this process, as rows sorted by partition/offset."""
+    opts = parse_options(options)
     parts = opts.partitions(opts.discover())
     ranges = plan_ranges(parts, resolve(opts.starting, "starting", parts, opts),
                          resolve(opts.ending, "ending", parts, opts), opts)
