@@ -32,7 +32,7 @@ def scan_options(options: dict[str, str], *, window_bytes: int = 16 << 20) -> li
             for d in b.to_pylist():
                 out.append((d["key"], d["value"], d["topic"], d["partition"], d["offset"],
                             int(d["timestamp"].timestamp() * 1000 + 0.5), d["timestampType"],
-                            tuple((h["key"], h["value"]) for h in d["headers"])))
+                            tuple((h["key"], h["value"]) for h in d["headers"] or ())))
     return sorted(out, key=lambda x: (x[2], x[3], x[4]))
 
 

@@ -380,8 +380,13 @@ class WindowDecoder:
                                                             pa.py_buffer(hk_data[:hkb])])
             hvalues = _binary(pa.binary(), nh, hv_off, hv_valid, hv_data, hvb)
             structs = pa.StructArray.from_arrays([hkeys, hvalues], fields=list(_HEADER_FIELD.type))
-            columns.append(pa.Array.from_buffers(HEADERS_TYPE, n, [None, pa.py_buffer(h_off[: n + 1])],
-                                                 children=[structs]))
+            # A record without headers has null headers, not an empty array, as in Spark's Kafka
+            # source (KafkaRecordToRowConverter).
+            has = np.diff(h_off[: n + 1]) > 0
+            nulls = n - int(np.count_nonzero(has))
+            bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(has, bitorder="little"))
+            columns.append(pa.Array.from_buffers(HEADERS_TYPE, n, [bitmap, pa.py_buffer(h_off[: n + 1])],
+                                                 null_count=nulls, children=[structs]))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
