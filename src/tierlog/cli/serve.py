@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="start the broker", description=(
-        "Start tierlog. With no arguments: data in ./tierlog-data, the remote tier in a local directory."))
+        "Start tierlog. With no --config: data in ./tierlog-data, tiering enabled with the remote tier in "
+        "the local directory ./tierlog-data-remote (topics opt in with remote.storage.enable=true)."))
     p.add_argument("--config", type=Path, help="a server.properties file (Kafka's syntax and key names)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set one config key (repeatable); wins over the file")
@@ -33,6 +34,10 @@ def load_broker_config(config_file: Path | None, overrides: list[str]) -> Broker
         pairs[key.strip()] = value.strip()
     if config_file is not None:
         return BrokerConfig.from_file(config_file, pairs)
+    # Embedded defaults: tiering is available out of the box, to a local directory beside the data
+    # (topics still opt in with remote.storage.enable, as in Kafka). A config file gets Kafka's
+    # default, off, unless it says otherwise.
+    pairs.setdefault("remote.log.storage.system.enable", "true")
     return BrokerConfig(pairs)
 
 

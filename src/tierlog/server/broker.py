@@ -33,9 +33,11 @@ from tierlog.server.handlers import all_handlers
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, topic_log_config
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
 from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties, uuid_to_base64
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
+from tierlog.tiered import RemoteLogManager, create_remote_log_manager
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class Broker:
 
     # -- start -----------------------------------------------------------------------------------
 
-    def _open_storage(self) -> tuple[Controller, LogManager, str]:
+    def _open_storage(self) -> tuple[Controller, LogManager, RemoteLogManager | None, str]:
         config = self.config
         for d in config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -112,22 +114,31 @@ class Broker:
         sync = LogSync(manager, lambda: controller.image)
         sync.reconcile(controller.image)
         controller.add_listener(sync.on_commit)
+        # The remote tier is adopted before retention first runs: a tiered log must see only its
+        # local retention, and only once its segments are known to be in the remote tier.
+        remote = create_remote_log_manager(config, manager, clock=self.clock, scheduler=scheduler)
+        if remote is not None:
+            tier_sync = TierSync(remote, scheduler)
+            tier_sync.reconcile(controller.image)
+            controller.add_listener(tier_sync.on_commit)
+            remote.start()
         manager.start_background_tasks()
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))
-        return controller, manager, cluster_id
+        return controller, manager, remote, cluster_id
 
     async def start(self) -> list[BoundListener]:
         config = self.config
         specs = parse_listeners(config.get_list("listeners"))
         advertised = parse_advertised_listeners(config.get_list("advertised.listeners"))
-        controller, manager, cluster_id = await asyncio.to_thread(self._open_storage)
+        controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
-        partitions = PartitionManager(manager, lambda: controller.image, config.node_id)
+        partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io, producer_ids=ProducerIdManager(controller),
+            remote_log_manager=remote,
         )
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(
             num_partitions=config.get_int("offsets.topic.num.partitions"),
@@ -190,7 +201,11 @@ class Broker:
         clean = True
         # Each step runs even if the one before failed: a log dir that cannot be checkpointed must
         # not leave the metadata log open (the next start then recovers that dir, as after a crash).
-        for step in (ctx.log_manager.shutdown, ctx.controller.close):
+        # The remote log manager goes first: its copy tasks read the local segments.
+        steps = [ctx.log_manager.shutdown, ctx.controller.close]
+        if ctx.remote_log_manager is not None:
+            steps.insert(0, ctx.remote_log_manager.close)
+        for step in steps:
             try:
                 step()
             except Exception:

@@ -22,6 +22,7 @@ from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
 from tierlog.storage.log_manager import LogManager
+from tierlog.tiered import RemoteLogManager
 
 if TYPE_CHECKING:
     from tierlog.server.groups.coordinator import GroupCoordinator
@@ -63,6 +64,8 @@ class BrokerContext:
     producer_ids: ProducerIdManager
     listeners: list[BoundListener] = field(default_factory=list)
     groups: GroupCoordinator | None = None
+    #: The remote tier; None unless ``remote.log.storage.system.enable``.
+    remote_log_manager: RemoteLogManager | None = None
 
     @property
     def image(self) -> MetadataImage:

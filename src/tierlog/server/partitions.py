@@ -19,6 +19,7 @@ from tierlog.server.connection import FileSlice
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
+from tierlog.tiered import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +120,14 @@ class DataWaiters:
 
 
 class PartitionManager:
-    def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage], node_id: int) -> None:
+    def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage], node_id: int,
+                 remote: RemoteLogManager | None = None) -> None:
         self.log_manager = log_manager
         self._image = image
         self.node_id = node_id
+        #: The remote tier, when tiering is enabled broker-wide: reads below the local log start
+        #: offset are served from it, and the log start offset clients see is the earliest of both.
+        self.remote = remote
         self.waiters = DataWaiters()
 
     @property
@@ -138,6 +143,22 @@ class PartitionManager:
         return 0 if p is None else p.leader_epoch
 
     # -- blocking: run these on the storage thread pool -------------------------------------------
+
+    def log_start_offset(self, ulog: UnifiedLog) -> int:
+        """The partition's log start offset across both tiers (the local log's own start offset is
+        Kafka's local-log-start-offset once segments have moved to the remote tier)."""
+        if self.remote is None or not ulog.remote_log_enabled:
+            return ulog.log_start_offset
+        earliest = self.remote.earliest_offset(ulog.topic, ulog.partition)
+        return ulog.log_start_offset if earliest is None else earliest
+
+    def _read_remote(self, ulog: UnifiedLog, spec: ReadSpec, limit: int, min_one: bool) -> bytes | None:
+        """A read below the local log start offset, from the remote tier; None when it is not there
+        either (the caller answers OFFSET_OUT_OF_RANGE)."""
+        if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
+            return None
+        info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one)
+        return None if info is None else info.records
 
     def get_log_blocking(self, topic: str, partition: int) -> UnifiedLog:
         """The partition's log, created if the image has the partition but the disk does not yet."""
@@ -203,10 +224,11 @@ class PartitionManager:
             hw = ulog.high_watermark
             lso = ulog.last_stable_offset
             result.high_watermark, result.last_stable_offset = hw, lso
-            result.log_start_offset = ulog.log_start_offset
+            result.log_start_offset = self.log_start_offset(ulog)
             limit = min(spec.partition_max_bytes, remaining)
             if limit <= 0 and not min_one:
                 continue
+            below_local = False
             try:
                 # The log's lock is held from the read until the bytes are copied or the descriptor
                 # duplicated: deleting the log closes its segments under that lock, and a descriptor
@@ -226,12 +248,24 @@ class PartitionManager:
                         # before the response is sent.
                         result.records = FileSlice(os.dup(region.fd), region.position, region.size)
             except OffsetOutOfRangeError:
-                result.error_code = OFFSET_OUT_OF_RANGE
-                continue
+                below_local = True
             except Exception as e:
                 result.error_code = error_code_of(e)
                 log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
                 continue
-            remaining -= region.size
+            if below_local:
+                # Outside the log's lock: the remote read may take a while and appends go on.
+                try:
+                    remote = self._read_remote(ulog, spec, limit, min_one)
+                except Exception as e:
+                    result.error_code = error_code_of(e)
+                    log.warning("remote read of %s-%d at %d failed: %s", spec.topic, spec.partition,
+                                spec.fetch_offset, e)
+                    continue
+                if remote is None:
+                    result.error_code = OFFSET_OUT_OF_RANGE
+                    continue
+                result.records = remote
+            remaining -= result.size
             min_one = False
         return out

@@ -30,6 +30,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,6 +148,10 @@ class PartitionTierStatus:
     last_error_ms: int | None = None
     consecutive_failures: int = 0
     segments_copied: int = 0
+    #: Segment bytes this process copied (``segments_copied`` counts the segments).
+    bytes_copied: int = 0
+    #: Failed runs of the copy task in this process (the seed 002 stop included).
+    copy_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,8 @@ class _PartitionState:
     last_error_ms: int | None = None
     consecutive_failures: int = 0
     segments_copied: int = 0
+    bytes_copied: int = 0
+    copy_errors: int = 0
     #: largest timestamp per closed segment base offset, for seed 001's replay window
     max_timestamps: dict[int, int] = field(default_factory=dict)
 
@@ -331,6 +338,7 @@ class RemoteLogManager:
         if ulog is None or ulog.deleted:
             return 0
         copied = 0
+        topic, partition = state.tp
         with state.lock:
             try:
                 self._delete_dangling_uploads(state)
@@ -340,26 +348,34 @@ class RemoteLogManager:
                     start = max(ulog.log_start_offset, self.rlmm.log_start_offset(state.tip) or 0)
                     bases = ulog.segments.base_offsets
                     lso = ulog.last_stable_offset
-                for base, next_base in candidate_segments(bases, lso, ulog.highest_offset_in_remote_storage, start):
+                backlog = candidate_segments(bases, lso, ulog.highest_offset_in_remote_storage, start)
+                progress_at = time.monotonic() + PROGRESS_INTERVAL_S
+                for base, next_base in backlog:
                     if state.copy_stopped or state.released or self._closed:
                         break
                     self._copy_segment(state, ulog, base, next_base)
                     copied += 1
                     state.segments_copied += 1
+                    if time.monotonic() >= progress_at and copied < len(backlog):
+                        progress_at = time.monotonic() + PROGRESS_INTERVAL_S
+                        log.info("remote copy progress topic=%s partition=%d copied_segments=%d "
+                                 "remaining_segments=%d", topic, partition, copied, len(backlog) - copied)
                 if state.consecutive_failures:
                     log.info("copying %s-%d to the remote tier works again", *state.tp)
                     state.consecutive_failures = 0
                     self._write_status()
             except CustomMetadataSizeLimitExceededError as e:
                 state.copy_stopped = True
-                log.error("stopping the copy task of %s-%d: %s", state.tp[0], state.tp[1], e)
+                state.copy_errors += 1
+                log.error("remote copy failed topic=%s partition=%d task=stopped error=%s", topic, partition, e)
                 self._record_error(state, str(e))
             except Exception as e:
                 # Anything else too: a copy task that died on an unexpected error would stop tiering
                 # the partition silently; this way it is retried and shows in the status.
                 state.consecutive_failures += 1
+                state.copy_errors += 1
                 expected = isinstance(e, RemoteStorageError | TierlogError | OSError)
-                log.error("copying %s-%d to the remote tier failed (attempt %d): %s", state.tp[0], state.tp[1],
+                log.error("remote copy failed topic=%s partition=%d attempt=%d error=%s", topic, partition,
                           state.consecutive_failures, e, exc_info=not expected)
                 self._record_error(state, f"{type(e).__name__}: {e}")
         return copied
@@ -390,6 +406,10 @@ class RemoteLogManager:
             leader_epoch_index=LeaderEpochCheckpointFile.encode(cache.epoch_entries_in_range(-1, next_base)),
         )
         self.rlmm.add_remote_log_segment_metadata(md)
+        started = time.monotonic()
+        log.info("remote copy started topic=%s partition=%d base_offset=%d end_offset=%d size_bytes=%d "
+                 "segment_id=%s", state.tp[0], state.tp[1], base, md.end_offset, md.segment_size_in_bytes,
+                 md.segment_id.id_str)
         try:
             custom = self.rsm.copy_log_segment_data(md, data)
         except Exception as e:
@@ -412,8 +432,10 @@ class RemoteLogManager:
             md.segment_id, self._now(), S.COPY_SEGMENT_FINISHED, self.config.broker_id, custom))
         with ulog.lock:
             ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, md.end_offset)
-        log.info("copied segment [%d, %d] of %s-%d (%d bytes) to the remote tier as %s",
-                 base, md.end_offset, state.tp[0], state.tp[1], md.segment_size_in_bytes, md.segment_id.id_str)
+        state.bytes_copied += md.segment_size_in_bytes
+        log.info("remote copy finished topic=%s partition=%d base_offset=%d end_offset=%d size_bytes=%d "
+                 "segment_id=%s seconds=%.3f", state.tp[0], state.tp[1], base, md.end_offset,
+                 md.segment_size_in_bytes, md.segment_id.id_str, time.monotonic() - started)
 
     def _delete_remote_segment(self, md: RemoteLogSegmentMetadata, *, best_effort: bool,
                                plugin_custom_metadata: bytes | None = None) -> bool:
@@ -549,16 +571,17 @@ class RemoteLogManager:
         if ulog is not None and offset > ulog.log_start_offset:
             ulog.maybe_increment_log_start_offset(offset, "delete records")
 
-    def delete_partition_data(self, topic: str, partition: int) -> int:
+    def delete_partition_data(self, topic: str, partition: int, topic_id: bytes | None = None) -> int:
         """Delete every remote segment of a partition whose topic is being deleted (Kafka's
         stopPartitions with delete): DELETE_PARTITION_MARKED, each segment deleted, then
         DELETE_PARTITION_FINISHED. Returns the segments deleted; a failure leaves the rest in
         DELETE_SEGMENT_STARTED or FINISHED and raises, so the caller can retry."""
-        tip = self._tip_for(topic, partition)
+        # With the topic id, a topic re-created under the same name meanwhile is not touched.
+        tip = self._tip_for(topic, partition) if topic_id is None else TopicIdPartition(topic_id, topic, partition)
         if tip is None:
             return 0
         state = self._partitions.get((topic, partition))
-        if state is not None:
+        if state is not None and state.tip == tip:
             self._release((topic, partition), self.logs.get_log(topic, partition))
         now = self._now()
         broker = self.config.broker_id
@@ -589,11 +612,14 @@ class RemoteLogManager:
         tip = self._tip_for(topic, partition)
         if tip is None:
             return None
-        first = next((m for m in self.rlmm.list_remote_log_segments(tip) if m.state is S.COPY_SEGMENT_FINISHED), None)
+        floor = self.rlmm.log_start_offset(tip) or 0
+        # Segments wholly below the log start offset (DeleteRecords, before the expiry pass deletes
+        # them) hold nothing readable.
+        first = next((m for m in self.rlmm.list_remote_log_segments(tip)
+                      if m.state is S.COPY_SEGMENT_FINISHED and m.end_offset >= floor), None)
         if first is None:
             return None
-        start = max(first.start_offset, self.rlmm.log_start_offset(tip) or 0)
-        return start if start <= first.end_offset else first.end_offset + 1
+        return max(first.start_offset, floor)
 
     def earliest_offset(self, topic: str, partition: int) -> int | None:
         """ListOffsets EARLIEST across both tiers."""
@@ -603,6 +629,31 @@ class RemoteLogManager:
         if remote is None:
             return local
         return remote if local is None else min(remote, local)
+
+    def find_offset_by_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``timestamp`` in the remote tier, for
+        ListOffsets by time (Kafka's RemoteLogManager#findOffsetByTimestamp): the first finished
+        segment whose largest timestamp reaches it is read and its records decoded."""
+        from tierlog.records import decode_batch, iter_headers  # decoding is needed only here
+
+        tip = self._tip_for(topic, partition)
+        if tip is None:
+            return None
+        start = self.remote_log_start_offset(topic, partition)
+        if start is None:
+            return None
+        for md in list(self.rlmm.list_remote_log_segments(tip)):
+            if md.state is not S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < timestamp:
+                continue
+            with self.rsm.fetch_log_segment(md, 0) as stream:
+                data = stream.read()
+            for header in iter_headers(data):
+                if header.max_timestamp < timestamp or header.is_control or header.last_offset < start:
+                    continue
+                for record in decode_batch(header):
+                    if record.timestamp >= timestamp and record.offset >= start:
+                        return record.offset, record.timestamp
+        return None
 
     def read(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
              min_one_message: bool = True) -> bytes | None:
@@ -714,6 +765,7 @@ class RemoteLogManager:
             last_error=state.last_error if state else None, last_error_ms=state.last_error_ms if state else None,
             consecutive_failures=state.consecutive_failures if state else 0,
             segments_copied=state.segments_copied if state else 0,
+            bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
         )
 
     def _write_status(self) -> None:

@@ -43,18 +43,21 @@ def _epoch_of(ulog: UnifiedLog, offset: int) -> int:
     return -1 if epoch is None else epoch
 
 
-def _list_offset(ulog: UnifiedLog, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
+def _list_offset(pm: PartitionManager, ulog: UnifiedLog, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) answering one ListOffsets query (Kafka's
-    UnifiedLog#fetchOffsetByTimestamp plus the fetchable-offset bound of ReplicaManager)."""
+    UnifiedLog#fetchOffsetByTimestamp plus the fetchable-offset bound of ReplicaManager); the
+    earliest offset and lookups by time cover the remote tier too."""
     fetchable = ulog.last_stable_offset if read_committed else ulog.high_watermark
     if timestamp == LATEST:
         latest = ulog.leader_epoch_cache.latest_epoch
         return -1, fetchable, -1 if latest is None else latest
-    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+    if timestamp == EARLIEST:
+        offset = pm.log_start_offset(ulog)
+        return -1, offset, _epoch_of(ulog, offset)
+    if timestamp == EARLIEST_LOCAL:
         offset = ulog.log_start_offset
-        if timestamp == EARLIEST_LOCAL:
-            bases = ulog.segments.base_offsets
-            offset = max(offset, bases[0]) if bases else offset
+        bases = ulog.segments.base_offsets
+        offset = max(offset, bases[0]) if bases else offset
         return -1, offset, _epoch_of(ulog, offset)
     if timestamp == LATEST_TIERED:
         offset = ulog.highest_offset_in_remote_storage
@@ -67,7 +70,11 @@ def _list_offset(ulog: UnifiedLog, timestamp: int, read_committed: bool) -> tupl
         if offset < 0:
             return -1, -1, -1
         return ts, offset, _epoch_of(ulog, offset)
-    found = ulog.fetch_offset_by_timestamp(timestamp)
+    found = None
+    if pm.remote is not None and ulog.remote_log_enabled:
+        found = pm.remote.find_offset_by_timestamp(ulog.topic, ulog.partition, timestamp)
+    if found is None:
+        found = ulog.fetch_offset_by_timestamp(timestamp)
     if found is None or found[0] >= fetchable:
         return -1, -1, -1
     offset, ts = found
@@ -86,7 +93,7 @@ def _list_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, i
             continue
         try:
             ulog = pm.get_log_blocking(topic, partition)
-            entry["timestamp"], entry["offset"], entry["leader_epoch"] = _list_offset(ulog, timestamp, read_committed)
+            entry["timestamp"], entry["offset"], entry["leader_epoch"] = _list_offset(pm, ulog, timestamp, read_committed)
         except Exception as e:
             entry["error_code"] = error_code_of(e)
             if entry["error_code"] != UNKNOWN_TOPIC_OR_PARTITION:
@@ -139,10 +146,14 @@ def _delete_records_blocking(pm: PartitionManager, queries: list[tuple[str, int,
         try:
             ulog = pm.get_log_blocking(topic, partition)
             target = ulog.high_watermark if offset == -1 else offset
-            if target < 0:
+            if target < 0 or target > ulog.high_watermark:
                 raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}")
-            ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
-            entry["low_watermark"] = ulog.log_start_offset
+            if pm.remote is not None and ulog.remote_log_enabled:
+                # Both tiers: the remote log start offset is recorded, local segments below it go.
+                pm.remote.delete_records(topic, partition, target)
+            else:
+                ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
+            entry["low_watermark"] = pm.log_start_offset(ulog)
         except OffsetOutOfRangeError:
             entry["error_code"] = OFFSET_OUT_OF_RANGE
         except Exception as e:

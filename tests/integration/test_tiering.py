@@ -1,0 +1,168 @@
+"""Tiered storage through the broker, end to end with a real client: produce, let the remote log
+manager copy the closed segments to the embedded local-directory tier, let local retention delete
+the local copies, and consume from offset 0 — the consumer cannot tell which tier served it.
+
+``tierlog serve`` without ``--config`` enables ``remote.log.storage.system.enable`` (the embedded
+default), so only the topic opts in.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
+
+from tests.integration.conftest import BrokerProcess
+
+FAST_TIERING = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+                "log.segment.delete.delay.ms": "0"}
+COUNT = 6000
+
+
+@pytest.fixture
+def tier_broker(tmp_path: Path) -> BrokerProcess:
+    b = BrokerProcess(tmp_path / "data", FAST_TIERING).start()
+    yield b  # type: ignore[misc]
+    if b.alive():
+        b.stop()
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _local_base_offsets(data: Path, topic: str) -> list[int]:
+    return sorted(int(p.stem) for p in (data / f"{topic}-0").glob("*.log"))
+
+
+def _remote_objects(data: Path) -> list[Path]:
+    remote = data.parent / f"{data.name}-remote"
+    return [p for p in remote.rglob("*") if p.is_file()] if remote.exists() else []
+
+
+def _produce(bootstrap: str, topic: str, start: int, count: int, base_ts: int) -> list[bytes]:
+    values = [f"{n:08d}:".encode() + random.Random(n).randbytes(60) for n in range(start, start + count)]
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         "batch.num.messages": 50, "compression.type": "lz4"})
+    for i, v in enumerate(values):
+        producer.produce(topic, value=v, key=str(start + i).encode(), partition=0, timestamp=base_ts + start + i)
+    assert producer.flush(60) == 0
+    return values
+
+
+def _consume(bootstrap: str, topic: str, offset: int, count: int) -> list[tuple[int, bytes]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{random.random()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 1048576, "message.max.bytes": 1048576,
+                         "max.partition.fetch.bytes": 16384})
+    consumer.assign([TopicPartition(topic, 0, offset)])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for m in consumer.consume(500, 1.0):
+                err = m.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, err
+                    continue
+                got.append((m.offset(), m.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def _low_watermark(admin: AdminClient, topic: str, spec: OffsetSpec) -> int:
+    tp = TopicPartition(topic, 0)
+    return int(admin.list_offsets({tp: spec}, request_timeout=30)[tp].result(30).offset)
+
+
+def test_produce_tier_drop_local_and_consume_from_zero(tier_broker: BrokerProcess, topic_name: str) -> None:
+    broker, topic, data = tier_broker, topic_name, tier_broker.data_dir
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config={
+        "segment.bytes": "16384", "retention.ms": "-1", "remote.storage.enable": "true",
+        "local.retention.bytes": "1"})])[topic].result(30)
+    base_ts = int(time.time() * 1000) - 3_600_000
+    values = _produce(broker.bootstrap, topic, 0, COUNT, base_ts)
+
+    # Every closed segment reaches the remote tier, and local retention then deletes all but the
+    # active segment: the local log starts well above 0.
+    _wait("local segments to be tiered and deleted", lambda: _local_base_offsets(data, topic)[0] > COUNT // 2)
+    assert _remote_objects(data), "nothing was uploaded to the local remote tier"
+    assert _low_watermark(admin, topic, OffsetSpec.earliest()) == 0
+    assert _low_watermark(admin, topic, OffsetSpec.latest()) == COUNT
+
+    got = _consume(broker.bootstrap, topic, 0, COUNT)
+    assert [o for o, _ in got] == list(range(COUNT))
+    assert [v for _, v in got] == values
+
+    # Offsets by time resolve inside the remote tier too.
+    tp = TopicPartition(topic, 0)
+    by_time = admin.list_offsets({tp: OffsetSpec.for_timestamp(base_ts + 1234)}, request_timeout=30)
+    assert by_time[tp].result(30).offset == 1234
+
+    # After a restart the remote metadata is back: reads from 0 still work, and tiering continues.
+    broker.restart()
+    more = _produce(broker.bootstrap, topic, COUNT, 2000, base_ts)
+    got = _consume(broker.bootstrap, topic, 0, COUNT + 2000)
+    assert [v for _, v in got] == values + more
+    _wait("the new segments to be tiered too", lambda: _local_base_offsets(data, topic)[0] > COUNT)
+
+    # DeleteRecords into the remote range moves the log start offset across both tiers.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    result = admin.delete_records([TopicPartition(topic, 0, 1000)], request_timeout=30)
+    assert next(iter(result.values())).result(30).low_watermark == 1000
+    assert _low_watermark(admin, topic, OffsetSpec.earliest()) == 1000
+    got = _consume(broker.bootstrap, topic, 1000, 10)
+    assert [o for o, _ in got[:10]] == list(range(1000, 1010))
+
+
+def test_total_retention_and_topic_deletion_remove_remote_objects(tier_broker: BrokerProcess, topic_name: str) -> None:
+    broker, topic, data = tier_broker, topic_name, tier_broker.data_dir
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config={
+        "segment.bytes": "16384", "retention.ms": "-1", "remote.storage.enable": "true",
+        "local.retention.bytes": "1"})])[topic].result(30)
+    now = int(time.time() * 1000)
+    _produce(broker.bootstrap, topic, 0, 3000, now - 10 * 86_400_000)  # ten days old
+    _wait("segments to be tiered", lambda: _local_base_offsets(data, topic)[0] > 1500)
+    uploaded = len(_remote_objects(data))
+    assert uploaded > 0
+
+    # Total retention of one day: the remote segments expire, and the earliest offset moves up.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    _wait("remote segments to expire", lambda: _low_watermark(admin, topic, OffsetSpec.earliest()) > 1500)
+    assert len(_remote_objects(data)) < uploaded
+
+    admin.delete_topics([topic])[topic].result(30)
+    _wait("the deleted topic's remote objects to go",
+          lambda: not [p for p in _remote_objects(data) if topic in str(p)])
+
+
+def test_tiering_off_when_the_topic_does_not_opt_in(tier_broker: BrokerProcess, topic_name: str) -> None:
+    broker, topic, data = tier_broker, topic_name, tier_broker.data_dir
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config={
+        "segment.bytes": "16384", "retention.ms": "-1", "local.retention.bytes": "1"})])[topic].result(30)
+    _produce(broker.bootstrap, topic, 0, 2000, int(time.time() * 1000))
+    time.sleep(1.5)  # several task intervals
+    assert _local_base_offsets(data, topic)[0] == 0, "local retention deleted segments of a topic that is not tiered"
+    assert not [p for p in _remote_objects(data) if topic in str(p)]
