@@ -86,6 +86,8 @@ log = logging.getLogger(__name__)
 S = RemoteLogSegmentState
 METADATA_DIR_NAME = "remote-log-metadata"
 STATUS_FILE_NAME = "tier-status"
+#: A copy run working through a backlog logs its progress at most this often.
+PROGRESS_INTERVAL_S = 10.0
 _STATUS_HEADER = struct.Struct(">4sHI")
 _STATUS_MAGIC = b"TLTS"
 _STATUS_VERSION = 1
@@ -339,6 +341,7 @@ class RemoteLogManager:
             return 0
         copied = 0
         topic, partition = state.tp
+        base = -1  # the segment being copied, for the failure line (-1: before any segment)
         with state.lock:
             try:
                 self._delete_dangling_uploads(state)
@@ -367,7 +370,8 @@ class RemoteLogManager:
             except CustomMetadataSizeLimitExceededError as e:
                 state.copy_stopped = True
                 state.copy_errors += 1
-                log.error("remote copy failed topic=%s partition=%d task=stopped error=%s", topic, partition, e)
+                log.error("remote copy failed topic=%s partition=%d base_offset=%d task=stopped error=%s", topic,
+                          partition, base, e)
                 self._record_error(state, str(e))
             except Exception as e:
                 # Anything else too: a copy task that died on an unexpected error would stop tiering
@@ -375,8 +379,8 @@ class RemoteLogManager:
                 state.consecutive_failures += 1
                 state.copy_errors += 1
                 expected = isinstance(e, RemoteStorageError | TierlogError | OSError)
-                log.error("remote copy failed topic=%s partition=%d attempt=%d error=%s", topic, partition,
-                          state.consecutive_failures, e, exc_info=not expected)
+                log.error("remote copy failed topic=%s partition=%d base_offset=%d attempt=%d error=%s", topic,
+                          partition, base, state.consecutive_failures, e, exc_info=not expected)
                 self._record_error(state, f"{type(e).__name__}: {e}")
         return copied
 
@@ -535,8 +539,9 @@ class RemoteLogManager:
                 new_start = plan[-1][0].end_offset + 1
                 self.rlmm.update_log_start_offset(state.tip, new_start, now)
                 for md, reason in plan:
-                    log.info("deleting remote segment [%d, %d] of %s-%d (reason: %s)", md.start_offset,
-                             md.end_offset, topic, partition, reason.value)
+                    log.info("remote segment deleted topic=%s partition=%d base_offset=%d end_offset=%d reason=%s "
+                             "size_bytes=%d", topic, partition, md.start_offset, md.end_offset, reason.value,
+                             md.segment_size_in_bytes)
                     self._delete_remote_segment(md, best_effort=False)
                 # The whole log now starts there: local segments below it go with the next local
                 # retention pass (Kafka's updateLogStartOffsetFromRemoteTier).
