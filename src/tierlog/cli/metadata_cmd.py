@@ -1,6 +1,8 @@
 """``tierlog metadata``: snapshot, inspect and restore the cluster metadata of a data directory.
 
-* ``snapshot --data-dir DIR``: write a snapshot now (a stopped broker's data directory).
+* ``snapshot --data-dir DIR``: write a snapshot now into a stopped broker's metadata log;
+  ``--output-dir BACKUPS`` writes it elsewhere instead, which also works while the broker runs (a
+  backup: the log is only read).
 * ``show [--snapshot FILE | --data-dir DIR] [--topic NAME ...]``: print the image as tables. Reading a
   data directory changes nothing in it.
 * ``restore SNAPSHOT --data-dir DIR``: rebuild a stopped broker's metadata from a snapshot file.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
 from tierlog.config import BrokerConfig
@@ -18,7 +21,8 @@ from tierlog.errors import TierlogError
 from tierlog.metadata.controller import Controller, ControllerSettings
 from tierlog.metadata.metadata_log import load_readonly, resolve_metadata_dir, restore_snapshot
 from tierlog.metadata.render import render_image
-from tierlog.metadata.snapshot import load_snapshot
+from tierlog.metadata.snapshot import load_snapshot, write_snapshot
+from tierlog.storage.dir_lock import is_locked
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +34,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     msub.required = True
 
     snap = msub.add_parser("snapshot", help="write a metadata snapshot now",
-                           description="Write a snapshot of the metadata image now (the broker must be stopped).")
+                           description="Write a snapshot of the metadata image now: into the metadata log of a "
+                                       "stopped broker, or with --output-dir into another directory (a backup; "
+                                       "works while the broker runs).")
     snap.add_argument("--data-dir", type=Path, required=True,
                       help="the broker's log directory (or its __cluster_metadata-0 directory)")
     snap.add_argument("--config", type=Path,
                       help="server.properties, for the snapshot retention settings (default: Kafka's defaults)")
+    snap.add_argument("--output-dir", type=Path,
+                      help="write the snapshot file here instead (the data directory is only read)")
     snap.set_defaults(func=run_snapshot)
 
     show = msub.add_parser("show", help="print the metadata image",
@@ -60,10 +68,19 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _broker_running(directory: Path) -> bool:
+    """Whether a live broker holds the lock of the metadata log's log directory."""
+    return is_locked(directory.parent)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     directory = resolve_metadata_dir(args.data_dir)
     if not directory.is_dir():
         return _fail(f"no metadata log in {args.data_dir} (expected {directory})")
+    if args.output_dir is not None:
+        return _snapshot_to(directory, args.output_dir)
+    if _broker_running(directory):
+        return _fail(f"a broker is running on {directory.parent}; stop it, or write a backup with --output-dir DIR")
     try:
         settings = ControllerSettings.from_broker_config(BrokerConfig.from_file(args.config)) \
             if args.config is not None else ControllerSettings()
@@ -89,6 +106,23 @@ def run_snapshot(args: argparse.Namespace) -> int:
         controller.close()
 
 
+def _snapshot_to(directory: Path, output_dir: Path) -> int:
+    """A snapshot of everything committed so far, written outside the data directory."""
+    try:
+        result = load_readonly(directory)
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if result.image.provenance.end_offset == 0:
+            return _fail(f"the metadata log in {directory} holds no records yet")
+        output_dir.mkdir(parents=True, exist_ok=True)
+        snap = write_snapshot(output_dir, result.image, int(time.time() * 1000))
+    except (TierlogError, OSError) as e:
+        return _fail(str(e))
+    print(f"wrote {snap.path} ({snap.size_bytes} bytes, offsets < {snap.snapshot_id.end_offset}, "
+          f"epoch {snap.snapshot_id.epoch})")
+    return 0
+
+
 def run_show(args: argparse.Namespace) -> int:
     try:
         if args.snapshot is not None:
@@ -111,6 +145,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
+    if _broker_running(resolve_metadata_dir(args.data_dir)):
+        return _fail(f"a broker is running on {args.data_dir}; stop it before restoring its metadata")
     try:
         loaded = restore_snapshot(resolve_metadata_dir(args.data_dir), args.snapshot)
     except (TierlogError, OSError) as e:

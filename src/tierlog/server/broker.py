@@ -36,6 +36,7 @@ from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
 from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties, uuid_to_base64
+from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered import RemoteLogManager, create_remote_log_manager
 
@@ -83,6 +84,7 @@ class Broker:
         self.ctx: BrokerContext | None = None
         self.listeners: list[BoundListener] = []
         self._scheduler: ThreadScheduler | None = None
+        self._dir_locks: list[DirLock] = []
         self._stopped = False
 
     # -- start -----------------------------------------------------------------------------------
@@ -91,6 +93,9 @@ class Broker:
         config = self.config
         for d in config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # Before anything reads a file: a second broker on the same directories must not start.
+        for d in dict.fromkeys([*config.log_dirs, metadata_log_dir(config).parent]):
+            self._dir_locks.append(DirLock(d).acquire())
         cluster_id = _existing_cluster_id(config.log_dirs) or uuid_to_base64(uuid.uuid4().bytes)
         scheduler = self._scheduler = ThreadScheduler(threads=2)
         mdir = metadata_log_dir(config)
@@ -211,6 +216,8 @@ class Broker:
             except Exception:
                 clean = False
                 log.exception("shutdown step %s failed", getattr(step, "__qualname__", step))
+        for lock in self._dir_locks:
+            lock.release()
         if clean:
             log.info("broker stopped cleanly")
         else:
@@ -233,6 +240,9 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         bound = await broker.start()
+    except TierlogError as e:
+        print(f"tierlog: cannot start: {e}", file=sys.stderr, flush=True)
+        return 1
     except OSError as e:
         print(f"tierlog: cannot listen: {e.strerror or e}", file=sys.stderr, flush=True)
         await broker.stop()
