@@ -143,8 +143,9 @@ class SnapshotGenerator:
             m.latest_snapshot_end_offset = snap.snapshot_id.end_offset
             m.latest_snapshot_generated_ms = self._clock.wall_ms()
             m.snapshots_generated[pending.reason] += 1
-            log.info("wrote metadata snapshot %s (%d bytes, reason %s) in %.1f ms", snap.path.name,
-                     snap.size_bytes, pending.reason.value, m.last_snapshot_write_duration_ms)
+            log.info("metadata snapshot written file=%s end_offset=%d size_bytes=%d reason=%s duration_ms=%.1f",
+                     snap.path.name, snap.snapshot_id.end_offset, snap.size_bytes, pending.reason.value,
+                     m.last_snapshot_write_duration_ms)
             self._clean_locked(settings)
             return snap
 

@@ -209,7 +209,7 @@ def _recover(segments: LogSegments, recovery_point: int, assign_epoch: object, s
     with invalid bytes is truncated there and every later segment is deleted (LogLoader#recoverLog)."""
     to_recover = segments.from_offset(recovery_point)
     for i, seg in enumerate(to_recover):
-        log.info("recovering segment %s from unclean shutdown", seg.log.path)
+        log.info("recovering segment dir=%s base_offset=%d (unclean shutdown)", seg.dir.name, seg.base_offset)
         try:
             truncated = seg.recover(assign_epoch)  # type: ignore[arg-type]
         except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as e:

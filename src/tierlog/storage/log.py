@@ -286,11 +286,13 @@ class UnifiedLog:
                     stale.unlink()
             active.on_become_inactive()
             self.producer_state.update_map_end_offset(new_offset)
-            self.producer_state.take_snapshot(sync=False)
+            self._take_producer_snapshot(sync=False)
             seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
                              roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
             self.segments.add(seg)
-            log.info("rolled %s-%d to a new segment at offset %d", self.topic, self.partition, new_offset)
+            log.info("segment rolled topic=%s partition=%d base_offset=%d previous_base_offset=%d "
+                     "previous_size_bytes=%d", self.topic, self.partition, new_offset, active.base_offset,
+                     active.size_bytes)
         # Kafka flushes the rolled segment asynchronously so the append path does not wait on fsync.
         if self.scheduler is not None:
             self.scheduler.schedule(f"flush-{self.topic}-{self.partition}", lambda: self.flush(new_offset), 0)
@@ -376,6 +378,12 @@ class UnifiedLog:
             if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
                 best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
+
+    def _take_producer_snapshot(self, *, sync: bool) -> None:
+        path = self.producer_state.take_snapshot(sync=sync)
+        if path is not None:
+            log.info("producer snapshot written topic=%s partition=%d offset=%d producers=%d", self.topic,
+                     self.partition, self.producer_state.map_end_offset, self.producer_state.active_producers_count)
 
     # -- seed 003: lazy checking ----------------------------------------------------------------------
 
@@ -550,9 +558,10 @@ class UnifiedLog:
                 self.leader_epoch_cache.truncate_from_start(next_base)
                 self.producer_state.on_log_start_offset_incremented(next_base)
             for d in plan:
-                log.info("deleting segment %d of %s-%d (reason: %s; largest timestamp %d, %d bytes)",
-                         d.segment.base_offset, self.topic, self.partition, d.reason.value,
-                         d.segment.largest_timestamp_ms, d.segment.size_bytes)
+                log.info("segment deleted topic=%s partition=%d base_offset=%d reason=%s largest_timestamp=%d "
+                         "size_bytes=%d log_start_offset=%d", self.topic, self.partition, d.segment.base_offset,
+                         d.reason.value, d.segment.largest_timestamp_ms, d.segment.size_bytes,
+                         self.log_start_offset)
             self.delete_segments_async(doomed)
             return plan
 
@@ -569,7 +578,7 @@ class UnifiedLog:
                 return
             self.flush()
             self.producer_state.update_map_end_offset(self._log_end_offset)
-            self.producer_state.take_snapshot(sync=True)
+            self._take_producer_snapshot(sync=True)
             active = self.active_segment
             for seg in self.segments.materialized():
                 if seg is not active:

@@ -60,6 +60,38 @@ class LogManagerSettings:
     recovery_threads_per_data_dir: int = 1
     node_id: int = 1
     cluster_id: str = ""
+    #: Startup and the lazy checker log a progress line at most this often.
+    progress_interval_ms: int = 5000
+
+
+class Progress:
+    """Rate limit of the progress lines of long work: :meth:`due` is true at most once per interval
+    (thread-safe, for the recovery threads)."""
+
+    def __init__(self, interval_ms: int) -> None:
+        self._interval_s = interval_ms / 1000.0
+        self._next = time.monotonic() + self._interval_s
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                return False
+            self._next = now + self._interval_s
+            return True
+
+
+@dataclass
+class _DirPlan:
+    """What startup read from one log dir before loading its logs."""
+
+    path: Path
+    clean: bool
+    manifest: dict[str, tuple[int, PartitionListing]]
+    recovery_points: dict[TopicPartition, int]
+    start_offsets: dict[TopicPartition, int]
+    partition_dirs: list[tuple[Path, TopicPartition]]
 
 
 @dataclass
@@ -98,6 +130,11 @@ class LogManager:
         self._started = False
         #: Segments deleted by retention, per reason (time, size, log_start_offset, timestamp_floor).
         self.deletions: Counter[str] = Counter()
+        #: Seed 003's background checker: segments it checked, and whether it has said it is done.
+        self.lazy_checked_segments = 0
+        self._lazy_started = 0.0
+        self._lazy_done_logged = False
+        self._lazy_progress = Progress(settings.progress_interval_ms)
 
     # -- startup --------------------------------------------------------------------------------------
 
@@ -105,60 +142,49 @@ class LogManager:
         """Load every log in every log dir (KAFKA-FACTS §2.9, §2.12)."""
         t0 = time.monotonic()
         report = self.startup
-        for d in self.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
-            self._ensure_meta_properties(d)
-            marker = CleanShutdownFile(d / CLEAN_SHUTDOWN)
-            clean = marker.exists()
-            # Delete the marker at once: a crash while loading must count as unclean (KAFKA-10471).
-            if clean:
-                marker.delete()
-                report.clean_shutdown_dirs += 1
-            # The listing manifest is trusted only with the clean-shutdown marker, and used only once.
-            manifest = read_manifest(d) if clean else {}
-            delete_manifest(d)
-            recovery_points = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT, report)
-            start_offsets = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, report)
-            partition_dirs: list[tuple[Path, TopicPartition]] = []
-            with os.scandir(d) as it:
-                for entry in it:
-                    if not entry.is_dir():
-                        continue
-                    if entry.name.endswith("-delete"):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                        continue
-                    if entry.name in ("remote-log-index-cache", "remote-log-metadata", "__cluster_metadata-0"):
-                        continue
-                    try:
-                        tp = files.parse_topic_partition_name(entry.name)
-                    except ValueError:
-                        log.warning("ignoring %s: not a <topic>-<partition> directory", entry.path)
-                        continue
-                    partition_dirs.append((Path(entry.path), tp))
+        plans = [self._plan_dir(d, report) for d in self.log_dirs]
+        total = sum(len(p.partition_dirs) for p in plans)
+        log.info("loading logs total=%d log_dirs=%d clean_shutdown_dirs=%d", total, len(plans),
+                 sum(1 for p in plans if p.clean))
+        progress = Progress(self.settings.progress_interval_ms)
+        counts_lock = threading.Lock()
+        done = [0, 0, 0]  # logs, segments, recovered segments
 
-            def load_one(item: tuple[Path, TopicPartition], clean: bool = clean,
-                         recovery_points: dict[TopicPartition, int] = recovery_points,
-                         start_offsets: dict[TopicPartition, int] = start_offsets,
-                         manifest: dict[str, tuple[int, PartitionListing]] = manifest) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
-                path, tp = item
-                stats = LoadStats()
-                options = LoadOptions(
-                    had_clean_shutdown=clean,
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=start_offsets.get(tp, 0),
-                    sanity_check_all=self.settings.sanity_check_all_logs,
-                    producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-                )
-                ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock,
-                                scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, manifest))
-                return tp, ulog, stats
+        def load_one(item: tuple[Path, TopicPartition], plan: _DirPlan) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
+            path, tp = item
+            stats = LoadStats()
+            options = LoadOptions(
+                had_clean_shutdown=plan.clean,
+                recovery_point=plan.recovery_points.get(tp, 0),
+                log_start_offset=plan.start_offsets.get(tp, 0),
+                sanity_check_all=self.settings.sanity_check_all_logs,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            )
+            started = time.monotonic()
+            ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock,
+                            scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, plan.manifest))
+            if stats.recovered_segments:
+                log.info("log recovered topic=%s partition=%d recovered_segments=%d truncated_bytes=%d "
+                         "segments=%d seconds=%.3f", tp[0], tp[1], stats.recovered_segments, stats.truncated_bytes,
+                         stats.segments, time.monotonic() - started)
+            with counts_lock:
+                done[0] += 1
+                done[1] += stats.segments
+                done[2] += stats.recovered_segments
+                logs_done, segments_done, recovered = done
+            if progress.due():
+                log.info("loading logs progress done=%d total=%d percent=%.0f segments=%d recovered_segments=%d "
+                         "elapsed_s=%.1f", logs_done, total, 100.0 * logs_done / max(total, 1), segments_done,
+                         recovered, time.monotonic() - t0)
+            return tp, ulog, stats
 
+        for plan in plans:
             threads = max(1, self.settings.recovery_threads_per_data_dir)
             if threads == 1:
-                results = [load_one(p) for p in partition_dirs]
+                results = [load_one(p, plan) for p in plan.partition_dirs]
             else:
                 with ThreadPoolExecutor(threads) as pool:
-                    results = list(pool.map(load_one, partition_dirs))
+                    results = list(pool.map(lambda item, plan=plan: load_one(item, plan), plan.partition_dirs))
             for tp, ulog, stats in results:
                 self._logs[tp] = ulog
                 report.logs += 1
@@ -172,6 +198,38 @@ class LogManager:
                  report.rebuilt_indexes, self.unchecked_segments())
         self._started = True
         return report
+
+    def _plan_dir(self, d: Path, report: StartupReport) -> _DirPlan:
+        d.mkdir(parents=True, exist_ok=True)
+        self._ensure_meta_properties(d)
+        marker = CleanShutdownFile(d / CLEAN_SHUTDOWN)
+        clean = marker.exists()
+        # Delete the marker at once: a crash while loading must count as unclean (KAFKA-10471).
+        if clean:
+            marker.delete()
+            report.clean_shutdown_dirs += 1
+        # The listing manifest is trusted only with the clean-shutdown marker, and used only once.
+        manifest = read_manifest(d) if clean else {}
+        delete_manifest(d)
+        recovery_points = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT, report)
+        start_offsets = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, report)
+        partition_dirs: list[tuple[Path, TopicPartition]] = []
+        with os.scandir(d) as it:
+            for entry in it:
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith("-delete"):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                if entry.name in ("remote-log-index-cache", "remote-log-metadata", "__cluster_metadata-0"):
+                    continue
+                try:
+                    tp = files.parse_topic_partition_name(entry.name)
+                except ValueError:
+                    log.warning("ignoring %s: not a <topic>-<partition> directory", entry.path)
+                    continue
+                partition_dirs.append((Path(entry.path), tp))
+        return _DirPlan(d, clean, manifest, recovery_points, start_offsets, partition_dirs)
 
     def _read_checkpoint(self, path: Path, report: StartupReport) -> dict[TopicPartition, int]:
         try:
@@ -285,6 +343,18 @@ class LogManager:
             if done >= budget:
                 break
             done += ulog.check_some_segments(budget - done)
+        if done:
+            if not self.lazy_checked_segments:
+                self._lazy_started = time.monotonic()
+            self.lazy_checked_segments += done
+            self._lazy_done_logged = False
+            if self._lazy_progress.due():
+                log.info("lazy segment check progress checked_segments=%d remaining_segments=%d",
+                         self.lazy_checked_segments, self.unchecked_segments())
+        elif self.lazy_checked_segments and not self._lazy_done_logged:
+            self._lazy_done_logged = True
+            log.info("lazy segment check finished checked_segments=%d seconds=%.1f", self.lazy_checked_segments,
+                     time.monotonic() - self._lazy_started)
         return done
 
     def cleanup_logs(self) -> int:
