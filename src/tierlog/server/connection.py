@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -106,6 +107,13 @@ class RequestRouter(Protocol):
     async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply: ...
 
 
+class RequestObserver(Protocol):
+    def request_done(self, api_key: int, bytes_in: int, bytes_out: int, seconds: float) -> None:
+        """One request served: its frame's bytes and the response's (size prefixes included; 0 for no
+        response), and the seconds from taking it off the queue until the response was written."""
+        ...
+
+
 class ConnectionRegistry(Protocol):
     def opened(self, connection: KafkaConnection) -> bool:
         """False refuses the connection (max.connections)."""
@@ -116,9 +124,11 @@ class ConnectionRegistry(Protocol):
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
-                 registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT") -> None:
+                 registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
+                 observer: RequestObserver | None = None) -> None:
         self._router = router
         self._registry = registry
+        self._observer = observer
         self._decoder = FrameDecoder(max_frame_bytes)
         self._frames: deque[bytes] = deque()
         self._queued_bytes = 0
@@ -242,6 +252,7 @@ class KafkaConnection(asyncio.Protocol):
             self._worker = None
 
     async def _handle_frame(self, frame: bytes) -> None:
+        started = time.perf_counter()
         try:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
@@ -256,18 +267,33 @@ class KafkaConnection(asyncio.Protocol):
             return
         if request.client_id is not None:
             self.client.client_id = request.client_id
+        observer = self._observer
+        if observer is None:
+            await self._answer(request)
+            return
+        sent = 0
+        try:
+            sent = await self._answer(request)
+        finally:
+            observer.request_done(request.api_key, len(frame) + 4, sent, time.perf_counter() - started)
+
+    async def _answer(self, request: ParsedRequest) -> int:
+        """Route the request and write its response; the response's bytes."""
         reply = await self._router.route(request, self.client)
         if reply is None:
-            return
+            return 0
         if isinstance(reply, CloseConnection):
             log.info("closing connection %s from %s:%d: %s", self.client.connection_id, self.client.host,
                      self.client.port, reply.reason)
             self.close()
-            return
+            return 0
         if isinstance(reply, RawResponse):
+            size = reply.size
             await self._write_raw(reply)
-            return
-        await self._write(encode_response(request.api_key, request.api_version, request.correlation_id, reply))
+            return size
+        data = encode_response(request.api_key, request.api_version, request.correlation_id, reply)
+        await self._write(data)
+        return len(data)
 
     def _reject(self, error: RequestError) -> None:
         log.warning("closing connection %s from %s:%d (client %r): %s", self.client.connection_id,
