@@ -40,6 +40,7 @@ from tierlog.storage.checkpoints import (
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
+from tierlog.storage.recompress import maybe_recompress
 from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
 from tierlog.storage.segments import LogSegments
@@ -195,6 +196,13 @@ class UnifiedLog:
         buf = bytearray(records)
         config = self.config
         headers = parse_and_validate(buf, config, from_client=origin is AppendOrigin.CLIENT)
+        if origin is not AppendOrigin.REPLICATION:
+            buf, headers = maybe_recompress(buf, headers, config.compression_type)
+            for h in headers:
+                if h.size_bytes > config.max_message_bytes:
+                    raise RecordTooLargeError(f"record batch of {h.size_bytes} bytes after recompression to "
+                                              f"{config.compression_type} exceeds max.message.bytes "
+                                              f"{config.max_message_bytes}")
         with self.lock:
             now_ms = self.clock.wall_ms()
             self._check_timestamps(headers, now_ms, config)
