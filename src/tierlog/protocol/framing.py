@@ -55,19 +55,28 @@ class FrameDecoder:
         frames: list[bytes] = []
         pos = 0
         end = len(buffer)
-        while True:
-            if self._frame_size < 0:
-                if end - pos < SIZE_PREFIX_BYTES:
-                    break
-                size = _SIZE.unpack_from(buffer, pos)[0]
-                self._check_size(size)
-                self._frame_size = size
-                pos += SIZE_PREFIX_BYTES
-            if end - pos < self._frame_size:
-                break
-            frames.append(bytes(buffer[pos : pos + self._frame_size]))
-            pos += self._frame_size
-            self._frame_size = -1
+        # Frames are cut through a view: one copy into the frame's bytes, not a bytearray slice
+        # copied again. The view is released before the buffer shrinks (a bytearray cannot resize
+        # while exported).
+        try:
+            with memoryview(buffer) as view:
+                while True:
+                    if self._frame_size < 0:
+                        if end - pos < SIZE_PREFIX_BYTES:
+                            break
+                        size = _SIZE.unpack_from(buffer, pos)[0]
+                        self._check_size(size)
+                        self._frame_size = size
+                        pos += SIZE_PREFIX_BYTES
+                    if end - pos < self._frame_size:
+                        break
+                    frames.append(bytes(view[pos : pos + self._frame_size]))
+                    pos += self._frame_size
+                    self._frame_size = -1
+        except FrameError:
+            # The stream is out of sync for good; nothing buffered is worth keeping.
+            buffer.clear()
+            raise
         # One deletion per feed keeps the cost linear in the bytes fed, however many frames it held.
         if pos:
             del buffer[:pos]
@@ -80,7 +89,6 @@ class FrameDecoder:
             self._error = FrameTooLargeError(size, self.max_frame_bytes)
         else:
             return
-        self._buffer.clear()
         raise self._error
 
 
