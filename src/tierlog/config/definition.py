@@ -164,25 +164,43 @@ class Listeners:
         return name.upper(), host.strip("[]"), int(port)
 
 
+_HTTP_SCHEME = "http://"
+
+
 @dataclass(frozen=True)
 class HostPort:
-    """``HOST:PORT``; an empty string means off."""
+    """``HOST:PORT``; an empty string means off. With ``http``, ``http://HOST:PORT`` is accepted
+    too (an HTTP endpoint, written as Kafka writes listeners)."""
+
+    http: bool = False
 
     def __call__(self, key: str, value: Value) -> None:
         if not isinstance(value, str) or not value:
             return
-        match = _ADDRESS.match(value)
+        address = value
+        if self.http:
+            scheme, sep, rest = value.partition("://")
+            if sep:
+                if scheme.lower() != "http":
+                    raise ConfigError(key, f"{value!r}: only http:// is served (no TLS); valid values: "
+                                           f"{self.describe()}")
+                address = rest
+        match = _ADDRESS.match(address)
         if match is None:
-            raise ConfigError(key, f"{value!r} is not of the form HOST:PORT")
+            form = "HOST:PORT or http://HOST:PORT" if self.http else "HOST:PORT"
+            raise ConfigError(key, f"{value!r} is not of the form {form}")
         if int(match.group(2)) > 65535:
             raise ConfigError(key, f"{value!r}: port {match.group(2)} is outside [0,...,65535]")
 
     def describe(self) -> str:
-        return "HOST:PORT (empty HOST: all interfaces); unset or empty: off"
+        forms = "HOST:PORT or http://HOST:PORT" if self.http else "HOST:PORT"
+        return f"{forms} (empty HOST: all interfaces); unset or empty: off"
 
     @staticmethod
     def split(value: str) -> tuple[str, int]:
-        """``(host, port)`` of a value this validator accepted (IPv6 brackets removed)."""
+        """``(host, port)`` of a value this validator accepted (IPv6 brackets and ``http://`` removed)."""
+        if value[: len(_HTTP_SCHEME)].lower() == _HTTP_SCHEME:
+            value = value[len(_HTTP_SCHEME):]
         match = _ADDRESS.match(value)
         if match is None:
             raise ValueError(f"not HOST:PORT: {value!r}")

@@ -288,8 +288,9 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("remote.log.index.file.cache.total.size.bytes", Type.LONG, 1073741824,
             "The size bound of the local cache of remote index files.", validator=at_least(1), group="tiered"),
     _broker("metrics.listener", Type.STRING, None,
-            "HOST:PORT of the Prometheus metrics endpoint; off unless set.", validator=HostPort(),
-            group="operations"),
+            "Where the Prometheus metrics endpoint listens, e.g. http://127.0.0.1:9404 (served at /metrics; "
+            "port 0 takes a free port, and the broker prints the bound address as 'tierlog metrics on URL'); "
+            "off unless set.", importance=M, validator=HostPort(http=True), dynamic=False, group="operations"),
     # Keys of Kafka's shipped server.properties (KRaft and ZooKeeper modes) that mean nothing to a
     # single-node broker: accepted and ignored, so switching a config over needs no edits.
     _compat("process.roles", Type.LIST, (), validator=one_of("broker", "controller")),

@@ -31,6 +31,7 @@ from tierlog.server.dispatcher import Dispatcher
 from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
 from tierlog.server.handlers import all_handlers
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, topic_log_config
+from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
@@ -80,6 +81,7 @@ class Broker:
         self._io_threads = io_threads
         self._server = KafkaServer()
         self._connections = _Connections(config.get_int("max.connections"))
+        self.metrics = BrokerMetrics()
         self._idle_task: asyncio.Task[None] | None = None
         self.ctx: BrokerContext | None = None
         self.listeners: list[BoundListener] = []
@@ -152,15 +154,20 @@ class Broker:
             max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
         ))
         await ctx.groups.start()
+        self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = config.get_int("socket.request.max.bytes")
         bound: list[BoundListener] = []
         for spec in specs:
             def factory(name: str = spec.name) -> KafkaConnection:
-                return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name)
+                return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
+                                       observer=self.metrics.requests)
 
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
+        metrics_address = config.get_optional_str("metrics.listener")
+        if metrics_address:
+            await asyncio.to_thread(self.metrics.start_endpoint, metrics_address)
         await asyncio.to_thread(_warm_up)
         # Everything alive now (modules, kio schemas, numba's compiled code, loaded logs) lives as long
         # as the broker. A full collection walks all of it -- about 40 ms here, which stalls every
@@ -188,6 +195,7 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        await asyncio.to_thread(self.metrics.close)
         if self._idle_task is not None:
             self._idle_task.cancel()
         ctx = self.ctx
@@ -247,6 +255,9 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
         print(f"tierlog: cannot listen: {e.strerror or e}", file=sys.stderr, flush=True)
         await broker.stop()
         return 1
+    if broker.metrics.url is not None:
+        # Before the listener lines, so whoever waits for those has this one too.
+        print(f"tierlog metrics on {broker.metrics.url}", flush=True)
     for b in bound:
         # Tests and scripts find the port (which may have been 0) in this line.
         print(f"tierlog listening on {b.host}:{b.port}", flush=True)

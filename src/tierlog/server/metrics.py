@@ -1,0 +1,300 @@
+"""The Prometheus endpoint (``metrics.listener``) and what it reports.
+
+Two kinds of metric live here. Request metrics (bytes, counts, latency per API) are counted as
+requests are served, through :class:`RequestMetrics`, which connections call once per request.
+Everything else is read from the broker's state when Prometheus scrapes, by :class:`BrokerCollector`:
+the lower layers keep plain counters (``LogManager.deletions``, the controller's snapshot metrics,
+the remote log manager's status) and never import ``prometheus_client``.
+
+The endpoint is ``prometheus_client``'s threaded HTTP server, so a scrape runs off the event loop;
+the collector takes each log's lock only for the few reads it makes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from tierlog.config.definition import HostPort
+from tierlog.metadata.policy import SnapshotReason
+from tierlog.protocol import api_spec
+from tierlog.storage.retention import DeletionReason
+
+if TYPE_CHECKING:
+    from tierlog.server.context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+#: Request latency buckets, in seconds: sub-millisecond produce acks up to long-polling fetches and
+#: joins that wait for a rebalance.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                     60.0)
+
+
+def api_name(api_key: int) -> str:
+    spec = api_spec(api_key)
+    return spec.name if spec is not None else str(api_key)
+
+
+class RequestMetrics:
+    """Per-API request counters; the connection calls :meth:`request_done` once per request.
+
+    The labelled children are looked up once per API key and kept, so a request costs three counter
+    increments and one histogram observation, not label lookups."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._received = Counter("tierlog_network_received_bytes", "Bytes of request frames received, size "
+                                 "prefix included, by API.", ["api"], registry=registry)
+        self._sent = Counter("tierlog_network_sent_bytes", "Bytes of responses sent, size prefix included, "
+                             "by API (a request answered with nothing, acks=0, sends 0).", ["api"],
+                             registry=registry)
+        self._requests = Counter("tierlog_requests", "Requests served, by API.", ["api"], registry=registry)
+        self._latency = Histogram("tierlog_request_duration_seconds", "Time from taking a request off the "
+                                  "connection's queue until its response was handed to the socket, by API.",
+                                  ["api"], buckets=LATENCY_BUCKETS_S, registry=registry)
+        self._children: dict[int, tuple[Counter, Counter, Counter, Histogram]] = {}
+        self._lock = threading.Lock()
+
+    def _for(self, api_key: int) -> tuple[Counter, Counter, Counter, Histogram]:
+        children = self._children.get(api_key)
+        if children is None:
+            with self._lock:
+                name = api_name(api_key)
+                children = (self._received.labels(name), self._sent.labels(name), self._requests.labels(name),
+                            self._latency.labels(name))
+                self._children[api_key] = children
+        return children
+
+    def request_done(self, api_key: int, bytes_in: int, bytes_out: int, seconds: float) -> None:
+        received, sent, requests, latency = self._for(api_key)
+        received.inc(bytes_in)
+        if bytes_out:
+            sent.inc(bytes_out)
+        requests.inc()
+        latency.observe(seconds)
+
+
+@dataclass(frozen=True)
+class _PartitionReading:
+    topic: str
+    partition: int
+    size_bytes: int
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+    unchecked_segments: int
+
+
+def _labels(topic: str, partition: int) -> list[str]:
+    return [topic, str(partition)]
+
+
+def directory_size_bytes(directory: Path) -> int:
+    """Sum of the sizes of the regular files directly in ``directory`` (0 if it is gone)."""
+    total = 0
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue  # deleted while listing (retention, snapshot cleaning)
+    except FileNotFoundError:
+        return 0
+    return total
+
+
+class BrokerCollector(Collector):
+    """Reads the broker's state at scrape time: logs, retention, seed 003's checker, the remote tier,
+    metadata snapshots and connections."""
+
+    def __init__(self, ctx: BrokerContext, connection_listeners: Callable[[], Iterable[str]]) -> None:
+        self._ctx = ctx
+        self._connection_listeners = connection_listeners
+
+    def describe(self) -> Iterable[Metric]:
+        # Families depend on the state (the remote tier may be off); describing none keeps the
+        # registry from calling collect() at registration.
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._logs()
+        yield from self._remote()
+        yield from self._metadata()
+        yield self._connections()
+
+    # -- local logs -----------------------------------------------------------------------------
+
+    def _readings(self) -> Iterator[_PartitionReading]:
+        for (topic, partition), ulog in sorted(self._ctx.log_manager.all_logs().items()):
+            if ulog.deleted:
+                continue
+            with ulog.lock:
+                yield _PartitionReading(topic, partition, ulog.size_bytes, ulog.num_segments, ulog.log_start_offset,
+                                        ulog.log_end_offset, ulog.unchecked_segments())
+
+    def _logs(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("tierlog_log_size_bytes", "Bytes of a partition's local log segments.",
+                                 labels=labels)
+        segments = GaugeMetricFamily("tierlog_log_segments", "Local segments of a partition, the active one "
+                                     "included.", labels=labels)
+        start = GaugeMetricFamily("tierlog_log_start_offset", "A partition's log start offset.", labels=labels)
+        end = GaugeMetricFamily("tierlog_log_end_offset", "A partition's log end offset.", labels=labels)
+        unchecked = 0
+        for r in self._readings():
+            tp = _labels(r.topic, r.partition)
+            size.add_metric(tp, r.size_bytes)
+            segments.add_metric(tp, r.segments)
+            start.add_metric(tp, r.log_start_offset)
+            end.add_metric(tp, r.log_end_offset)
+            unchecked += r.unchecked_segments
+        yield from (size, segments, start, end)
+        yield GaugeMetricFamily(
+            "tierlog_log_unchecked_segments", "Segments whose indexes are not sanity-checked yet (seed 003: "
+            "sanity.check.all.logs.enabled=false leaves them to first access and the background checker).",
+            value=unchecked)
+        manager = self._ctx.log_manager
+        deletions = CounterMetricFamily("tierlog_log_segment_deletions", "Local segments deleted by retention, "
+                                        "by reason (time, size, log_start_offset, and seed 004's timestamp_floor).",
+                                        labels=["reason"])
+        counts = dict(manager.deletions)
+        for reason in DeletionReason:
+            deletions.add_metric([reason.value], counts.get(reason.value, 0))
+        yield deletions
+        report = manager.startup
+        yield GaugeMetricFamily("tierlog_log_startup_duration_seconds", "How long loading (and recovering) the "
+                                "logs took at startup.", value=report.seconds)
+        yield GaugeMetricFamily("tierlog_log_startup_recovered_segments", "Segments recovered at startup after "
+                                "an unclean shutdown.", value=report.recovered_segments)
+
+    # -- remote tier ----------------------------------------------------------------------------
+
+    def _remote(self) -> Iterator[Metric]:
+        rlm = self._ctx.remote_log_manager
+        if rlm is None:
+            return
+        labels = ["topic", "partition"]
+        lag_segments = GaugeMetricFamily(
+            "tierlog_remote_copy_lag_segments", "Closed segments waiting to be copied to the remote tier "
+            "(the tiering backlog).", labels=labels)
+        lag_bytes = GaugeMetricFamily("tierlog_remote_copy_lag_bytes", "Bytes of the segments waiting to be "
+                                      "copied to the remote tier.", labels=labels)
+        copied_bytes = CounterMetricFamily("tierlog_remote_copied_bytes", "Segment bytes this process copied "
+                                           "to the remote tier.", labels=labels)
+        copied_segments = CounterMetricFamily("tierlog_remote_copied_segments", "Segments this process copied "
+                                              "to the remote tier.", labels=labels)
+        errors = CounterMetricFamily("tierlog_remote_copy_errors", "Failed runs of a partition's copy task "
+                                     "(seed 002's custom metadata limit included).", labels=labels)
+        stopped = GaugeMetricFamily("tierlog_remote_copy_task_stopped", "1 while a partition's copy task is "
+                                    "stopped (seed 002: custom metadata over the limit).", labels=labels)
+        remote_bytes = GaugeMetricFamily("tierlog_remote_log_size_bytes", "Bytes of a partition's segments in "
+                                         "the remote tier.", labels=labels)
+        remote_segments = GaugeMetricFamily("tierlog_remote_log_segments", "Segments of a partition in the "
+                                            "remote tier.", labels=labels)
+        for s in rlm.status():
+            tp = _labels(s.topic, s.partition)
+            lag_segments.add_metric(tp, s.copy_lag_segments)
+            lag_bytes.add_metric(tp, s.copy_lag_bytes)
+            copied_bytes.add_metric(tp, s.bytes_copied)
+            copied_segments.add_metric(tp, s.segments_copied)
+            errors.add_metric(tp, s.copy_errors)
+            stopped.add_metric(tp, 1 if s.copy_task == "stopped" else 0)
+            remote_bytes.add_metric(tp, s.remote_bytes)
+            remote_segments.add_metric(tp, s.remote_segments)
+        yield from (lag_segments, lag_bytes, copied_bytes, copied_segments, errors, stopped, remote_bytes,
+                    remote_segments)
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def _metadata(self) -> Iterator[Metric]:
+        controller = self._ctx.controller
+        m = controller.metrics
+        age_ms = controller.latest_snapshot_age_ms
+        if age_ms >= 0:
+            yield GaugeMetricFamily("tierlog_metadata_snapshot_age_seconds", "Time since the latest metadata "
+                                    "snapshot was written (seed 000).", value=age_ms / 1000.0)
+            yield GaugeMetricFamily("tierlog_metadata_snapshot_size_bytes", "Size of the latest metadata "
+                                    "snapshot.", value=m.latest_snapshot_size_bytes)
+        snapshots = CounterMetricFamily("tierlog_metadata_snapshots", "Metadata snapshots written by this "
+                                        "process, by reason.", labels=["reason"])
+        for reason in SnapshotReason:
+            snapshots.add_metric([reason.value], m.snapshots_generated.get(reason, 0))
+        yield snapshots
+        yield CounterMetricFamily("tierlog_metadata_snapshot_failures", "Metadata snapshots that could not be "
+                                  "written.", value=m.snapshot_failures)
+        yield GaugeMetricFamily("tierlog_metadata_unsnapshotted_bytes", "Bytes appended to the metadata log "
+                                "since the latest snapshot (compared with "
+                                "metadata.log.max.record.bytes.between.snapshots).",
+                                value=m.bytes_since_last_snapshot)
+        yield GaugeMetricFamily("tierlog_metadata_log_size_bytes", "Bytes of the metadata log directory: "
+                                "segments, indexes and snapshots.",
+                                value=directory_size_bytes(controller.metadata_log.dir))
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _connections(self) -> Metric:
+        family = GaugeMetricFamily("tierlog_connections", "Open client connections, by listener.",
+                                   labels=["listener"])
+        counts: dict[str, int] = {bound.spec.name: 0 for bound in self._ctx.listeners}
+        for name in self._connection_listeners():
+            counts[name] = counts.get(name, 0) + 1
+        for name, n in sorted(counts.items()):
+            family.add_metric([name], n)
+        return family
+
+
+def metrics_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/metrics"
+
+
+class BrokerMetrics:
+    """The broker's registry, its request metrics and, when ``metrics.listener`` is set, the endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = RequestMetrics(self.registry)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        #: ``http://HOST:PORT/metrics`` once the endpoint listens (the port the OS gave for port 0).
+        self.url: str | None = None
+
+    def observe(self, ctx: BrokerContext, connection_listeners: Callable[[], Iterable[str]]) -> None:
+        self.registry.register(BrokerCollector(ctx, connection_listeners))
+
+    def start_endpoint(self, address: str) -> str:
+        """Listen on ``address`` (``metrics.listener``: ``HOST:PORT`` or ``http://HOST:PORT``); the URL.
+        Raises OSError when the address cannot be bound."""
+        host, port = HostPort.split(address)
+        bind = host or "0.0.0.0"
+        self._server, self._thread = start_http_server(port, addr=bind, registry=self.registry)
+        bound_port = int(self._server.server_port)
+        self.url = metrics_url(host or "0.0.0.0", bound_port)
+        log.info("metrics endpoint listening url=%s", self.url)
+        return self.url
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
