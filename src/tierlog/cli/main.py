@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
+
+from tierlog.cli.log_format import FORMATS, configure_logging
 
 # Each subcommand lives in its own module with ``register(subparsers)``; the module sets
 # ``func`` on its parser. Listed here so the order of ``--help`` is stable.
@@ -26,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Kafka-compatible log broker with tiered storage and a Spark data pipeline.",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    parser.add_argument("--log-format", choices=FORMATS, default="text",
+                        help="text lines (default) or json: one object per line, event fields split out")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in _SUBCOMMAND_MODULES:
@@ -36,11 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format)
     rc = args.func(args)
     return int(rc or 0)
 
