@@ -68,4 +68,8 @@ def run_status(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    waiting = [r for r in rows if r.copy_lag_segments]
+    print(f"backlog: {sum(r.copy_lag_segments for r in waiting)} segments "
+          f"({sum(r.copy_lag_bytes for r in waiting)} bytes) waiting to be copied, in {len(waiting)} of "
+          f"{len(rows)} partitions")
     return 0

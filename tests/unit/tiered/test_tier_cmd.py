@@ -46,6 +46,9 @@ def test_tier_status_shows_progress_lag_and_the_seed002_error(env: Env, capsys: 
     assert run(["tier", "status", "--data-dir", data_dir]) == 0
     text = capsys.readouterr().out
     assert text.splitlines()[0].startswith("PARTITION") and "bad-0" in text and "stopped" in text
+    lag = rows["bad"]["copy_lag_segments"]
+    assert text.splitlines()[-1] == (f"backlog: {lag} segments ({rows['bad']['copy_lag_bytes']} bytes) waiting to be "
+                                     "copied, in 1 of 2 partitions")
 
 
 def test_tier_status_of_an_untiered_dir(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
