@@ -18,6 +18,9 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.config_cmd",
     "tierlog.cli.tier_cmd",
     "tierlog.cli.spark_cmd",
+    "tierlog.cli.topics_cmd",
+    "tierlog.cli.clients_cmd",
+    "tierlog.cli.groups_cmd",
 )
 
 
