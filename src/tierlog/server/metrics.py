@@ -143,8 +143,10 @@ class BrokerCollector(Collector):
         for (topic, partition), ulog in sorted(self._ctx.log_manager.all_logs().items()):
             if ulog.deleted:
                 continue
+            # Seed 003: a scrape must not materialise the segments a lazy startup left alone.
+            size = ulog.size_bytes_unloaded()
             with ulog.lock:
-                yield _PartitionReading(topic, partition, ulog.size_bytes, ulog.num_segments, ulog.log_start_offset,
+                yield _PartitionReading(topic, partition, size, ulog.num_segments, ulog.log_start_offset,
                                         ulog.log_end_offset, ulog.unchecked_segments())
 
     def _logs(self) -> Iterator[Metric]:

@@ -140,6 +140,8 @@ class UnifiedLog:
         #: Called with a segment that failed its lazy check, before the earlier ones are checked.
         self.on_corrupt_segment: Callable[[LogSegment, Exception], None] | None = None
         self.deleted = False
+        #: .log sizes of segments never materialised, for :meth:`size_bytes_unloaded`.
+        self._unloaded_sizes: dict[int, int] = {}
 
     # -- offsets --------------------------------------------------------------------------------------
 
@@ -166,6 +168,35 @@ class UnifiedLog:
     @property
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self.segments)
+
+    def size_bytes_unloaded(self) -> int:
+        """:attr:`size_bytes` without materialising the segments nobody has touched yet (seed 003), for
+        metrics: their files are stat-ed once, outside the lock, and remembered -- a segment's file
+        only changes through its materialised object, whose own size is used from then on."""
+        missing: list[int] = []
+        with self.lock:
+            bases = self.segments.base_offsets
+            total = 0
+            for base in bases:
+                if self.segments.is_materialized(base):
+                    total += self.segments.get(base).size_bytes
+                else:
+                    size = self._unloaded_sizes.get(base)
+                    if size is None:
+                        missing.append(base)
+                    else:
+                        total += size
+        for base in missing:
+            try:
+                size = files.log_file(self.dir, base).stat().st_size
+            except FileNotFoundError:
+                size = 0  # deleted meanwhile: gone from the base offsets next time
+            self._unloaded_sizes[base] = size
+            total += size
+        if len(self._unloaded_sizes) > len(bases) + 64:
+            live = set(bases)
+            self._unloaded_sizes = {b: n for b, n in self._unloaded_sizes.items() if b in live}
+        return total
 
     @property
     def num_segments(self) -> int:
