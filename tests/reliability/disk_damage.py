@@ -1,0 +1,248 @@
+"""Disk damage: random byte flips and truncations in the files of a stopped broker -- segments,
+offset and time indexes, producer snapshots, the checkpoint files and metadata snapshots -- after a
+clean shutdown or a SIGKILL. The broker must then:
+
+* start without help;
+* never serve a batch that fails its CRC (every batch read back is checked);
+* serve every record below the first damaged batch of each partition, with its original value
+  (the files are parsed before the damage: that is the truth);
+* say so in its log when a partition lost records (a warning or error naming the partition);
+* keep serving: new records produced afterwards are acknowledged and read back.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read_partition
+from tierlog.records import decode_batch, iter_headers
+
+TOPIC = "damage"
+KINDS = ("log", "index", "timeindex", "snapshot", "checkpoint", "leader-epoch", "metadata-snapshot")
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    path: Path
+    start: int  # byte position in the file
+    end: int
+    base_offset: int
+    last_offset: int
+    values: tuple[tuple[int, bytes | None], ...]
+
+
+@dataclass
+class Damage:
+    kind: str
+    path: Path
+    how: str  # "flip" or "truncate"
+    detail: str
+    #: byte ranges [start, end) of the file made invalid
+    ranges: list[tuple[int, int]]
+
+
+@dataclass
+class DamageRoundResult:
+    shutdown: str
+    damages: list[Damage]
+    started: bool = False
+    start_seconds: float = 0.0
+    bad_batches: int = 0
+    #: records below the damage point that could not be read back (must be 0)
+    lost_before_damage: int = 0
+    wrong_values: int = 0
+    #: records at or after the damage point no longer served (allowed, but must be reported)
+    dropped_after_damage: int = 0
+    unreported_partitions: list[int] = field(default_factory=list)
+    reported_lines: list[str] = field(default_factory=list)
+    serving_after: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.started and self.bad_batches == 0 and self.lost_before_damage == 0 and self.wrong_values == 0
+                and not self.unreported_partitions and self.serving_after and not self.problems)
+
+
+def stored_batches(partition_dir: Path) -> list[StoredBatch]:
+    """Every batch in the partition's segment files, in offset order, CRC-checked."""
+    out: list[StoredBatch] = []
+    for path in sorted(partition_dir.glob("*.log")):
+        data = path.read_bytes()
+        for h in iter_headers(data):
+            h.ensure_valid()
+            values = tuple((r.offset, r.value) for r in decode_batch(h))
+            out.append(StoredBatch(path, h.position, h.position + h.size_bytes, h.base_offset, h.last_offset, values))
+    return out
+
+
+def _produce(bootstrap: str, partitions: int, count: int, codec: str, start: int) -> int:
+    acked = [0]
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is None:
+            acked[0] += 1
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 2, "batch.num.messages": 40, "compression.type": codec, "log_level": 0})
+    rng = random.Random(start)
+    for i in range(start, start + count):
+        # Values that do not compress to nothing, so segments hold many batches.
+        value = f"{i}:".encode() + rng.randbytes(rng.randrange(20, 120)).hex().encode()
+        producer.produce(TOPIC, value=value, key=str(i).encode(), partition=i % partitions, on_delivery=on_delivery)
+        if i % 500 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return acked[0]
+
+
+def populate(broker: ChaosBroker, partitions: int, records: int) -> None:
+    create_topic(broker.port, TOPIC, partitions, {"segment.bytes": "24000", "retention.ms": "-1",
+                                                  "segment.index.bytes": "4096", "index.interval.bytes": "512"})
+    half = records // 2
+    assert _produce(broker.bootstrap, partitions, half, "none", 0) == half
+    assert _produce(broker.bootstrap, partitions, records - half, "zstd", half) == records - half
+
+
+def _targets(data_dir: Path, kind: str, partitions: int, rng: random.Random) -> list[Path]:
+    pdirs = [data_dir / f"{TOPIC}-{p}" for p in range(partitions)]
+    if kind in ("log", "index", "timeindex", "snapshot"):
+        suffix = {"log": ".log", "index": ".index", "timeindex": ".timeindex", "snapshot": ".snapshot"}[kind]
+        return sorted(f for d in pdirs for f in d.glob(f"*{suffix}") if f.stat().st_size > 0)
+    if kind == "checkpoint":
+        return [p for p in (data_dir / "recovery-point-offset-checkpoint", data_dir / "log-start-offset-checkpoint")
+                if p.exists() and p.stat().st_size > 0]
+    if kind == "leader-epoch":
+        return [d / "leader-epoch-checkpoint" for d in pdirs if (d / "leader-epoch-checkpoint").exists()]
+    if kind == "metadata-snapshot":
+        return sorted(p for p in (data_dir / "__cluster_metadata-0").glob("*.checkpoint") if p.stat().st_size > 0)
+    raise ValueError(kind)
+
+
+def damage_file(path: Path, kind: str, rng: random.Random) -> Damage:
+    data = bytearray(path.read_bytes())
+    size = len(data)
+    if rng.random() < 0.5 and size > 1:
+        cut = rng.randrange(0, size)
+        os.truncate(path, cut)
+        return Damage(kind, path, "truncate", f"{size} -> {cut} bytes", [(cut, size)])
+    flips = rng.randint(1, 4)
+    ranges: list[tuple[int, int]] = []
+    for _ in range(flips):
+        pos = rng.randrange(0, size)
+        data[pos] ^= rng.randrange(1, 256)
+        ranges.append((pos, pos + 1))
+    path.write_bytes(bytes(data))
+    return Damage(kind, path, "flip", f"bytes {sorted(r[0] for r in ranges)} of {size}", ranges)
+
+
+def damage_point(batches: list[StoredBatch], damages: list[Damage]) -> int | None:
+    """The base offset of the first batch with a damaged byte (None: the records are untouched)."""
+    hit = [b.base_offset for b in batches for d in damages if d.path == b.path
+           for lo, hi in d.ranges if lo < b.end and hi > b.start]
+    return min(hit) if hit else None
+
+
+def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str], partitions: int = 3,
+                     records: int = 3000, seed: int | None = None) -> DamageRoundResult:
+    rng = random.Random(seed)
+    broker = ChaosBroker(data_dir, {"metadata.log.max.record.bytes.between.snapshots": "1"})
+    broker.start()
+    populate(broker, partitions, records)
+    if clean_shutdown:
+        assert broker.stop() == 0, broker.stderr_tail()
+    else:
+        broker.sigkill()
+    truth = {p: stored_batches(data_dir / f"{TOPIC}-{p}") for p in range(partitions)}
+    damages: list[Damage] = []
+    for kind in kinds:
+        targets = [t for t in _targets(data_dir, kind, partitions, rng) if t not in {d.path for d in damages}]
+        if targets:
+            damages.append(damage_file(rng.choice(targets), kind, rng))
+    result = DamageRoundResult("clean" if clean_shutdown else "SIGKILL", damages)
+    log_before = len(broker.log_text())
+    t0 = time.monotonic()
+    try:
+        broker.start()
+    except AssertionError as e:
+        result.problems.append(f"did not start: {e}")
+        return result
+    result.started = True
+    result.start_seconds = time.monotonic() - t0
+    try:
+        _check(broker, partitions, truth, damages, result, log_before)
+    finally:
+        broker.stop()
+    return result
+
+
+_REPORT = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")
+
+
+def _check(broker: ChaosBroker, partitions: int, truth: dict[int, list[StoredBatch]], damages: list[Damage],
+           result: DamageRoundResult, log_before: int) -> None:
+    reads = {}
+    with RawClient(broker.port) as client:
+        for p in range(partitions):
+            reads[p] = read_partition(client, TOPIC, p)
+    log_lines = broker.log_text()[log_before:].splitlines()
+    reports = [line for line in log_lines if _REPORT.search(line)]
+    result.reported_lines = reports
+    if any("Traceback" in line for line in log_lines):
+        result.problems.append("a traceback in the broker log")
+    for p in range(partitions):
+        read = reads[p]
+        result.bad_batches += len(read.bad_batches)
+        expected = {o: v for b in truth[p] for o, v in b.values}
+        point = damage_point(truth[p], damages)
+        got = dict(read.records)
+        for offset, value in got.items():
+            if offset in expected and expected[offset] != value:
+                result.wrong_values += 1
+        missing = [o for o in expected if o not in got]
+        below = [o for o in missing if point is None or o < point]
+        result.lost_before_damage += len(below)
+        if below:
+            result.problems.append(f"partition {p}: {len(below)} records below the damage point {point} unreadable "
+                                   f"(first {min(below)}; read error {read.error_code} at {read.error_offset})")
+        dropped = len(missing) - len(below)
+        result.dropped_after_damage += dropped
+        if dropped and not any(f"{TOPIC}-{p}" in line for line in reports):
+            result.unreported_partitions.append(p)
+    # Still serving: new records are acknowledged and read back after whatever is left.
+    try:
+        before = {p: reads[p].high_watermark for p in range(partitions)}
+        acked = _produce(broker.bootstrap, partitions, 30 * partitions, "lz4", 10_000_000)
+        with RawClient(broker.port) as client:
+            after = {p: read_partition(client, TOPIC, p, start=max(before[p], 0)) for p in range(partitions)}
+        fresh = sum(1 for r in after.values() for _, v in r.records if v is not None and int(v.split(b":")[0]) >= 10**7)
+        result.bad_batches += sum(len(r.bad_batches) for r in after.values())
+        result.serving_after = acked == 30 * partitions and fresh == acked
+        if not result.serving_after:
+            result.problems.append(f"after the damage: {acked} acked, {fresh} read back of {30 * partitions}")
+    except Exception as e:  # a broken broker shows here
+        result.problems.append(f"after the damage: {type(e).__name__}: {e}")
+
+
+def summarize(results: list[DamageRoundResult]) -> dict[str, object]:
+    kinds = Counter(d.kind for r in results for d in r.damages)
+    return {
+        "rounds": len(results),
+        "damaged_files": sum(len(r.damages) for r in results),
+        "by_kind": dict(sorted(kinds.items())),
+        "started": sum(r.started for r in results),
+        "bad_batches_served": sum(r.bad_batches for r in results),
+        "lost_before_damage": sum(r.lost_before_damage for r in results),
+        "dropped_after_damage": sum(r.dropped_after_damage for r in results),
+        "unreported": sum(len(r.unreported_partitions) for r in results),
+        "failed_rounds": sum(not r.ok for r in results),
+    }
+
