@@ -171,9 +171,13 @@ def main() -> int:
         if "s3" in backends:
             os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
             os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+            import logging
             import socket
 
             from moto.server import ThreadedMotoServer
+
+            # werkzeug logs every request moto serves, thousands of lines per round.
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
