@@ -2,10 +2,12 @@
 for real, command by command, in one bash process — so ``source``, shell variables and background
 jobs carry over from one command to the next exactly as in the reader's terminal.
 
-What a page shows is what runs, with three rewrites and nothing else:
+What a page shows is what runs, with these rewrites and nothing else:
 
-* ``127.0.0.1:9092`` (the default bootstrap address) becomes the session's own free port, so a test
-  never binds 9092, which another broker on this machine may hold;
+* the well-known ports a page uses — ``127.0.0.1:9092`` (the default bootstrap address),
+  ``127.0.0.1:9404`` (a metrics listener) and ``127.0.0.1:5000`` / ``-p 5000`` (a local S3 server) —
+  become free ports of the session's own, so a test never binds a port another process on this
+  machine may hold;
 * ``tierlog serve`` gets ``--override listeners=PLAINTEXT://127.0.0.1:<port>`` for the same reason;
 * the client commands that talk to a broker (``tierlog topics|produce|consume|groups``) get
   ``--bootstrap-server 127.0.0.1:<port>``, which a reader leaves at its default.
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 #: Languages of fenced blocks that are commands to run; every other fence must say what it is.
 SHELL_LANGUAGES = frozenset({"sh", "bash", "shell"})
@@ -169,10 +170,17 @@ def free_port() -> int:
         return port
 
 
-def rewrite(command: str, port: int) -> str:
-    """The three rewrites of the module docstring."""
-    bootstrap = f"127.0.0.1:{port}"
-    out = command.replace(DEFAULT_BOOTSTRAP, bootstrap)
+#: The ports pages may name, each replaced by a free port of the session.
+WELL_KNOWN_PORTS = (9092, 9404, 5000)
+
+
+def rewrite(command: str, ports: dict[int, int]) -> str:
+    """The rewrites of the module docstring; ``ports`` maps each well-known port to the session's."""
+    bootstrap = f"127.0.0.1:{ports[9092]}"
+    out = command
+    for default, port in ports.items():
+        out = out.replace(f"127.0.0.1:{default}", f"127.0.0.1:{port}")
+        out = re.sub(rf"(?<=\s-p ){default}\b", str(port), out)
     if "listeners=" not in out:
         out = _SERVE.sub(lambda m: f"{m.group(0)} --override listeners=PLAINTEXT://{bootstrap}", out)
     if "--bootstrap-server" not in out:
@@ -194,9 +202,11 @@ def clean_environment() -> dict[str, str]:
 class Session:
     """One bash process in a directory of its own; :meth:`run` sends it one command and waits for it."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = port if port is not None else free_port()
+        self.ports = {default: free_port() for default in WELL_KNOWN_PORTS}
+        #: The broker's port (the bootstrap address's).
+        self.port = self.ports[9092]
         venv = REPO / ".venv"
         assert (venv / "bin" / "activate").exists(), f"{venv} is missing: run ./scripts/test once"
         directory.mkdir(parents=True, exist_ok=True)
@@ -318,7 +328,7 @@ def run_page(session: Session, commands: list[Command], expectations: list[Expec
     assert not stale, f"{page}: expectations that match no command any more: {stale}"
     results = []
     for cmd, exp in plan:
-        command = rewrite(cmd.text, session.port)
+        command = rewrite(cmd.text, session.ports)
         deadline = time.monotonic() + exp.within_s
         while True:
             result = session.run(command, exp.timeout_s)
