@@ -207,6 +207,24 @@ class HostPort:
         return match.group(1).strip("[]"), int(match.group(2))
 
 
+_HOST_COUNT = re.compile(r"^\s*(\[[0-9A-Fa-f:.]+\]|[^\s,\[\]]+):([0-9]+)\s*$")
+
+
+@dataclass(frozen=True)
+class HostCounts:
+    """Comma-separated ``HOST:COUNT`` pairs (``max.connections.per.ip.overrides``); empty: none."""
+
+    def __call__(self, key: str, value: Value) -> None:
+        if not isinstance(value, str):
+            return
+        for item in value.split(","):
+            if item.strip() and _HOST_COUNT.match(item) is None:
+                raise ConfigError(key, f"{item.strip()!r} is not of the form HOST:COUNT")
+
+    def describe(self) -> str:
+        return "comma-separated HOST:COUNT (an IPv6 address in brackets); empty: none"
+
+
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 

@@ -16,6 +16,7 @@ from tierlog.config.definition import (
     ConfigDef,
     ConfigKey,
     DottedPath,
+    HostCounts,
     HostPort,
     Importance,
     Listeners,
@@ -255,10 +256,35 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("socket.request.max.bytes", Type.INT, 104857600,
             "The largest request frame accepted; a larger one closes the connection.",
             validator=at_least(1), group="network"),
-    _broker("max.connections", Type.INT, INT32_MAX, "The most client connections open at once.",
-            validator=at_least(0), group="network"),
-    _broker("connections.max.idle.ms", Type.LONG, 600000, "A connection idle for this long is closed.",
+    _broker("socket.request.receive.timeout.ms", Type.LONG, 30000,
+            "How long a request may take to arrive once its first byte is in; a connection whose request is "
+            "still incomplete then is closed (a client that sent half a request and stalled, or one that sends a "
+            "byte a second). The clock stops while the broker itself holds the client back (its queue of "
+            "requests is full). tierlog's own key: clients give up on a request after 30 s (request.timeout.ms) "
+            "anyway.",
             validator=at_least(1), group="network"),
+    _broker("queued.max.request.bytes", Type.LONG, 536870912,
+            "The bytes of requests held in memory across all connections -- received, whole or in part, and not "
+            "yet served. Above it, a connection holding part of a request (or more than one request) is not read "
+            "until bytes come back; one with a single whole request still is, so small requests keep being served. "
+            "The bound can be passed by one read (256 KiB) per connection. -1 or 0: no bound (Kafka's default is "
+            "-1); tierlog bounds it by default so thousands of clients each sending a large request cannot "
+            "exhaust memory.", validator=at_least(-1), group="network"),
+    _broker("max.connections", Type.INT, INT32_MAX,
+            "The most client connections open at once; a connection beyond it is closed at once. Whatever this "
+            "says, a connection is refused when the process's open-file limit is within a tenth (at least 256) "
+            "of being used up, so the log files always have descriptors.",
+            validator=at_least(0), group="network"),
+    _broker("max.connections.per.ip", Type.INT, INT32_MAX,
+            "The most connections open at once from one client address; one beyond it is closed at once.",
+            validator=at_least(0), group="network"),
+    _broker("max.connections.per.ip.overrides", Type.STRING, "",
+            "Per-address exceptions to max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200' (host names are "
+            "resolved at startup).", validator=HostCounts(), group="network"),
+    _broker("connections.max.idle.ms", Type.LONG, 600000,
+            "A connection with no bytes received and no response written for this long is closed, unless a "
+            "request of it is still being handled (a long-polling fetch); a client that stopped reading its "
+            "responses counts as idle.", validator=at_least(1), group="network"),
     _broker("group.initial.rebalance.delay.ms", Type.INT, 3000,
             "How long a new consumer group waits for more members before its first rebalance.",
             validator=at_least(0), group="groups"),

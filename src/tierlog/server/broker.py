@@ -15,14 +15,17 @@ import gc
 import logging
 import signal
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
-from tierlog.errors import TierlogError
+from tierlog.errors import ConfigError, TierlogError
 from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
@@ -30,6 +33,12 @@ from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
 from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
 from tierlog.server.handlers import all_handlers
+from tierlog.server.limits import (
+    ConnectionQuotas,
+    RequestMemoryPool,
+    parse_ip_overrides,
+    raise_open_file_limit,
+)
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
@@ -56,20 +65,30 @@ def _existing_cluster_id(log_dirs: tuple[Path, ...]) -> str | None:
 
 
 class _Connections:
-    """Live connections, for max.connections, idle expiry and closing them all at shutdown."""
+    """Live connections, for the connection quotas, idle expiry and closing them all at shutdown."""
 
-    def __init__(self, max_connections: int) -> None:
-        self.max_connections = max_connections
+    def __init__(self, quotas: ConnectionQuotas) -> None:
+        self.quotas = quotas
         self.live: set[KafkaConnection] = set()
 
     def opened(self, connection: KafkaConnection) -> bool:
-        if len(self.live) >= self.max_connections:
+        if self.quotas.admit(connection.client.host, connection.fd) is not None:
             return False
         self.live.add(connection)
         return True
 
     def closed(self, connection: KafkaConnection) -> None:
-        self.live.discard(connection)
+        if connection in self.live:
+            self.live.discard(connection)
+            self.quotas.release(connection.client.host)
+
+
+def _connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+    try:
+        overrides = parse_ip_overrides(config.get_str("max.connections.per.ip.overrides"))
+    except ValueError as e:
+        raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
+    return ConnectionQuotas(config.get_int("max.connections"), config.get_int("max.connections.per.ip"), overrides)
 
 
 class Broker:
@@ -80,7 +99,9 @@ class Broker:
         self._log_settings = log_settings
         self._io_threads = io_threads
         self._server = KafkaServer()
-        self._connections = _Connections(config.get_int("max.connections"))
+        self._connections = _Connections(_connection_quotas(config))
+        queued_max = config.get_int("queued.max.request.bytes")
+        self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         self._idle_task: asyncio.Task[None] | None = None
         self.ctx: BrokerContext | None = None
@@ -157,11 +178,14 @@ class Broker:
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = config.get_int("socket.request.max.bytes")
+        receive_timeout_s = config.get_int("socket.request.receive.timeout.ms") / 1000.0
+        asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
         bound: list[BoundListener] = []
         for spec in specs:
             def factory(name: str = spec.name) -> KafkaConnection:
                 return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
-                                       observer=self.metrics.requests)
+                                       observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
+                                       memory_pool=self.request_memory)
 
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
@@ -184,9 +208,11 @@ class Broker:
             await asyncio.sleep(min(max(idle_s / 4, 0.05), 30.0))
             now = loop.time()
             for connection in list(self._connections.live):
-                if now - connection.last_active > idle_s and not connection.busy:
-                    log.info("closing idle connection %s", connection.client.connection_id)
-                    connection.close()
+                if now - connection.last_active > idle_s and not connection.in_handler:
+                    # Aborted: an idle connection with unsent responses has a client that stopped reading.
+                    log.info("closing idle connection %s from %s:%d (connections.max.idle.ms)",
+                             connection.client.connection_id, connection.client.host, connection.client.port)
+                    connection.close(abort=True)
 
     # -- stop ------------------------------------------------------------------------------------
 
@@ -232,6 +258,28 @@ class Broker:
             raise RuntimeError("the broker did not stop cleanly; the next start recovers")
 
 
+def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """An event-loop exception handler that turns asyncio's traceback for an ``accept`` that failed
+    for lack of descriptors (EMFILE; asyncio retries a second later) into one warning line per
+    ten seconds; everything else goes to the default handler."""
+    last = [0.0]
+    suppressed = [0]
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+            now = time.monotonic()
+            if now - last[0] >= 10.0:
+                log.warning("cannot accept connections: %s (raise the open-file limit or lower max.connections; "
+                            "%d more such failures since the last report)", context.get("exception"), suppressed[0])
+                last[0], suppressed[0] = now, 0
+            else:
+                suppressed[0] += 1
+            return
+        loop.default_exception_handler(context)
+
+    return handler
+
+
 def _warm_up() -> None:
     """Load the compiled record walk of the produce path now rather than on the first produce."""
     from tierlog.records import BatchHeader, SimpleRecord, build_batch, validate_batch
@@ -241,6 +289,8 @@ def _warm_up() -> None:
 
 async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
     """Run a broker until SIGTERM or SIGINT; the exit code."""
+    soft, hard = raise_open_file_limit()
+    log.info("open-file limit %d (hard %d)", soft, hard)
     broker = Broker(config, log_settings)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

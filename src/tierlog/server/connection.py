@@ -5,11 +5,16 @@ responses to requests by position as much as by correlation id, and idempotent p
 it), so a connection runs one request at a time -- as Kafka's SocketServer does by muting the
 channel until the response is sent -- while other connections go on. Bytes that arrive meanwhile are
 framed and queued; when the queue is long, reading pauses so a fast client cannot fill memory.
+Every byte of a request is also counted in the broker-wide :class:`RequestMemoryPool`
+(``queued.max.request.bytes``) from its arrival until the request has been served.
 
 What closes a connection (and only that one): a frame whose size prefix is negative or larger than
-``socket.request.max.bytes``, a request that does not parse, an API or version tierlog does not
-implement (except ApiVersions, which is answered so the client can retry), a handler failure, and
-an acks=0 produce that failed (the client would never hear about it otherwise).
+``socket.request.max.bytes``, a frame still incomplete ``socket.request.receive.timeout.ms`` after
+its first byte (a stalled or one-byte-a-second client), a request that does not parse, an API or
+version tierlog does not implement (except ApiVersions, which is answered so the client can retry),
+a handler failure, and an acks=0 produce that failed (the client would never hear about it
+otherwise). The broker closes idle ones (``connections.max.idle.ms``): a client that stopped
+reading its responses is idle too, however many requests it left behind.
 """
 
 from __future__ import annotations
@@ -35,14 +40,18 @@ from tierlog.protocol import (
     parse_request,
     unsupported_api_versions_response,
 )
+from tierlog.server.limits import RequestMemoryPool, socket_fd
 
 log = logging.getLogger(__name__)
 
 #: Pause reading when this many requests wait (librdkafka pipelines up to 1M in-flight requests,
 #: Kafka clients to 5 per connection by default).
 MAX_QUEUED_FRAMES = 64
-#: ... or when they hold this many bytes.
-MAX_QUEUED_BYTES = 256 << 20
+#: ... or when they hold this many bytes (one frame larger than this is still read whole).
+MAX_QUEUED_BYTES = 32 << 20
+#: After closing, how long a client that does not read may keep its unsent responses before the
+#: socket is aborted (a close waits for the write buffer to drain, which such a client never lets).
+CLOSE_GRACE_S = 5.0
 
 _connection_ids = itertools.count(1)
 
@@ -116,7 +125,8 @@ class RequestObserver(Protocol):
 
 class ConnectionRegistry(Protocol):
     def opened(self, connection: KafkaConnection) -> bool:
-        """False refuses the connection (max.connections)."""
+        """False refuses the connection (max.connections, max.connections.per.ip, descriptors);
+        ``closed`` is then never called for it."""
         ...
 
     def closed(self, connection: KafkaConnection) -> None: ...
@@ -125,20 +135,34 @@ class ConnectionRegistry(Protocol):
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
-                 observer: RequestObserver | None = None) -> None:
+                 observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
+                 memory_pool: RequestMemoryPool | None = None) -> None:
         self._router = router
         self._registry = registry
         self._observer = observer
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._receive_timeout_s = receive_timeout_s
+        self._receive_timer: asyncio.TimerHandle | None = None
+        self._pool = memory_pool
+        #: Bytes this connection has counted in the pool, and the size of the request being served.
+        self._held_bytes = 0
+        self._serving_bytes = 0
+        self._waiting_for_memory = False
         self._frames: deque[bytes] = deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._closed = False
         self._reading_paused = False
+        self._queue_full = False
+        self._in_handler = False
         self._write_resumed: asyncio.Future[None] | None = None
+        self._abort_timer: asyncio.TimerHandle | None = None
+        self._admitted = False
+        #: The socket's descriptor number (-1 unknown): the registry's measure of descriptors in use.
+        self.fd = -1
         self.client = ClientInfo(f"conn-{next(_connection_ids)}", "", 0, listener=listener)
-        #: Monotonic seconds of the last request (for connections.max.idle.ms).
+        #: Monotonic seconds of the last bytes received or response written (connections.max.idle.ms).
         self.last_active = 0.0
         self.requests_served = 0
 
@@ -150,15 +174,21 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.client.host, self.client.port = str(peer[0]), int(peer[1])
+        self.fd = socket_fd(transport.get_extra_info("socket"))
         self.last_active = asyncio.get_running_loop().time()
-        if self._registry is not None and not self._registry.opened(self):
-            log.warning("refusing connection from %s:%d: too many connections", self.client.host, self.client.port)
-            self._closed = True
-            transport.abort()
+        if self._registry is not None:
+            if not self._registry.opened(self):
+                # The registry logged why (rate-limited: a flood of refusals must not flood the log).
+                self._closed = True
+                transport.abort()
+                return
+            self._admitted = True
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
         try:
             frames = self._decoder.feed(data)
         except FrameError as e:
@@ -166,17 +196,93 @@ class KafkaConnection(asyncio.Protocol):
                         self.client.port, e)
             self.close()
             return
-        if not frames:
+        if frames:
+            self._frames.extend(frames)
+            self._queued_bytes += sum(len(f) for f in frames)
+            if self._worker is None:
+                self._worker = loop.create_task(self._serve())
+            if len(self._frames) >= MAX_QUEUED_FRAMES or self._queued_bytes >= MAX_QUEUED_BYTES:
+                self._queue_full = True
+            # The frame that just completed had its own deadline; the next one starts afresh.
+            self._cancel_receive_timer()
+        self._account()
+        self._update_reading()
+
+    # -- memory pool -----------------------------------------------------------------------------
+
+    def _account(self) -> None:
+        """Tell the pool what this connection holds now; over capacity, stop reading if it holds
+        part of a request or more than one."""
+        pool = self._pool
+        if pool is None:
             return
-        self._frames.extend(frames)
-        self._queued_bytes += sum(len(f) for f in frames)
-        if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(self._serve())
-        if not self._reading_paused and (len(self._frames) >= MAX_QUEUED_FRAMES
-                                         or self._queued_bytes >= MAX_QUEUED_BYTES):
-            self._reading_paused = True
-            assert self._transport is not None
-            self._transport.pause_reading()
+        held = 0 if self._closed else self._decoder.buffered_bytes + self._queued_bytes + self._serving_bytes
+        delta, self._held_bytes = held - self._held_bytes, held
+        if delta:
+            pool.add(delta)
+        if self._closed:
+            return
+        requests = len(self._frames) + (1 if self._serving_bytes else 0)
+        wait = pool.full and (self._decoder.buffered_bytes > 0 or requests > 1)
+        if wait and not self._waiting_for_memory:
+            self._waiting_for_memory = True
+            pool.wait(self, self._memory_available)
+        elif not wait and self._waiting_for_memory:
+            # Served down to what anyone may hold over the bound: no reason to wait in line.
+            self._waiting_for_memory = False
+            pool.cancel(self)
+
+    def _memory_available(self) -> None:
+        self._waiting_for_memory = False
+        self._update_reading()
+
+    def _drop_queue(self) -> None:
+        """Forget queued frames and what was received of the next, giving their bytes back to the pool."""
+        self._frames.clear()
+        self._queued_bytes = 0
+        if self._pool is not None:
+            self._pool.cancel(self)
+            self._waiting_for_memory = False
+            self._account()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        """Pause reading while the queue is full or the pool has no room for the next frame; a frame
+        is only timed while the broker is reading it."""
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        paused = self._queue_full or self._waiting_for_memory
+        if paused != self._reading_paused:
+            self._reading_paused = paused
+            if paused:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+        # Behind a full queue the client waits on the broker, so its clock stops; waiting for memory
+        # it does not, or partial requests holding the pool would wait on each other for ever.
+        if self._queue_full or self._decoder.buffered_bytes == 0:
+            self._cancel_receive_timer()
+        elif self._receive_timer is None and self._receive_timeout_s is not None:
+            self._receive_timer = asyncio.get_running_loop().call_later(self._receive_timeout_s,
+                                                                        self._receive_timed_out)
+
+    def _cancel_receive_timer(self) -> None:
+        if self._receive_timer is not None:
+            self._receive_timer.cancel()
+            self._receive_timer = None
+
+    def _receive_timed_out(self) -> None:
+        self._receive_timer = None
+        if self._closed:
+            return
+        declared = self._decoder.pending_frame_bytes
+        log.info("closing connection %s from %s:%d: a request still incomplete after %d ms (%d of %s bytes "
+                 "received; socket.request.receive.timeout.ms)", self.client.connection_id, self.client.host,
+                 self.client.port, int((self._receive_timeout_s or 0) * 1000), self._decoder.buffered_bytes,
+                 declared if declared is not None else "?")
+        self.close(abort=True)
 
     def eof_received(self) -> bool | None:
         # The client closed its side: like Kafka, close ours too (what it still had queued is dropped;
@@ -185,11 +291,16 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._frames.clear()
+        self._drop_queue()
+        self._cancel_receive_timer()
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+            self._abort_timer = None
         self._wake_writer()
         if self._worker is not None:
             self._worker.cancel()
-        if self._registry is not None:
+        if self._registry is not None and self._admitted:
+            self._admitted = False
             self._registry.closed(self)
 
     def pause_writing(self) -> None:
@@ -197,6 +308,8 @@ class KafkaConnection(asyncio.Protocol):
             self._write_resumed = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        # The client is reading again: that is activity, whatever its requests are doing.
+        self.last_active = asyncio.get_running_loop().time()
         self._wake_writer()
 
     # -- serving ---------------------------------------------------------------------------------
@@ -207,16 +320,38 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def busy(self) -> bool:
-        """A request is being served (a long-polling fetch or a join waiting is not idleness)."""
+        """Requests are queued or being served, or a response is being written."""
         return self._worker is not None
 
-    def close(self) -> None:
+    @property
+    def in_handler(self) -> bool:
+        """A request is in its handler (a long-polling fetch or a join waiting is not idleness; a
+        response that cannot be written because the client does not read is)."""
+        return self._in_handler
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    def close(self, *, abort: bool = False) -> None:
+        """Close the connection. Responses already written still go out, unless ``abort`` or the
+        client has not taken them within :data:`CLOSE_GRACE_S`."""
         if self._closed:
             return
         self._closed = True
-        self._frames.clear()
-        if self._transport is not None:
-            self._transport.close()
+        self._drop_queue()
+        self._cancel_receive_timer()
+        transport = self._transport
+        if transport is None:
+            return
+        if abort or transport.get_write_buffer_size() == 0:
+            if abort:
+                transport.abort()
+            else:
+                transport.close()
+            return
+        transport.close()
+        self._abort_timer = asyncio.get_running_loop().call_later(CLOSE_GRACE_S, transport.abort)
 
     def _wake_writer(self) -> None:
         waiter, self._write_resumed = self._write_resumed, None
@@ -229,13 +364,18 @@ class KafkaConnection(asyncio.Protocol):
             while self._frames and not self._closed:
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
-                if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2 \
+                if self._queue_full and len(self._frames) < MAX_QUEUED_FRAMES // 2 \
                         and self._queued_bytes < MAX_QUEUED_BYTES // 2:
-                    self._reading_paused = False
-                    assert self._transport is not None
-                    self._transport.resume_reading()
+                    self._queue_full = False
+                    self._update_reading()
                 self.last_active = loop.time()
-                await self._handle_frame(frame)
+                self._serving_bytes = len(frame)
+                try:
+                    await self._handle_frame(frame)
+                finally:
+                    self._serving_bytes = 0
+                    self._account()
+                    self._update_reading()
                 self.requests_served += 1
         except asyncio.CancelledError:
             pass
@@ -279,7 +419,11 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _answer(self, request: ParsedRequest) -> int:
         """Route the request and write its response; the response's bytes."""
-        reply = await self._router.route(request, self.client)
+        self._in_handler = True
+        try:
+            reply = await self._router.route(request, self.client)
+        finally:
+            self._in_handler = False
         if reply is None:
             return 0
         if isinstance(reply, CloseConnection):
@@ -306,6 +450,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         self._transport.write(data)
+        self.last_active = asyncio.get_running_loop().time()
 
     async def _write_raw(self, reply: RawResponse) -> None:
         try:
@@ -325,5 +470,6 @@ class KafkaConnection(asyncio.Protocol):
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
         with open(part.fd, "rb", buffering=0, closefd=False) as f:
             sent = await asyncio.get_running_loop().sendfile(self._transport, f, part.position, part.size)
+        self.last_active = asyncio.get_running_loop().time()
         if sent != part.size:
             raise OSError(f"sendfile sent {sent} of {part.size} bytes")

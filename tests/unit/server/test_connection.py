@@ -14,25 +14,42 @@ from tierlog.protocol import (
     encode_request,
     parse_response,
 )
+from tierlog.server import connection as connection_module
 from tierlog.server.connection import MAX_QUEUED_FRAMES, ClientInfo, CloseConnection, KafkaConnection, Reply
+from tierlog.server.limits import RequestMemoryPool
 
 
 class FakeTransport(asyncio.Transport):
+    """In memory. With ``stalled`` set, the client reads nothing: written bytes stay buffered and
+    the protocol is told to pause writing, as asyncio does past its high-water mark."""
+
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
         self.closed = False
+        self.aborted = False
         self.reading = True
         self.pauses = 0
+        self.stalled = False
+        self.buffered = 0
+        self.protocol: asyncio.Protocol | None = None
 
     def write(self, data: Any) -> None:
+        if self.stalled:
+            self.buffered += len(data)
+            if self.protocol is not None:
+                self.protocol.pause_writing()
+            return
         self.written += data
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
 
     def close(self) -> None:
         self.closed = True
 
     def abort(self) -> None:
-        self.closed = True
+        self.closed = self.aborted = True
 
     def is_closing(self) -> bool:
         return self.closed
@@ -79,9 +96,10 @@ def api_versions(corr: int, version: int = 3) -> bytes:
     return encode_request(ApiKey.API_VERSIONS, version, corr, "unit", body)
 
 
-def connect(router: Router, max_frame_bytes: int = 1 << 20) -> tuple[KafkaConnection, FakeTransport]:
-    conn = KafkaConnection(router, max_frame_bytes=max_frame_bytes)
+def connect(router: Router, max_frame_bytes: int = 1 << 20, **kwargs: Any) -> tuple[KafkaConnection, FakeTransport]:
+    conn = KafkaConnection(router, max_frame_bytes=max_frame_bytes, **kwargs)
     transport = FakeTransport()
+    transport.protocol = conn
     conn.connection_made(transport)
     return conn, transport
 
@@ -161,5 +179,167 @@ def test_reading_pauses_while_many_requests_wait() -> None:
         await settle(conn)
         assert transport.reading
         assert len(transport.frames()) == MAX_QUEUED_FRAMES + 9
+
+    asyncio.run(run())
+
+
+# --- hostile clients ---------------------------------------------------------------------------
+
+
+def test_a_request_that_stops_halfway_is_closed_after_the_receive_timeout() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router(), receive_timeout_s=0.05)
+        frame = api_versions(1)
+        conn.data_received(frame + frame[:7])  # one whole request, then half of the next
+        await asyncio.sleep(0.02)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == [1]
+        assert not transport.closed
+        await asyncio.sleep(0.1)
+        assert transport.aborted
+
+    asyncio.run(run())
+
+
+def test_one_byte_at_a_time_is_closed_even_though_bytes_keep_coming() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router(), receive_timeout_s=0.1)
+        frame = api_versions(1)
+        for i in range(len(frame)):  # a slowloris: every byte well inside any idle timeout
+            conn.data_received(frame[i:i + 1])
+            await asyncio.sleep(0.01)
+            if transport.closed:
+                break
+        assert transport.aborted and transport.frames() == []
+
+    asyncio.run(run())
+
+
+def test_requests_that_arrive_whole_are_never_timed_out() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router(), receive_timeout_s=0.05)
+        for corr in range(1, 6):
+            conn.data_received(api_versions(corr))
+            await asyncio.sleep(0.03)  # 150 ms in all, each frame complete at once
+        await settle(conn)
+        assert not transport.closed and len(transport.frames()) == 5
+
+    asyncio.run(run())
+
+
+def test_the_receive_clock_stops_while_the_broker_is_not_reading() -> None:
+    async def run() -> None:
+        router = Router()
+        router.gate = asyncio.Event()
+        conn, transport = connect(router, receive_timeout_s=0.3)
+        # A full queue pauses reading; the half frame behind it waits on the broker, not the client.
+        conn.data_received(b"".join(api_versions(i) for i in range(1, MAX_QUEUED_FRAMES + 1)) + api_versions(999)[:9])
+        assert not transport.reading
+        await asyncio.sleep(0.6)
+        assert not transport.closed
+        router.gate.set()
+        await settle(conn)
+        assert transport.reading and not transport.closed
+        conn.data_received(api_versions(999)[9:])
+        await settle(conn)
+        assert parse_response(ApiKey.API_VERSIONS, 3, transport.frames()[-1])[0] == 999
+
+    asyncio.run(run())
+
+
+def test_over_the_memory_bound_a_connection_with_a_partial_request_waits_and_small_requests_go_on() -> None:
+    async def run() -> None:
+        pool = RequestMemoryPool(1000)
+        router = Router()
+        big, big_transport = connect(router, memory_pool=pool)
+        small, small_transport = connect(router, memory_pool=pool)
+        # 1200 of a declared 5000 bytes: counted as received (not as declared), and over the bound.
+        big.data_received(struct.pack(">i", 5000) + b"x" * 1200)
+        assert pool.used_bytes == 1200 and pool.full
+        assert not big_transport.reading and pool.waiting == 1
+        # A client with one small request at a time is still read and answered.
+        for corr in (1, 2, 3):
+            small.data_received(api_versions(corr))
+            await settle(small)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in small_transport.frames()] == [1, 2, 3]
+        assert small_transport.reading
+        # ... but one that piles up requests while memory is short is held back too.
+        router.gate = asyncio.Event()
+        small.data_received(api_versions(4) + api_versions(5))
+        assert not small_transport.reading
+        router.gate.set()
+        await settle(small)
+        assert small_transport.reading and not big_transport.reading  # served: its own bytes came back
+        big.connection_lost(None)  # the big one's bytes come back when it goes
+        assert pool.used_bytes == 0
+
+    asyncio.run(run())
+
+
+def test_the_first_waiter_resumes_when_bytes_come_back() -> None:
+    async def run() -> None:
+        pool = RequestMemoryPool(100)
+        router = Router()
+        router.gate = asyncio.Event()
+        holder, _ = connect(router, memory_pool=pool)
+        waiter, waiter_transport = connect(router, memory_pool=pool)
+        holder.data_received(api_versions(1) + struct.pack(">i", 1000) + b"y" * 196)  # one whole, one part
+        await asyncio.sleep(0.01)
+        assert pool.used_bytes == 20 + 196
+        waiter.data_received(api_versions(7)[:10])
+        assert not waiter_transport.reading
+        holder.connection_lost(None)
+        assert pool.used_bytes == 6 and waiter_transport.reading
+        waiter.data_received(api_versions(7)[10:])
+        router.gate.set()
+        await settle(waiter)
+        assert pool.used_bytes == 0 and parse_response(ApiKey.API_VERSIONS, 3, waiter_transport.frames()[0])[0] == 7
+
+    asyncio.run(run())
+
+
+def test_a_closed_connection_gives_its_bytes_back_to_the_pool() -> None:
+    async def run() -> None:
+        pool = RequestMemoryPool(1 << 20)
+        router = Router()
+        router.gate = asyncio.Event()
+        conn, _ = connect(router, memory_pool=pool)
+        conn.data_received(api_versions(1) + api_versions(2) + struct.pack(">i", 5000) + b"x" * 100)
+        await asyncio.sleep(0.01)
+        assert pool.used_bytes == 2 * (len(api_versions(1)) - 4) + 100
+        conn.connection_lost(None)
+        await asyncio.sleep(0.01)
+        assert pool.used_bytes == 0
+
+    asyncio.run(run())
+
+
+def test_a_client_that_does_not_read_is_idle_not_busy_and_stops_being_read() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router())
+        transport.stalled = True
+        conn.data_received(b"".join(api_versions(i) for i in range(1, MAX_QUEUED_FRAMES + 20)))
+        await asyncio.sleep(0.02)
+        # The first response is stuck in the socket's buffer: no handler runs, nothing more is read.
+        assert conn.busy and not conn.in_handler
+        assert not transport.reading and conn.reading_paused
+        stuck_since = conn.last_active
+        await asyncio.sleep(0.02)
+        assert conn.last_active == stuck_since  # nothing moves: the idle expiry will close it
+
+    asyncio.run(run())
+
+
+def test_closing_a_connection_whose_client_does_not_read_aborts_it_after_a_grace(monkeypatch: Any) -> None:
+    monkeypatch.setattr(connection_module, "CLOSE_GRACE_S", 0.02)
+
+    async def run() -> None:
+        conn, transport = connect(Router())
+        transport.stalled = True
+        conn.data_received(api_versions(1))
+        await asyncio.sleep(0.01)
+        conn.close()
+        assert transport.closed and not transport.aborted
+        await asyncio.sleep(0.05)
+        assert transport.aborted
 
     asyncio.run(run())
