@@ -5,7 +5,10 @@ per-partition status (Kafka's RemoteLogManager, KAFKA-FACTS §5.6–5.9).
 Per partition there is a copy task, re-armed after every run: after the task interval when the run
 went well, after an exponentially growing delay when it failed (a store that is down is not hammered).
 Seed 002 stops a partition's copy task for good (until restart or :meth:`RemoteLogManager.restart_copy`)
-while every other partition goes on. One expiration pass over all partitions runs every interval.
+while every other partition goes on. One expiration pass over all partitions runs every interval; it
+passes over a partition whose copy run is in flight (next interval), so one slow upload does not hold
+up the others. In a broker both run on the manager's own threads, so a remote store that is slow or
+hung never holds the broker's shared scheduler (retention, flushes, the metadata log).
 
 Copy protocol for one segment (what makes a crash or a store outage safe):
 
@@ -19,7 +22,9 @@ Copy protocol for one segment (what makes a crash or a store outage safe):
    ``highest_offset_in_remote_storage`` moves, which is what lets local retention delete the local copy.
 
 A COPY_SEGMENT_STARTED record that is not being copied (a crash between 1 and 5) is a dangling upload
-and is deleted at the start of the partition's next copy run.
+and is deleted at the start of the partition's next copy run. Deleting a deleted topic's remote data
+waits until no copy of the partition is in flight: a copy finishing after the listing would leave
+objects that belong to no segment.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import TierlogError
 from tierlog.records.header import BATCH_HEADER_SIZE
-from tierlog.scheduler import Scheduler, TaskHandle
+from tierlog.scheduler import Scheduler, TaskHandle, ThreadScheduler
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile, uuid_to_base64
 from tierlog.storage.index import TimeIndex
 from tierlog.storage.log import UnifiedLog
@@ -117,6 +122,11 @@ class RemoteLogManagerConfig:
     broker_id: int = 1
     #: Longest wait between two attempts of a failing copy task.
     retry_max_delay_ms: int = 300000
+    #: Threads of the remote log manager's own pool (copy tasks and the expiration pass) when the
+    #: broker runs real threads: a slow or hung remote store then ties up these, never the broker's
+    #: shared scheduler (retention, flushes, checkpoints, the metadata log). Kafka's
+    #: remote.log.manager.copier.thread.pool.size plays this part there.
+    worker_threads: int = 4
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> RemoteLogManagerConfig:
@@ -168,6 +178,8 @@ class RemoteFetchInfo:
 class _PartitionState:
     tp: TopicPartition
     tip: TopicIdPartition
+    #: Held by a copy run and an expiration pass; shared by every state of the same topic id and
+    #: partition (see RemoteLogManager._segments_lock).
     lock: threading.Lock = field(default_factory=threading.Lock)
     copy_handle: TaskHandle | None = None
     copy_stopped: bool = False
@@ -201,16 +213,24 @@ class RemoteLogManager:
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
         status_path: Path | None = None,
+        workers: Scheduler | None = None,
     ) -> None:
+        """``scheduler`` runs the cheap periodic sync; ``workers`` (default: ``scheduler``) the copy
+        tasks and the expiration pass, which wait on the remote store. The manager shuts
+        ``workers`` down on close when they are not ``scheduler``."""
         self.config = config
         self.logs = logs
         self.rsm = rsm
         self.rlmm = rlmm
         self.clock = clock
         self.scheduler = scheduler
+        self.workers = workers if workers is not None else scheduler
         self.status_path = status_path
         self.index_cache = RemoteIndexCache(index_cache_dir, config.index_cache_bytes, rsm)
         self._partitions: dict[TopicPartition, _PartitionState] = {}
+        #: One lock per partition's remote segments, kept apart from the partition's state: a state is
+        #: dropped when the partition stops being tiered, while its copy run may still be uploading.
+        self._segment_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._lock = threading.RLock()
         self._tasks: list[TaskHandle] = []
         self._closed = False
@@ -223,12 +243,13 @@ class RemoteLogManager:
         """Adopt the tiered logs and start the periodic passes. Call before the log manager's
         retention starts, so tiered logs never see the total-retention policy locally."""
         self.sync_partitions()
+        interval = self.config.task_interval_ms
         if self.scheduler is not None:
-            interval = self.config.task_interval_ms
             self._tasks.append(self.scheduler.schedule("remote-log-manager-sync", self.sync_partitions,
                                                        interval, interval))
-            self._tasks.append(self.scheduler.schedule("remote-log-manager-expiration", self.expire_all,
-                                                       interval, interval))
+        if self.workers is not None:
+            self._tasks.append(self.workers.schedule("remote-log-manager-expiration", self._expire_pass,
+                                                     interval, interval))
 
     def close(self) -> None:
         with self._lock:
@@ -239,6 +260,9 @@ class RemoteLogManager:
             for state in self._partitions.values():
                 if state.copy_handle is not None:
                     state.copy_handle.cancel()
+        if self.workers is not None and self.workers is not self.scheduler:
+            # Waits for the copy runs in flight: they stop after their current segment.
+            self.workers.shutdown()
         self._write_status()
         self.index_cache.close()
         self.rlmm.close()
@@ -262,7 +286,7 @@ class RemoteLogManager:
 
     def _adopt(self, tp: TopicPartition, ulog: UnifiedLog) -> None:
         tip = TopicIdPartition(ulog.topic_id or ZERO_TOPIC_ID, tp[0], tp[1])
-        state = _PartitionState(tp, tip)
+        state = _PartitionState(tp, tip, lock=self._segments_lock(tip))
         self._partitions[tp] = state
         highest = self._highest_finished_offset(tip)
         with ulog.lock:
@@ -281,10 +305,10 @@ class RemoteLogManager:
         log.info("stopped tiering %s-%d", tp[0], tp[1])
 
     def _schedule_copy(self, state: _PartitionState, delay_ms: int) -> None:
-        if self.scheduler is None or self._closed:
+        if self.workers is None or self._closed:
             return
         topic, partition = state.tp
-        state.copy_handle = self.scheduler.schedule(
+        state.copy_handle = self.workers.schedule(
             f"remote-log-copy-{topic}-{partition}", lambda: self._copy_task(state), delay_ms)
 
     def _copy_task(self, state: _PartitionState) -> None:
@@ -307,6 +331,13 @@ class RemoteLogManager:
         return True
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _segments_lock(self, tip: TopicIdPartition) -> threading.Lock:
+        with self._lock:
+            lock = self._segment_locks.get(tip)
+            if lock is None:
+                lock = self._segment_locks[tip] = threading.Lock()
+            return lock
 
     def _highest_finished_offset(self, tip: TopicIdPartition) -> int:
         return max((m.end_offset for m in self.rlmm.list_remote_log_segments(tip)
@@ -506,52 +537,69 @@ class RemoteLogManager:
 
     # -- expiration -----------------------------------------------------------------------------
 
-    def expire_all(self, now_ms: int | None = None) -> int:
+    def expire_all(self, now_ms: int | None = None, *, wait: bool = True) -> int:
+        """One expiration pass over every tiered partition. With ``wait`` false (the periodic pass)
+        a partition whose copy run is in flight is left for the next pass rather than waited for:
+        one partition with a slow upload must not hold up the retention of all the others."""
         if self._closed:
             return 0
         deleted = 0
         for state in list(self._partitions.values()):
-            deleted += len(self.expire_partition(*state.tp, now_ms=now_ms))
+            deleted += len(self.expire_partition(*state.tp, now_ms=now_ms, wait=wait))
         return deleted
 
-    def expire_partition(self, topic: str, partition: int, now_ms: int | None = None
+    def _expire_pass(self) -> None:
+        self.expire_all(wait=False)
+
+    def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *, wait: bool = True
                          ) -> list[tuple[RemoteLogSegmentMetadata, RemoteDeletionReason]]:
         """One expiration pass: retry interrupted deletes, then apply total retention to the remote
-        tier, publishing the new log start offset before deleting (KAFKA-FACTS §5.8)."""
+        tier, publishing the new log start offset before deleting (KAFKA-FACTS §5.8). Without
+        ``wait`` nothing happens while the partition's copy run is in flight."""
         state = self._partitions.get((topic, partition))
         ulog = self.logs.get_log(topic, partition)
         if state is None or ulog is None:
             return []
         now = self._now() if now_ms is None else now_ms
-        with state.lock:
-            try:
-                segments = list(self.rlmm.list_remote_log_segments(state.tip))
-                for md in segments:
-                    if md.state is S.DELETE_SEGMENT_STARTED:
-                        self._delete_remote_segment(md, best_effort=False)
-                finished = [m for m in segments if m.state is S.COPY_SEGMENT_FINISHED]
-                if not finished:
-                    return []
-                policy = RemoteRetentionPolicy.from_config(ulog.config, self.rlmm.log_start_offset(state.tip) or 0)
-                plan = remote_deletable_segments(finished, policy, now, self._local_only_bytes(ulog))
-                if not plan:
-                    return []
-                new_start = plan[-1][0].end_offset + 1
-                self.rlmm.update_log_start_offset(state.tip, new_start, now)
-                for md, reason in plan:
-                    log.info("remote segment deleted topic=%s partition=%d base_offset=%d end_offset=%d reason=%s "
-                             "size_bytes=%d", topic, partition, md.start_offset, md.end_offset, reason.value,
-                             md.segment_size_in_bytes)
+        if not state.lock.acquire(blocking=wait):
+            log.debug("remote retention of %s-%d waits for its copy run in flight", topic, partition)
+            return []
+        try:
+            return self._expire_locked(state, ulog, now)
+        finally:
+            state.lock.release()
+
+    def _expire_locked(self, state: _PartitionState, ulog: UnifiedLog, now: int
+                       ) -> list[tuple[RemoteLogSegmentMetadata, RemoteDeletionReason]]:
+        topic, partition = state.tp
+        try:
+            segments = list(self.rlmm.list_remote_log_segments(state.tip))
+            for md in segments:
+                if md.state is S.DELETE_SEGMENT_STARTED:
                     self._delete_remote_segment(md, best_effort=False)
-                # The whole log now starts there: local segments below it go with the next local
-                # retention pass (Kafka's updateLogStartOffsetFromRemoteTier).
-                if new_start <= ulog.high_watermark:
-                    ulog.maybe_increment_log_start_offset(new_start, "remote retention")
-                return plan
-            except (RemoteStorageError, TierlogError, OSError) as e:
-                log.error("remote retention of %s-%d failed: %s", topic, partition, e)
-                self._record_error(state, f"expiration: {type(e).__name__}: {e}")
+            finished = [m for m in segments if m.state is S.COPY_SEGMENT_FINISHED]
+            if not finished:
                 return []
+            policy = RemoteRetentionPolicy.from_config(ulog.config, self.rlmm.log_start_offset(state.tip) or 0)
+            plan = remote_deletable_segments(finished, policy, now, self._local_only_bytes(ulog))
+            if not plan:
+                return []
+            new_start = plan[-1][0].end_offset + 1
+            self.rlmm.update_log_start_offset(state.tip, new_start, now)
+            for md, reason in plan:
+                log.info("remote segment deleted topic=%s partition=%d base_offset=%d end_offset=%d reason=%s "
+                         "size_bytes=%d", topic, partition, md.start_offset, md.end_offset, reason.value,
+                         md.segment_size_in_bytes)
+                self._delete_remote_segment(md, best_effort=False)
+            # The whole log now starts there: local segments below it go with the next local
+            # retention pass (Kafka's updateLogStartOffsetFromRemoteTier).
+            if new_start <= ulog.high_watermark:
+                ulog.maybe_increment_log_start_offset(new_start, "remote retention")
+            return plan
+        except (RemoteStorageError, TierlogError, OSError) as e:
+            log.error("remote retention of %s-%d failed: %s", topic, partition, e)
+            self._record_error(state, f"expiration: {type(e).__name__}: {e}")
+            return []
 
     def _local_only_bytes(self, ulog: UnifiedLog) -> int:
         """Bytes of local segments not (wholly) in the remote tier, newest first until a tiered one."""
@@ -580,7 +628,8 @@ class RemoteLogManager:
         """Delete every remote segment of a partition whose topic is being deleted (Kafka's
         stopPartitions with delete): DELETE_PARTITION_MARKED, each segment deleted, then
         DELETE_PARTITION_FINISHED. Returns the segments deleted; a failure leaves the rest in
-        DELETE_SEGMENT_STARTED or FINISHED and raises, so the caller can retry."""
+        DELETE_SEGMENT_STARTED or FINISHED and raises, so the caller can retry. So does a copy of
+        the partition still in flight (RemoteStorageError): nothing is deleted until it ended."""
         # With the topic id, a topic re-created under the same name meanwhile is not touched.
         tip = self._tip_for(topic, partition) if topic_id is None else TopicIdPartition(topic_id, topic, partition)
         if tip is None:
@@ -588,16 +637,24 @@ class RemoteLogManager:
         state = self._partitions.get((topic, partition))
         if state is not None and state.tip == tip:
             self._release((topic, partition), self.logs.get_log(topic, partition))
-        now = self._now()
         broker = self.config.broker_id
-        self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-            tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, now, broker))
-        deleted = 0
-        for md in list(self.rlmm.list_remote_log_segments(tip)):
-            self._delete_remote_segment(md, best_effort=False)
-            deleted += 1
-        self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-            tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, self._now(), broker))
+        # A copy run still uploading (released or not, it stops after the segment it is on) would
+        # finish after the listing below, and its objects would belong to no segment. Its end is
+        # not waited for here (the caller may be a shared scheduler thread): the caller retries.
+        lock = self._segments_lock(tip)
+        if not lock.acquire(blocking=False):
+            raise RemoteStorageError(f"a copy of {topic}-{partition} to the remote tier is in flight")
+        try:
+            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, self._now(), broker))
+            deleted = 0
+            for md in list(self.rlmm.list_remote_log_segments(tip)):
+                self._delete_remote_segment(md, best_effort=False)
+                deleted += 1
+            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, self._now(), broker))
+        finally:
+            lock.release()
         log.info("deleted %d remote segments of %s-%d", deleted, topic, partition)
         return deleted
 
@@ -894,5 +951,8 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     rsm = load_remote_storage_manager(class_name, props)
     metadata_dir = first_dir / METADATA_DIR_NAME
     rlmm = FileRemoteLogMetadataManager(metadata_dir)
+    # Threads of its own beside a broker's thread pool; a test's manual scheduler drives both.
+    workers = (ThreadScheduler(rlm_config.worker_threads, clock, name="remote-log-manager")
+               if isinstance(scheduler, ThreadScheduler) else None)
     return RemoteLogManager(rlm_config, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
-                            scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME)
+                            scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers)
