@@ -166,7 +166,10 @@ def _read_error_code(buf: Buffer, pos: int) -> tuple[Any, int]:
 def _millis(read_int: Reader) -> Reader:
     def read(buf: Buffer, pos: int) -> tuple[Any, int]:
         millis, pos = read_int(buf, pos)
-        return datetime.timedelta(milliseconds=millis), pos
+        try:
+            return datetime.timedelta(milliseconds=millis), pos
+        except OverflowError:  # an int64 beyond timedelta's ~2.7 million years
+            raise DecodeError(f"duration {millis} ms out of range") from None
 
     return read
 

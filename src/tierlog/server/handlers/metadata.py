@@ -15,6 +15,7 @@ from tierlog.server.partitions import INTERNAL_TOPICS, UNKNOWN_TOPIC_OR_PARTITIO
 log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC_ID = 100
+INVALID_REQUEST = 42
 
 
 def partition_entries(ctx: BrokerContext, topic: TopicImage) -> list[dict[str, Any]]:
@@ -56,12 +57,26 @@ async def _auto_create(ctx: BrokerContext, name: str) -> int:
         return e.error_code
 
 
+def _invalid_before_v12(requested: Any, version: int) -> bool:
+    """Versions 10 and 11 can carry a null name and a topic id, but their response cannot answer by
+    id (its name is not nullable): Kafka refuses such a request as a whole."""
+    return version < 12 and requested is not None and any(
+        t.name is None or uuid_bytes(getattr(t, "topic_id", None)) is not None for t in requested)
+
+
 async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     version = request.api_version
     requested = body.topics
     topics: list[dict[str, Any]] = []
     image = ctx.image
+    if _invalid_before_v12(requested, version):
+        # Kafka's MetadataRequest.getErrorResponse: every topic asked for, with the error and "" for
+        # a null name; no brokers.
+        return build_response(ApiKey.METADATA, version, {"topics": [
+            {"error_code": INVALID_REQUEST, "name": t.name or "", "topic_id": getattr(t, "topic_id", None),
+             "is_internal": False, "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            for t in requested], "brokers": [], "cluster_id": None, "controller_id": -1})
     # v0 asks for every topic with an empty list; v1+ with null.
     if requested is None or (version == 0 and not requested):
         topics = [topic_entry(ctx, t) for t in sorted(image.topics_by_name.values(), key=lambda t: t.name)]

@@ -1,0 +1,50 @@
+"""Requests the fuzz scenario (tests/reliability/hostile_clients.py) found the handlers failing on
+with a traceback; each now gets Kafka's answer."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.unit.server.test_admin_handlers import call, with_broker
+from tierlog.protocol import (
+    ApiKey,
+    MalformedRequestError,
+    build_request,
+    encode_request,
+    encode_response,
+    parse_request,
+)
+from tierlog.server.context import BrokerContext
+
+
+def test_metadata_v10_and_v11_by_topic_id_or_null_name_is_an_invalid_request(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        for version in (10, 11):
+            body = await call(ctx, ApiKey.METADATA, version, {"topics": [
+                {"name": None, "topic_id": uuid.uuid4()}, {"name": "t", "topic_id": None}],
+                "allow_auto_topic_creation": False})
+            assert [(t.name, t.error_code) for t in body.topics] == [("", 42), ("t", 42)]
+            encode_response(ApiKey.METADATA, version, 1, body)  # and it can be sent
+        body = await call(ctx, ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": uuid.uuid4()}],
+                                                     "allow_auto_topic_creation": False})
+        assert body.topics[0].error_code == 100  # v12 asks by id: UNKNOWN_TOPIC_ID
+
+    with_broker(tmp_path, test)
+
+
+def test_an_int64_duration_beyond_what_python_can_hold_is_a_malformed_request() -> None:
+    marker = 0x010203040506  # ms: a value timedelta holds exactly, easy to find in the encoding
+    body = build_request(ApiKey.OFFSET_COMMIT, 2, {"group_id": "g", "generation_id_or_member_epoch": -1,
+                                                   "member_id": "", "retention_time": datetime.timedelta(
+                                                       milliseconds=marker), "topics": []})
+    frame = encode_request(ApiKey.OFFSET_COMMIT, 2, 1, "c", body)[4:]
+    where = frame.index(struct.pack(">q", marker))
+    assert parse_request(frame).body.retention_time == datetime.timedelta(milliseconds=marker)
+    for huge in (2**63 - 1, -(2**63)):
+        with pytest.raises(MalformedRequestError, match="out of range"):
+            parse_request(frame[:where] + struct.pack(">q", huge) + frame[where + 8:])
