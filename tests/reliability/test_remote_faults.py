@@ -1,0 +1,56 @@
+"""The short remote-tier fault scenarios of the test command (``bench/chaos.py`` runs the long ones):
+a real broker tiering through a flaky plugin, and through S3 on a moto server that is killed and
+frozen, each with a broker SIGKILL mid-copy."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
+
+pytestmark = pytest.mark.integration
+
+#: Once the faults stop, copying has this long to catch up (the backlog meets the copy tasks'
+#: backoff, which doubles per failed attempt from the 100 ms task interval).
+CONVERGE_BOUND_S = 30.0
+
+
+def _check(result: RemoteFaultsResult, seed: int) -> None:
+    about = f"seed {seed}: {result.summary()}\n{result}"
+    assert result.ok, about
+    # Each figure on its own, so a failure names it.
+    assert result.local_deletions_before_remote == [], about
+    assert result.records_lost == 0 and result.duplicated == 0 and result.wrong_offset == 0, about
+    assert result.bad_batches == 0 and result.read_errors == [], about
+    assert result.orphan_objects == [] and result.metadata_without_objects == [], about
+    assert result.leftover_metadata == [] and result.remote_objects_after_retention == 0, about
+    assert result.converge_seconds is not None and result.converge_seconds < CONVERGE_BOUND_S, about
+    # The run proves something only if data went through the remote tier while faults hit it,
+    # a broker kill caught a copy in flight, and the reads came from the remote tier.
+    assert result.acked > 3000 and result.segments_copied >= 20, about
+    assert result.retries > 0, about
+    assert result.broker_kills_mid_copy >= 1 and result.dangling_uploads_cleaned >= 1, about
+    assert result.records_read == result.acked and result.records_read_below_local_start > result.acked // 2, about
+    assert result.invariant_checks > 50, about
+
+
+def test_flaky_plugin_errors_timeouts_and_partial_writes(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 32)
+    result = run_flaky_plugin(tmp_path / "flaky", seconds=8, partitions=2, rate=1500, broker_kills=1,
+                              topic_deletion=True, converge_timeout_s=CONVERGE_BOUND_S, seed=seed)
+    _check(result, seed)
+    assert result.copy_failures_injected > 0, result.summary()
+    assert {"copy partial", "fetch partial", "delete partial"} <= set(result.faults_injected), result.summary()
+    assert result.topic_deletions_mid_copy == 1, result.summary()
+
+
+def test_s3_server_killed_and_frozen_during_copies(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 32)
+    result = run_s3_kills(tmp_path / "s3", seconds=8, partitions=2, rate=1500, s3_kills=2, s3_freezes=1,
+                          s3_down_s=(0.3, 1.0), final_outage_s=1.5, broker_kills=1,
+                          converge_timeout_s=CONVERGE_BOUND_S, seed=seed)
+    _check(result, seed)
+    assert result.s3_kills >= 3 and result.s3_freezes >= 1, result.summary()
