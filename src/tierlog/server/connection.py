@@ -158,6 +158,8 @@ class KafkaConnection(asyncio.Protocol):
         self._in_handler = False
         self._write_resumed: asyncio.Future[None] | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
+        self._sending_file = False
+        self._close_after_sendfile = False
         self._admitted = False
         #: The socket's descriptor number (-1 unknown): the registry's measure of descriptors in use.
         self.fd = -1
@@ -298,7 +300,10 @@ class KafkaConnection(asyncio.Protocol):
             self._abort_timer = None
         self._wake_writer()
         if self._worker is not None:
-            self._worker.cancel()
+            # Not at once: asyncio completes a sendfile's "buffer empty" waiter with an error right
+            # after this returns, and cancelling the worker now would cancel that waiter first (an
+            # InvalidStateError in the loop). The error ends the worker; the cancel is a backstop.
+            asyncio.get_running_loop().call_soon(self._worker.cancel)
         if self._registry is not None and self._admitted:
             self._admitted = False
             self._registry.closed(self)
@@ -344,6 +349,17 @@ class KafkaConnection(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
+        if self._sending_file and self._worker is not None:
+            # asyncio's sendfile has the socket registered with the selector outside the transport:
+            # closing the socket now would leave that registration behind, and the next connection
+            # given the same descriptor number would never be read. Stop the sendfile first; the
+            # transport is closed once it has unwound (in _sendfile).
+            self._close_after_sendfile = True
+            self._worker.cancel()
+            return
+        self._close_transport(transport, abort)
+
+    def _close_transport(self, transport: asyncio.Transport, abort: bool) -> None:
         if abort or transport.get_write_buffer_size() == 0:
             if abort:
                 transport.abort()
@@ -468,8 +484,15 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed or self._transport is None or self._transport.is_closing() or part.size == 0:
             return
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
-        with open(part.fd, "rb", buffering=0, closefd=False) as f:
-            sent = await asyncio.get_running_loop().sendfile(self._transport, f, part.position, part.size)
+        self._sending_file = True
+        try:
+            with open(part.fd, "rb", buffering=0, closefd=False) as f:
+                sent = await asyncio.get_running_loop().sendfile(self._transport, f, part.position, part.size)
+        finally:
+            self._sending_file = False
+            if self._close_after_sendfile:
+                self._close_after_sendfile = False
+                self._close_transport(self._transport, abort=True)
         self.last_active = asyncio.get_running_loop().time()
         if sent != part.size:
             raise OSError(f"sendfile sent {sent} of {part.size} bytes")

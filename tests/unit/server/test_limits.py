@@ -11,6 +11,7 @@ import socket
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,9 +170,23 @@ def test_connections_beyond_the_per_address_limit_are_refused_and_others_served(
 
 
 def test_a_client_that_never_reads_its_fetches_is_closed_as_idle(tmp_path: Path) -> None:
+    """Its first answer leaves through sendfile, which never finishes: the idle expiry must end it
+    without leaving asyncio a closed socket still registered for that sendfile (the next connection
+    given the same descriptor number would fail) or a waiter it completes twice."""
+    loop_errors: list[str] = []
+
     async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: loop_errors.append(str(ctx)))
         broker = Broker(_config(tmp_path, **{"connections.max.idle.ms": "400"}), LogManagerSettings())
         port = (await broker.start())[0].port
+        broker_handler = asyncio.get_running_loop().get_exception_handler()
+        assert broker_handler is not None
+
+        def record(loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
+            loop_errors.append(str(ctx.get("exception") or ctx.get("message")))
+            broker_handler(loop, ctx)
+
+        asyncio.get_running_loop().set_exception_handler(record)
         ctx = broker.ctx
         assert ctx is not None
         try:
@@ -204,7 +219,14 @@ def test_a_client_that_never_reads_its_fetches_is_closed_as_idle(tmp_path: Path)
             assert time.monotonic() - started < 5
             assert broker._connections.quotas.total == 0
             sock.close()
+            # New connections (likely given the stalled one's descriptor number) are served.
+            for _ in range(5):
+                served = await _served(port, "127.0.0.1")
+                assert served is not None
+                served[1].close()
+            await asyncio.sleep(0.1)
         finally:
             await broker.stop()
+        assert loop_errors == []
 
     asyncio.run(run())
