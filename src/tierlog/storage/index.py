@@ -17,13 +17,12 @@ both become a ``struct`` call on memory instead of a system call. Kafka's "warm 
 (trying the last 8 KiB first to keep page-cache misses down) is not reproduced: it is a page-cache
 heuristic whose benefit is lost in Python's per-step cost, and results are identical without it.
 
-Each open, non-empty index holds one file descriptor (Python's mmap keeps a duplicate), so callers
-should open indexes lazily and close cold ones, as Kafka's ``LazyIndex`` does.
+An open index holds no file descriptor (:mod:`tierlog._util.mapped`: Python's mmap would keep one
+per map), but it does hold address space, so callers open indexes lazily as Kafka's ``LazyIndex`` does.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import sys
@@ -34,6 +33,7 @@ from operator import le, lt
 from pathlib import Path
 from typing import ClassVar, NamedTuple
 
+from tierlog._util.mapped import FileMap, MappedBuffer
 from tierlog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError, TierlogError
 
 #: Kafka's default ``segment.index.bytes``.
@@ -69,7 +69,7 @@ class TimestampOffset(NamedTuple):
 
 
 #: Reads the search key of slot n from the map.
-_KeyFn = Callable[[mmap.mmap, int], int]
+_KeyFn = Callable[[MappedBuffer, int], int]
 
 
 def round_down(value: int, multiple: int) -> int:
@@ -89,7 +89,7 @@ class _Index:
         self._writable = writable
         # Reentrant because public operations call each other (reset → resize) under the lock.
         self._lock = threading.RLock()
-        self._mm: mmap.mmap | None = None
+        self._mm: FileMap | None = None
         self._closed = False
         newly_created = False
         if writable:
@@ -122,21 +122,20 @@ class _Index:
         if self._length == 0:
             self._mm = None  # mmap cannot map zero bytes; an empty index needs no map.
         else:
-            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(fd, self._length, access=access)
+            self._mm = FileMap(fd, self._length, writable=self._writable)
 
     def _unmap(self) -> None:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
 
-    def _buf(self) -> mmap.mmap:
+    def _buf(self) -> MappedBuffer:
         if self._closed:
             raise ValueError(f"index {self._path} is closed")
         mm = self._mm
         if mm is None:  # only when the file is empty, in which case no slot is ever read
             raise IndexError(f"index {self._path} has no entries")
-        return mm
+        return mm.buffer
 
     def _check_open(self) -> None:
         if self._closed:
@@ -149,7 +148,7 @@ class _Index:
 
     # -- hooks for subclasses ------------------------------------------------------------------
 
-    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+    def _relative_offset_at(self, mm: MappedBuffer, n: int) -> int:
         raise NotImplementedError
 
     def _load_last_entry(self) -> None:
@@ -368,7 +367,8 @@ class _Index:
     def _valid_bytes(self) -> bytes:
         if self._entries == 0:
             return b""
-        return self._buf()[: self._entries * self.ENTRY_SIZE]
+        with memoryview(self._buf()) as view:
+            return view[: self._entries * self.ENTRY_SIZE].tobytes()
 
     def __repr__(self) -> str:
         return (
@@ -394,13 +394,13 @@ class OffsetIndex(_Index):
         self._last_offset = base_offset
         super().__init__(path, base_offset, max_index_size, writable)
 
-    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+    def _relative_offset_at(self, mm: MappedBuffer, n: int) -> int:
         return int(_I32.unpack_from(mm, n * OFFSET_ENTRY_SIZE)[0])
 
-    def _position_at(self, mm: mmap.mmap, n: int) -> int:
+    def _position_at(self, mm: MappedBuffer, n: int) -> int:
         return int(_I32.unpack_from(mm, n * OFFSET_ENTRY_SIZE + 4)[0])
 
-    def _parse(self, mm: mmap.mmap, n: int) -> OffsetPosition:
+    def _parse(self, mm: MappedBuffer, n: int) -> OffsetPosition:
         rel, pos = _OFFSET_ENTRY.unpack_from(mm, n * OFFSET_ENTRY_SIZE)
         return OffsetPosition(self._base_offset + rel, pos)
 
@@ -527,13 +527,13 @@ class TimeIndex(_Index):
         self._last = TimestampOffset(NO_TIMESTAMP, base_offset)
         super().__init__(path, base_offset, max_index_size, writable)
 
-    def _timestamp_at(self, mm: mmap.mmap, n: int) -> int:
+    def _timestamp_at(self, mm: MappedBuffer, n: int) -> int:
         return int(_I64.unpack_from(mm, n * TIME_ENTRY_SIZE)[0])
 
-    def _relative_offset_at(self, mm: mmap.mmap, n: int) -> int:
+    def _relative_offset_at(self, mm: MappedBuffer, n: int) -> int:
         return int(_I32.unpack_from(mm, n * TIME_ENTRY_SIZE + 8)[0])
 
-    def _parse(self, mm: mmap.mmap, n: int) -> TimestampOffset:
+    def _parse(self, mm: MappedBuffer, n: int) -> TimestampOffset:
         ts, rel = _TIME_ENTRY.unpack_from(mm, n * TIME_ENTRY_SIZE)
         return TimestampOffset(ts, self._base_offset + rel)
 
