@@ -13,12 +13,19 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tierlog.errors import OffsetOutOfRangeError, TierlogError, UnknownTopicOrPartitionError
+from tierlog.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    TierlogError,
+    UnknownTopicOrPartitionError,
+)
 from tierlog.metadata import MetadataImage, TopicImage
 from tierlog.server.connection import FileSlice
+from tierlog.storage.batch_check import check_record_set
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
+from tierlog.storage.segment import SegmentDamageError
 from tierlog.tiered import RemoteLogManager
 
 log = logging.getLogger(__name__)
@@ -158,7 +165,20 @@ class PartitionManager:
         if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
             return None
         info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one)
-        return None if info is None else info.records
+        if info is None:
+            return None
+        # The remote copy gets the local read's guarantee: no batch that fails its CRC is served.
+        records = info.records
+        valid, problem = check_record_set(records)
+        if problem is not None:
+            log.error("damaged remote segment topic=%s partition=%d (%s-%d): %s at byte %d of the read from offset %d; "
+                      "serving the %d bytes before it", spec.topic, spec.partition, spec.topic, spec.partition,
+                      problem.reason, problem.position, spec.fetch_offset, valid)
+            if valid == 0:
+                raise CorruptRecordError(f"damaged data in the remote tier at offset {spec.fetch_offset}: "
+                                         f"{problem.reason}")
+            return records[:valid]
+        return records
 
     def get_log_blocking(self, topic: str, partition: int) -> UnifiedLog:
         """The partition's log, created if the image has the partition but the disk does not yet."""
@@ -249,6 +269,14 @@ class PartitionManager:
                         result.records = FileSlice(os.dup(region.fd), region.position, region.size)
             except OffsetOutOfRangeError:
                 below_local = True
+            except SegmentDamageError as e:
+                # CORRUPT_MESSAGE reaches the application (librdkafka passes it on as a consumer error;
+                # KAFKA_STORAGE_ERROR would have it wait silently for a new leader that never comes).
+                # The log said so once at ERROR; a consumer retrying is not news.
+                result.error_code = error_code_of(e)
+                log.debug("read of %s-%d at %d hit damaged data: %s", spec.topic, spec.partition,
+                          spec.fetch_offset, e)
+                continue
             except Exception as e:
                 result.error_code = error_code_of(e)
                 log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)

@@ -389,12 +389,38 @@ class UnifiedLog:
             if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
                 pos = segment.translate_offset(end_offset)
                 max_position = pos.position if pos is not None else None
-            info = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            try:
+                info = segment.read(start_offset, max_bytes, max_position, min_one_message, upper_offset=next_base)
+            finally:
+                if segment.damage is not None and not segment.damage_reported:
+                    self._report_damage(segment, next_base)
             if info is not None:
                 return info
             with self.lock:
                 segment = self.segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+
+    def _report_damage(self, segment: LogSegment, next_base: int | None) -> None:
+        """Say once, naming the partition, where a read found damaged data; then check every earlier
+        segment's indexes (seed 003: a corrupt segment means the ones before it get checked)."""
+        with self.lock:
+            problem = segment.damage
+            if problem is None or segment.damage_reported:
+                return
+            segment.damage_reported = True
+            end = next_base if next_base is not None else self._log_end_offset
+            if problem.torn:
+                log.error("damaged segment topic=%s partition=%d (%s-%d): %s ends inside a batch at byte %d (%s); "
+                          "offsets %d to %d are lost, reads go on at %d", self.topic, self.partition, self.topic,
+                          self.partition, segment.log.path, problem.position, problem.reason, problem.offset,
+                          end - 1, end)
+            else:
+                log.error("damaged segment topic=%s partition=%d (%s-%d): %s at byte %d, offset %d: %s; the batches "
+                          "before it are served, fetches from offset %d on get CORRUPT_MESSAGE (offsets up to %d "
+                          "are in that segment)", self.topic, self.partition, self.topic, self.partition,
+                          segment.log.path, problem.position, problem.offset, problem.reason, problem.offset, end - 1)
+            for earlier in self.segments.lower(segment.base_offset):
+                self._check_segment(earlier)
 
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
         return self.read(start_offset, max_bytes).read_bytes()
@@ -449,9 +475,12 @@ class UnifiedLog:
                         "every earlier segment first", segment.base_offset, self.topic, self.partition, e)
             if self.on_corrupt_segment is not None:
                 self.on_corrupt_segment(segment, e)
-            segment.recover()
+            # An inactive segment keeps its bytes: damage found while rebuilding is marked, not cut off.
+            segment.recover(upper_offset=next_base, truncate=next_base is None)
             if next_base is not None:
                 segment.on_become_inactive()
+            if segment.damage is not None:
+                self._report_damage(segment, next_base)
             # KIP-263: corruption in one segment forces a check of every earlier one before access.
             for earlier in self.segments.lower(segment.base_offset):
                 self._check_segment(earlier)

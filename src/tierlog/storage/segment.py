@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,11 +20,18 @@ from tierlog.errors import (
     CorruptIndexError,
     CorruptRecordError,
     IndexOffsetOverflowError,
-    InvalidRecordError,
     TierlogError,
 )
-from tierlog.records.header import INT32_MAX, BatchHeader, iter_headers
+from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
+    INT32_MAX,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+)
 from tierlog.storage import files
+from tierlog.storage.batch_check import BatchProblem, BatchWalk, CheckedBatch, VerifiedSpans
 from tierlog.storage.file_records import FileRecords, FileRegion
 from tierlog.storage.index import OffsetIndex, TimeIndex, looks_untrimmed
 from tierlog.storage.txn_index import TransactionIndex
@@ -32,6 +40,20 @@ log = logging.getLogger(__name__)
 
 OFFSET_ENTRY_BYTES = 8
 TIME_ENTRY_BYTES = 12
+#: Bytes read per step while checking batches never checked before.
+CHECK_CHUNK_BYTES = 1 << 20
+_HEADER_FIELDS = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+
+
+class SegmentDamageError(CorruptRecordError):
+    """The batch at the requested offset (or one before it in its segment) is damaged: it fails its
+    CRC, is cut short or its offsets are out of order. Answered with CORRUPT_MESSAGE."""
+
+    def __init__(self, path: Path, problem: BatchProblem) -> None:
+        super().__init__(f"{path}: damaged data at byte {problem.position} (offset {problem.offset}): {problem.reason}")
+        self.path = path
+        self.problem = problem
 
 
 class _Closeable(Protocol):
@@ -195,6 +217,16 @@ class LogSegment:
         self._first_batch_timestamp_loaded = False
         #: Seed 003: False until the offset and time index passed their sanity check.
         self.checked = create
+        #: Parts of the .log whose batches are known good: appended by this process (validated before
+        #: they were written), scanned by recovery or checked by an earlier read. Reads check the rest
+        #: before serving it.
+        self.verified = VerifiedSpans()
+        #: The first damage found in the .log (reads stop before it), and whether the log has said so.
+        self.damage: BatchProblem | None = None
+        self.damage_reported = False
+        #: The problem recovery stopped at, if it stopped early (the loader reports it).
+        self.recovery_problem: BatchProblem | None = None
+        self._index_distrusted = False
         if create:
             self._max_ts_and_offset = (-1, base_offset)
             self._first_batch_timestamp_loaded = True
@@ -294,6 +326,8 @@ class LogSegment:
         if physical_position == 0:
             self._first_batch_timestamp = headers[0].max_timestamp
         self.log.append(records)
+        # Validated before they were written: later reads send these bytes without checking them again.
+        self.verified.add(physical_position, self.log.size_bytes, headers[0].base_offset, last + 1)
         max_ts, offset_of_max = self._max_ts()
         for h in headers:
             if h.max_timestamp > max_ts:
@@ -314,11 +348,22 @@ class LogSegment:
         return None
 
     def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
+        *, upper_offset: int | None = None,
     ) -> FetchDataInfo | None:
+        """Up to ``max_size`` bytes from the batch holding ``start_offset``, every batch in them
+        checked (or known good) first. ``upper_offset`` is the next segment's base offset (None for
+        the active segment). Damage after the first batch shortens the read to the batches before
+        it; damage at or before ``start_offset`` raises :class:`SegmentDamageError`. Both leave
+        :attr:`damage` set for the log to report."""
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read from segment {self.log.path}")
-        start = self.translate_offset(start_offset)
+        damage = self.damage
+        if damage is not None and start_offset >= damage.offset:
+            if damage.torn:
+                return None  # the file ends before this offset: the data is in the next segment or gone
+            raise SegmentDamageError(self.log.path, damage)
+        start = self._locate(start_offset, upper_offset)
         if start is None:
             return None
         metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)
@@ -329,9 +374,160 @@ class LogSegment:
         fetch_size = min(limit - start.position, adjusted_max)
         if fetch_size <= 0:
             return FetchDataInfo(metadata, None)
+        good_end = self._check_through(start, start.position + fetch_size, upper_offset)
+        fetch_size = min(fetch_size, good_end - start.position)
         return FetchDataInfo(
             metadata, self.log.region(start.position, fetch_size), first_entry_incomplete=adjusted_max < start.size
         )
+
+    # -- checking batches before they are served ----------------------------------------------------
+
+    def _note_damage(self, problem: BatchProblem) -> None:
+        if self.damage is None or problem.position < self.damage.position:
+            self.damage = problem
+            self.damage_reported = False
+
+    def _run_walk(self, walk: BatchWalk, stop_at: int | None = None) -> None:
+        """Feed ``walk`` the file from its position in ``pread`` chunks, jumping over spans checked
+        before, until it is done or has reached ``stop_at`` (or its stop offset)."""
+        fd = self.log.fd
+        file_end = self.log.size_bytes
+        need = 0
+        while not walk.done:
+            if not walk.pending and (walk.found is not None or (stop_at is not None and walk.position >= stop_at)):
+                return
+            if not walk.pending and walk.expected is not None:
+                span = self.verified.starting_at(walk.position)
+                if span is not None and span.first_offset == walk.expected and (
+                        walk.stop_offset is None or span.next_offset <= walk.stop_offset):
+                    walk.skip_to(span.end, span.first_offset, span.next_offset)
+                    continue
+            want = CHECK_CHUNK_BYTES if stop_at is None else max(stop_at - walk.position, 64 << 10)
+            size = max(min(want, 8 * CHECK_CHUNK_BYTES, file_end - walk.position), need)
+            position = walk.position
+            buf = os.pread(fd, size, position) if size > 0 else b""
+            need = walk.feed(buf, position, min(file_end, position + len(buf)) if len(buf) < size else file_end,
+                             stop_at)
+            if need and walk.position == position and len(buf) >= need:
+                raise CorruptRecordError(f"{self.log.path}: the batch check at byte {position} made no progress")
+
+    def _record_walk(self, start: int, walk: BatchWalk) -> None:
+        if walk.first_offset is not None and walk.next_offset is not None:
+            self.verified.add(start, walk.confirmed, walk.first_offset, walk.next_offset)
+
+    def _plausible_entry(self, entry_offset: int, position: int) -> bool:
+        """Whether the batch at an offset index entry's position looks like the one it names: a whole
+        v2 batch within the segment whose last offset is at most the entry's (Kafka indexes an
+        append's last offset at its first batch). A damaged entry fails this; it is then not used."""
+        head = os.pread(self.log.fd, BATCH_HEADER_SIZE, position)
+        if len(head) == BATCH_HEADER_SIZE:
+            base, length, _epoch, magic = _HEADER_FIELDS.unpack_from(head)
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(head, 23)
+            if (magic == MAGIC_V2 and length >= MIN_BATCH_LENGTH and position + LOG_OVERHEAD + length <= self.log.size_bytes
+                    and self.base_offset <= base <= base + delta <= entry_offset):
+                return True
+        if not self._index_distrusted:
+            self._index_distrusted = True
+            log.warning("the offset index %s names position %d for offset %d, where no such batch starts; reading "
+                        "%s from checked positions instead", self.offset_index_path, position, entry_offset,
+                        self.log.path)
+        return False
+
+    def _index_start(self, offset: int) -> tuple[int, int] | None:
+        """The offset index entry for ``offset`` if it passes :meth:`_plausible_entry`; None for no
+        entry (the segment's start) or one that fails."""
+        entry_offset, position = self.offset_index.lookup(offset)
+        if position == 0 or not self._plausible_entry(entry_offset, position):
+            return None
+        return entry_offset, position
+
+    def _locate(self, offset: int, upper_offset: int | None) -> CheckedBatch | None:
+        """The checked batch holding ``offset`` (or the first after it), None when the segment has no
+        such batch; raises SegmentDamageError when damage stands in the way."""
+        span = self.verified.containing_offset(offset)
+        if span is not None:
+            found = self._find_in_span(span.start, span.end, offset)
+            if found is not None:
+                return found
+        trusted = self.verified.last_before_offset(offset)
+        start, expected = (trusted.end, trusted.next_offset) if trusted is not None else (0, self.base_offset)
+        if not self._index_distrusted:
+            entry = self._index_start(offset)
+            if entry is not None and entry[1] > start:
+                walk = BatchWalk(entry[1], expected_offset=None, segment_base=self.base_offset,
+                                 upper_offset=upper_offset, stop_offset=offset)
+                self._run_walk(walk)
+                if not walk.unanchored and not (walk.problem is not None and walk.problem.position == entry[1]):
+                    return self._finish_locate(entry[1], walk, offset)
+                # The batch at the entry cannot be vouched for: go again from a position that can.
+        walk = BatchWalk(start, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset,
+                         stop_offset=offset)
+        self._run_walk(walk)
+        return self._finish_locate(start, walk, offset)
+
+    def _finish_locate(self, start: int, walk: BatchWalk, offset: int) -> CheckedBatch | None:
+        self._record_walk(start, walk)
+        problem = walk.problem
+        if problem is not None:
+            self._note_damage(problem)
+        if walk.found is not None:
+            return walk.found
+        if problem is not None and not problem.torn:
+            raise SegmentDamageError(self.log.path, problem)
+        return None
+
+    def _find_in_span(self, span_start: int, span_end: int, offset: int) -> CheckedBatch | None:
+        """Within checked bytes the headers can be followed without checking the batches again."""
+        start = span_start
+        entry = None if self._index_distrusted else self._index_start(offset)
+        if entry is not None and span_start <= entry[1] < span_end:
+            start = entry[1]
+        for h in self.log.iter_headers_from(start, span_end):
+            if h.last_offset >= offset:
+                return CheckedBatch(h.position, h.size_bytes, h.base_offset, h.last_offset)
+        return None
+
+    def _check_through(self, start: CheckedBatch, end: int, upper_offset: int | None) -> int:
+        """Make sure every batch starting before ``end`` is checked, from the checked batch ``start``;
+        returns ``end``, or the position of the first damage if that comes first."""
+        damage = self.damage
+        if damage is not None and damage.position < end:
+            end = damage.position
+        span = self.verified.containing_position(start.position)
+        if span is not None and span.end >= end:
+            return end
+        position, expected = (span.end, span.next_offset) if span is not None else (
+            start.position + start.size, start.last_offset + 1)
+        if position >= end:
+            return end
+        walk = BatchWalk(position, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset)
+        self._run_walk(walk, stop_at=end)
+        self._record_walk(position, walk)
+        if walk.problem is not None:
+            self._note_damage(walk.problem)
+            return min(end, walk.problem.position)
+        return end
+
+    def check_tail(self, end_offset: int | None = None) -> BatchProblem | None:
+        """Check the batches from the second-to-last offset index entry on (all of them if there are
+        fewer entries): the end of the active segment after a clean shutdown, where the log end offset
+        is read from. ``end_offset`` is where the data must end if known (the clean shutdown's log end
+        offset, the name of its producer snapshot)."""
+        oi = self.offset_index
+        position, expected = 0, self.base_offset
+        if oi.entries >= 2:
+            entry_offset, entry_position = oi.entry(oi.entries - 2)
+            if entry_position > 0 and self._plausible_entry(entry_offset, entry_position):
+                position = entry_position
+        walk = BatchWalk(position, expected_offset=None if position else expected, segment_base=self.base_offset,
+                         exact_end=end_offset)
+        self._run_walk(walk)
+        if position and (walk.unanchored or (walk.problem is not None and walk.problem.position == position)):
+            position = 0
+            walk = BatchWalk(0, expected_offset=expected, segment_base=self.base_offset, exact_end=end_offset)
+            self._run_walk(walk)
+        self._record_walk(position, walk)
+        return walk.problem
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in this segment (base offset when empty)."""
@@ -360,48 +556,69 @@ class LogSegment:
 
     # -- recovery and checks ------------------------------------------------------------------------
 
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
-        """Rebuild the indexes from the log, truncating at the first invalid batch (LogSegment#recover).
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None, *, upper_offset: int | None = None,
+                truncate: bool = True, exact_end: int | None = None) -> int:
+        """Rebuild the indexes from the log, checking every batch (whole, CRC, offsets in order and
+        inside [base offset, ``upper_offset``)) and stopping at the first that fails (LogSegment#recover).
 
-        Returns how many bytes were truncated. ``on_batch`` sees every valid batch (leader epochs,
-        producer state).
+        ``truncate``: cut the file there and return how many bytes went (the active segment, or a
+        torn tail after a crash). Otherwise the bytes stay and :attr:`damage` marks where reads stop:
+        for an inactive segment after a clean shutdown the bytes after a flipped bit are still the
+        only copy there is. ``exact_end``: the offset the data must end at, if known (a clean
+        shutdown's log end offset). ``on_batch`` sees every valid batch (leader epochs, producer state).
         """
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
+        self.verified.clear()
         valid_bytes = 0
         last_index_entry = 0
         max_ts, offset_of_max = -1, self.base_offset
         first_ts: int | None = None
+        problem: BatchProblem | None = None
         size = self.log.size_bytes
         if size > 0:
             with open(self.log.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                try:
-                    for h in iter_headers(mm, 0, size):
-                        h.ensure_valid()
-                        if h.last_offset - self.base_offset > INT32_MAX or h.base_offset < self.base_offset:
-                            raise CorruptRecordError(
-                                f"batch offsets [{h.base_offset}, {h.last_offset}] do not fit segment {self.base_offset}"
-                            )
-                        if first_ts is None:
-                            first_ts = h.max_timestamp
-                        if h.max_timestamp > max_ts:
-                            max_ts, offset_of_max = h.max_timestamp, h.last_offset
-                        if valid_bytes - last_index_entry > self.settings.index_interval_bytes:
-                            self.offset_index.append(h.last_offset, valid_bytes)
-                            self.time_index.maybe_append(max_ts, offset_of_max)
-                            last_index_entry = valid_bytes
-                        valid_bytes += h.size_bytes
-                        if on_batch is not None:
-                            # Hand out a copy of the header so no view of the mapping outlives it.
-                            on_batch(BatchHeader(bytes(mm[h.position : h.position + 61]), 0))
-                        del h
-                except (CorruptRecordError, InvalidRecordError) as e:
-                    log.warning("found invalid data in %s at byte %d: %s; truncating there", self.log.path, valid_bytes, e)
-        truncated = size - valid_bytes
-        if truncated > 0:
-            log.warning("truncated %d invalid bytes at the end of %s", truncated, self.log.path)
-        self.log.truncate_to(valid_bytes)
+
+                def confirmed(b: CheckedBatch) -> None:
+                    nonlocal last_index_entry, max_ts, offset_of_max, first_ts
+                    h = BatchHeader(mm, b.position)
+                    if first_ts is None:
+                        first_ts = h.max_timestamp
+                    if h.max_timestamp > max_ts:
+                        max_ts, offset_of_max = h.max_timestamp, b.last_offset
+                    if b.position - last_index_entry > self.settings.index_interval_bytes:
+                        self.offset_index.append(b.last_offset, b.position)
+                        self.time_index.maybe_append(max_ts, offset_of_max)
+                        last_index_entry = b.position
+                    if on_batch is not None:
+                        # Hand out a copy of the header so no view of the mapping outlives it.
+                        on_batch(BatchHeader(bytes(mm[b.position : b.position + BATCH_HEADER_SIZE]), 0))
+
+                walk = BatchWalk(0, expected_offset=self.base_offset, segment_base=self.base_offset,
+                                 upper_offset=upper_offset, exact_end=exact_end, on_batch=confirmed)
+                walk.feed(mm, 0, min(size, len(mm)))
+                valid_bytes = walk.confirmed
+                problem = walk.problem
+                if walk.first_offset is not None and walk.next_offset is not None:
+                    self.verified.add(0, valid_bytes, walk.first_offset, walk.next_offset)
+        self.recovery_problem = problem
+        self.damage = None
+        self.damage_reported = False
+        truncated = 0
+        if problem is not None:
+            if truncate:
+                log.warning("found invalid data in %s at byte %d (offset %d): %s; truncating there", self.log.path,
+                            problem.position, problem.offset, problem.reason)
+            else:
+                log.warning("found damaged data in %s at byte %d (offset %d): %s; reads stop there", self.log.path,
+                            problem.position, problem.offset, problem.reason)
+                self.damage = problem
+        if truncate:
+            truncated = size - valid_bytes
+            if truncated > 0:
+                log.warning("truncated %d invalid bytes at the end of %s", truncated, self.log.path)
+            self.log.truncate_to(valid_bytes)
         self.offset_index.trim_to_valid_size()
         self.time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
         self.time_index.trim_to_valid_size()
@@ -409,6 +626,7 @@ class LogSegment:
         self._first_batch_timestamp = first_ts
         self._first_batch_timestamp_loaded = True
         self._bytes_since_last_index_entry = 0
+        self._index_distrusted = False
         self.checked = True
         return truncated
 
@@ -431,6 +649,12 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         oi.sanity_check()
         ti.sanity_check()
+        if oi.entries > 0:
+            last_offset, last_position = oi.last_entry()
+            if last_position >= self.log.size_bytes:
+                # A .log cut short (or an index from a longer one): the entry points past the data.
+                raise CorruptIndexError(f"{oi.path}: the last entry (offset {last_offset}) points at byte "
+                                        f"{last_position}, past the end of {self.log.path} ({self.log.size_bytes} bytes)")
         if next_base_offset is not None:
             last_offset, _ = oi.last_entry()
             if oi.entries > 0 and last_offset >= next_base_offset:
@@ -456,6 +680,9 @@ class LogSegment:
         self.time_index.resize(self.settings.max_index_size)
         if mapping is None:
             return 0
+        self.verified.truncate(mapping.position, mapping.offset)
+        if self.damage is not None and self.damage.position >= mapping.position:
+            self.damage = None
         removed = self.log.truncate_to(mapping.position)
         if self.log.size_bytes == 0:
             self.created_ms = self.created_ms  # unchanged; kept for clarity of Kafka's parity
