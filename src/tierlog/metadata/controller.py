@@ -472,13 +472,20 @@ class Controller:
 
     # -- producer ids, features, brokers -----------------------------------------------------------
 
-    def allocate_producer_ids(self, broker_id: int | None = None, broker_epoch: int = -1) -> ProducerIdsBlock:
-        """The next block of 1000 producer ids. The block is in the log before it is returned, so no
-        id is handed out twice, across restarts too."""
+    def allocate_producer_ids(self, broker_id: int | None = None, broker_epoch: int = -1, *,
+                              at_least: int = 0) -> ProducerIdsBlock:
+        """The next block of 1000 producer ids, starting at ``at_least`` or later. The block is in the
+        log before it is returned, so no id is handed out twice, across restarts too. ``at_least``
+        covers ids the partitions' producer states still hold when a damaged metadata log lost the
+        allocation that handed them out."""
         broker_id = self.settings.node_id if broker_id is None else broker_id
         with self._lock:
             self._ensure_active()
             first = self._image.producer_ids.next_producer_id
+            if at_least > first:
+                log.warning("producer ids up to %d are in use in the logs but the metadata allocates from %d (a lost "
+                            "allocation); allocating from %d", at_least - 1, first, at_least)
+                first = at_least
             if first > _INT64_MAX - PRODUCER_ID_BLOCK_SIZE:
                 raise TierlogError("Exhausted all producerIds as the next block's end producerId would exceed the int64 range")
             self._commit([ProducerIdsRecord(broker_id, broker_epoch, first + PRODUCER_ID_BLOCK_SIZE)])

@@ -165,7 +165,9 @@ class Broker:
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
-            log_manager=manager, partitions=partitions, io=io, producer_ids=ProducerIdManager(controller),
+            log_manager=manager, partitions=partitions, io=io,
+            # Never an id the logs' producer states hold, even if the metadata lost its allocation.
+            producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote,
         )
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(

@@ -35,16 +35,19 @@ class ProducerIdManager:
     """Hands out producer ids from blocks the controller allocates in the metadata log, so an id is
     never given twice, across restarts too (Kafka's RPCProducerIdManager, minus the RPC)."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, floor: int = 0) -> None:
         self._controller = controller
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0  # exclusive
+        #: The lowest id the logs do not hold: ids below it may live on in producer state even if a
+        #: damaged metadata log forgot handing them out.
+        self._floor = floor
 
     def next_blocking(self) -> int:
         with self._lock:
             if self._next >= self._end:
-                block = self._controller.allocate_producer_ids()
+                block = self._controller.allocate_producer_ids(at_least=self._floor)
                 self._next, self._end = block.first_producer_id, block.first_producer_id + block.size
             pid = self._next
             self._next += 1

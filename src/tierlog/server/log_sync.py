@@ -18,6 +18,7 @@ from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError
 from tierlog.metadata import ConfigResourceType, MetadataDelta, MetadataImage
+from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy, uuid_to_base64
 from tierlog.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,15 @@ class LogSync:
         """Full pass (startup): drop logs of topics the image does not have, create missing ones."""
         for (topic, partition), ulog in self.log_manager.all_logs().items():
             t = image.topics_by_name.get(topic)
+            if (t is not None and partition in t.partitions and ulog.topic_id is not None
+                    and likely_damaged_copy(ulog.topic_id, t.topic_id)):
+                # A flipped byte in partition.metadata, not a topic deleted and created again while
+                # the broker was down: deleting the log for it would lose every record.
+                log.error("partition metadata damaged topic=%s partition=%d (%s-%d): %s names topic id %s, a "
+                          "few bits from the metadata's %s; rewriting it", topic, partition, topic, partition,
+                          ulog.dir / PARTITION_METADATA, uuid_to_base64(ulog.topic_id), uuid_to_base64(t.topic_id))
+                ulog.write_partition_metadata(t.topic_id)
+                continue
             if t is None or partition not in t.partitions or (ulog.topic_id is not None and ulog.topic_id != t.topic_id):
                 log.info("deleting log %s-%d: its topic is not in the metadata (deleted while the broker was down)",
                          topic, partition)

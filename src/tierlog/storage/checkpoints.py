@@ -307,6 +307,19 @@ def random_uuid() -> bytes:
             return value
 
 
+#: Bits in which a damaged copy of a topic id may differ from the real one: four flipped base64
+#: characters change at most 24. Two random (version 4) Uuids differ in 61 of their 122 random bits
+#: on average; 24 or fewer happens about once in 10^11 pairs.
+DAMAGED_UUID_MAX_BITS = 24
+
+
+def likely_damaged_copy(stored: bytes, actual: bytes) -> bool:
+    """Whether ``stored`` (read from a file) differs from ``actual`` only as a few damaged bytes
+    would make it, rather than being the id of another topic."""
+    distance = (int.from_bytes(stored, "big") ^ int.from_bytes(actual, "big")).bit_count()
+    return 0 < distance <= DAMAGED_UUID_MAX_BITS
+
+
 # -- partition.metadata --------------------------------------------------------------------------------
 
 _PM_SEPARATOR = re.compile(r":[ \t\n\x0b\f\r]+")

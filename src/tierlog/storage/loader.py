@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from tierlog.records.header import BatchHeader
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFile
+from tierlog.storage.epoch_rebuild import cache_disagrees, open_leader_epoch_cache, rebuild_leader_epochs
 from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.listing_manifest import PartitionListing
-from tierlog.storage.log import UnifiedLog, leader_epoch_cache_for, random_roll_jitter_ms, segment_settings
+from tierlog.storage.log import UnifiedLog, random_roll_jitter_ms, segment_settings
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
 from tierlog.storage.segment import LogSegment
@@ -36,6 +38,8 @@ class LoadOptions:
     had_clean_shutdown: bool = False
     recovery_point: int = 0
     log_start_offset: int = 0
+    #: The log start offset checkpoint was damaged: ``log_start_offset`` means nothing.
+    log_start_offset_unknown: bool = False
     #: Seed 003 (``sanity.check.all.logs.enabled``).
     sanity_check_all: bool = True
     producer_id_expiration_ms: int = 86400000
@@ -147,17 +151,26 @@ def load_log(
     segments = LogSegments(open_segment)
     segments.add_base_offsets(bases)
     stats.segments = len(segments)
-    epoch_cache = leader_epoch_cache_for(directory)
+    where = partition_text(directory)
+    epoch_cache, epochs_unreadable = open_leader_epoch_cache(directory, where)
+    earliest_epoch = epoch_cache.earliest_entry
+    epoch_start = None if earliest_epoch is None else earliest_epoch.start_offset
 
     def assign_epoch(h: BatchHeader) -> None:
         latest = epoch_cache.latest_epoch
         if h.partition_leader_epoch >= 0 and (latest is None or h.partition_leader_epoch > latest):
             epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
 
+    found_snapshots = listing.snapshot_offsets if listing is not None else _snapshot_offsets(names or [])
+    # A clean shutdown snapshots producer state at the log end offset: where the data must end.
+    clean_end = max(found_snapshots) if found_snapshots and options.had_clean_shutdown and bases else None
+    if clean_end is not None and clean_end < bases[-1]:
+        clean_end = None
     if not options.had_clean_shutdown and segments:
-        _recover(segments, options.recovery_point, assign_epoch, stats)
+        _recover(segments, options.recovery_point, assign_epoch, stats, where)
     elif segments:
         _check_after_clean_shutdown(segments, options.sanity_check_all, stats)
+        _check_active_tail(segments, clean_end, stats, where)
 
     if not segments:
         seg = LogSegment(directory, options.log_start_offset, settings, created_ms=now,
@@ -169,20 +182,45 @@ def load_log(
     next_offset = active.read_next_offset()
     if len(segments) > 1 and next_offset == active.base_offset:
         next_offset = active.base_offset
-    log_start_offset = max(options.log_start_offset, segments.base_offsets[0])
-    if next_offset < options.log_start_offset:
-        # The files were removed behind our back: start over at the checkpointed start offset.
-        log.warning("%s: log end %d is below the checkpointed log start offset %d; starting an empty log there",
-                    directory, next_offset, options.log_start_offset)
-        for seg in list(segments):
-            segments.remove(seg.base_offset)
-            seg.delete_files()
-        seg = LogSegment(directory, options.log_start_offset, settings, created_ms=now, create=True)
-        segments.add(seg)
-        next_offset = log_start_offset = options.log_start_offset
+    if clean_end is not None and next_offset != clean_end:
+        if next_offset < clean_end:
+            log.error("log end offset below the clean shutdown's %s: the data ends at offset %d, the clean shutdown "
+                      "left it at %d; offsets %d to %d are lost", where, next_offset, clean_end, next_offset,
+                      clean_end - 1)
+        else:
+            log.warning("log end offset above the clean shutdown's %s: the data ends at offset %d, the newest "
+                        "producer snapshot is at %d", where, next_offset, clean_end)
+    first_base = segments.base_offsets[0]
+    wanted_start = _log_start_offset(options, epoch_start, first_base, where)
+    log_start_offset = max(wanted_start, first_base)
+    if next_offset < wanted_start:
+        if next_offset > first_base:
+            # A log end below its own start offset cannot be: the checkpoint is damaged (a flipped
+            # digit). Deleting the log on its word would lose every record, so the log keeps them.
+            log.error("log start offset checkpoint damaged %s: it says %d, past the log end offset %d; keeping "
+                      "the log from offset %d", where, wanted_start, next_offset, first_base)
+            log_start_offset = first_base
+        else:
+            # No data here (files removed behind our back): start at the checkpointed start offset.
+            log.warning("%s: log end %d is below the checkpointed log start offset %d; starting an empty log there",
+                        directory, next_offset, wanted_start)
+            for seg in list(segments):
+                segments.remove(seg.base_offset)
+                seg.delete_files()
+            seg = LogSegment(directory, wanted_start, settings, created_ms=now, create=True)
+            segments.add(seg)
+            next_offset = log_start_offset = wanted_start
     recovery_point = next_offset if options.had_clean_shutdown else min(options.recovery_point, next_offset)
     epoch_cache.truncate_from_end(next_offset)
     epoch_cache.truncate_from_start(log_start_offset)
+    reason = "its file was unreadable" if epochs_unreadable else cache_disagrees(
+        epoch_cache, segments, log_start_offset, next_offset)
+    if reason is not None:
+        scanned = rebuild_leader_epochs(epoch_cache, segments)
+        epoch_cache.truncate_from_end(next_offset)
+        epoch_cache.truncate_from_start(log_start_offset)
+        log.warning("leader epoch cache rebuilt %s: %s; %d entries from the batches (%d segments scanned)", where,
+                    reason, len(epoch_cache.entries()), scanned)
 
     snapshot_offsets = listing.snapshot_offsets if listing is not None else None
     psm = ProducerStateManager(directory, options.producer_id_expiration_ms, dir_listing=names,
@@ -204,14 +242,16 @@ def load_log(
     return ulog
 
 
-def _recover(segments: LogSegments, recovery_point: int, assign_epoch: object, stats: LoadStats) -> None:
+def _recover(segments: LogSegments, recovery_point: int, assign_epoch: Callable[[BatchHeader], None],
+             stats: LoadStats, where: str) -> None:
     """Unclean shutdown: re-scan every segment from the one holding the recovery point; a segment
     with invalid bytes is truncated there and every later segment is deleted (LogLoader#recoverLog)."""
     to_recover = segments.from_offset(recovery_point)
     for i, seg in enumerate(to_recover):
         log.info("recovering segment dir=%s base_offset=%d (unclean shutdown)", seg.dir.name, seg.base_offset)
+        next_base = to_recover[i + 1].base_offset if i + 1 < len(to_recover) else None
         try:
-            truncated = seg.recover(assign_epoch)  # type: ignore[arg-type]
+            truncated = seg.recover(assign_epoch, upper_offset=next_base)
         except (InvalidOffsetError, IndexOffsetOverflowError, OSError) as e:
             log.warning("segment %s could not be recovered (%s); truncating it to its base offset", seg.log.path, e)
             truncated = seg.truncate_to(seg.base_offset)
@@ -220,12 +260,77 @@ def _recover(segments: LogSegments, recovery_point: int, assign_epoch: object, s
         if i < len(to_recover) - 1:
             seg.on_become_inactive()
         if truncated > 0:
-            for later in to_recover[i + 1 :]:
-                log.warning("deleting segment %s after the corrupt data in %s", later.log.path, seg.log.path)
-                segments.remove(later.base_offset)
-                later.delete_files()
+            later = to_recover[i + 1 :]
+            problem = seg.recovery_problem
+            lost_from = problem.offset if problem is not None else seg.base_offset
+            log.error("recovery truncated %s: invalid data in %s at byte %s (%s); %d bytes cut and %d later "
+                      "segments deleted, records from offset %d on are lost", where, seg.log.path,
+                      "?" if problem is None else problem.position, "?" if problem is None else problem.reason,
+                      truncated, len(later), lost_from)
+            for dead in later:
+                log.warning("deleting segment %s after the corrupt data in %s", dead.log.path, seg.log.path)
+                segments.remove(dead.base_offset)
+                dead.delete_files()
             break
     # Segments below the recovery point were flushed before the crash; they stay unchecked until used.
+
+
+def _check_active_tail(segments: LogSegments, clean_end: int | None, stats: LoadStats, where: str) -> None:
+    """After a clean shutdown the log end offset is read from the end of the active segment: check the
+    batches there (CRC, offsets, ending where the clean shutdown left the log) and recover the segment
+    if they fail, as recovery would after a crash. A few kilobytes per partition; the rest of the
+    segment is checked when it is read."""
+    active = segments.last
+    assert active is not None
+    if active.size_bytes == 0:
+        return
+    problem = active.check_tail(clean_end)
+    if problem is None:
+        return
+    truncated = active.recover(truncate=True, exact_end=clean_end)
+    stats.rebuilt_indexes += 1
+    stats.truncated_bytes += truncated
+    found = active.recovery_problem or problem
+    log.error("damaged active segment %s: %s at byte %d, offset %d: %s; cut %d bytes there, records from offset %d "
+              "on are lost", where, active.log.path, found.position, found.offset, found.reason, truncated,
+              found.offset)
+
+
+def _log_start_offset(options: LoadOptions, epoch_start: int | None, first_base: int, where: str) -> int:
+    """The log start offset to open the log at. Moving the log start offset also moves the first
+    entry of the leader-epoch checkpoint there (written at once), so that entry witnesses it: it
+    stands in when the checkpoint is damaged, and when the two disagree the lower one wins, since
+    records shown again can be deleted again but records hidden by a flipped digit are gone."""
+    checkpointed = options.log_start_offset
+    if options.log_start_offset_unknown:
+        if epoch_start is not None and epoch_start > first_base:
+            log.warning("log start offset from the leader epoch checkpoint %s: %d", where, epoch_start)
+            return epoch_start
+        return first_base
+    if epoch_start is not None and checkpointed > max(epoch_start, first_base):
+        log.error("log start offset checkpoints disagree %s: the log start offset checkpoint says %d, the leader "
+                  "epoch checkpoint starts at %d; keeping the records from %d", where, checkpointed, epoch_start,
+                  max(epoch_start, first_base))
+        return max(epoch_start, first_base)
+    return checkpointed
+
+
+def _snapshot_offsets(names: list[str]) -> list[int]:
+    out: list[int] = []
+    for name in names:
+        stem, _, suffix = name.partition(".")
+        if suffix == "snapshot" and stem.isdigit():
+            out.append(int(stem))
+    return out
+
+
+def partition_text(directory: Path) -> str:
+    """How log lines name a partition: key=value and the ``<topic>-<partition>`` spelling."""
+    try:
+        topic, partition = files.parse_topic_partition_name(directory.name)
+    except ValueError:
+        return f"dir={directory}"
+    return f"topic={topic} partition={partition} ({topic}-{partition})"
 
 
 def _check_after_clean_shutdown(segments: LogSegments, sanity_check_all: bool, stats: LoadStats) -> None:
@@ -259,7 +364,8 @@ def _check_or_rebuild(seg: LogSegment, next_base: int | None, stats: LoadStats) 
         seg.checked = True
     except CorruptIndexError as e:
         log.warning("rebuilding the indexes of %s: %s", seg.log.path, e)
-        seg.recover()
+        # An inactive segment keeps its bytes: damage found on the way is marked and reported when read.
+        seg.recover(upper_offset=next_base, truncate=next_base is None)
         if next_base is not None:
             seg.on_become_inactive()
         stats.rebuilt_indexes += 1

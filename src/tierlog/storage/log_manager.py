@@ -90,7 +90,8 @@ class _DirPlan:
     clean: bool
     manifest: dict[str, tuple[int, PartitionListing]]
     recovery_points: dict[TopicPartition, int]
-    start_offsets: dict[TopicPartition, int]
+    #: None: the log start offset checkpoint was unreadable.
+    start_offsets: dict[TopicPartition, int] | None
     partition_dirs: list[tuple[Path, TopicPartition]]
 
 
@@ -156,7 +157,8 @@ class LogManager:
             options = LoadOptions(
                 had_clean_shutdown=plan.clean,
                 recovery_point=plan.recovery_points.get(tp, 0),
-                log_start_offset=plan.start_offsets.get(tp, 0),
+                log_start_offset=0 if plan.start_offsets is None else plan.start_offsets.get(tp, 0),
+                log_start_offset_unknown=plan.start_offsets is None,
                 sanity_check_all=self.settings.sanity_check_all_logs,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
             )
@@ -211,8 +213,16 @@ class LogManager:
         # The listing manifest is trusted only with the clean-shutdown marker, and used only once.
         manifest = read_manifest(d) if clean else {}
         delete_manifest(d)
-        recovery_points = self._read_checkpoint(d / RECOVERY_POINT_CHECKPOINT, report)
-        start_offsets = self._read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, report)
+        recovery_points = self._read_checkpoint(
+            d / RECOVERY_POINT_CHECKPOINT, report,
+            # A damaged recovery point only costs a longer recovery.
+            "recovering every log of the directory from its start after an unclean shutdown" if not clean
+            else "not needed after this clean shutdown")
+        start_offsets = self._read_checkpoint(
+            d / LOG_START_OFFSET_CHECKPOINT, report,
+            # The first segment's base offset would bring back records deleted inside it; the
+            # leader-epoch checkpoint also moves to the log start offset, so it stands in.
+            "each log starts where its leader-epoch checkpoint starts")
         partition_dirs: list[tuple[Path, TopicPartition]] = []
         with os.scandir(d) as it:
             for entry in it:
@@ -229,18 +239,18 @@ class LogManager:
                     log.warning("ignoring %s: not a <topic>-<partition> directory", entry.path)
                     continue
                 partition_dirs.append((Path(entry.path), tp))
-        return _DirPlan(d, clean, manifest, recovery_points, start_offsets, partition_dirs)
+        return _DirPlan(d, clean, manifest, recovery_points or {}, start_offsets, partition_dirs)
 
-    def _read_checkpoint(self, path: Path, report: StartupReport) -> dict[TopicPartition, int]:
+    def _read_checkpoint(self, path: Path, report: StartupReport, fallback: str) -> dict[TopicPartition, int] | None:
+        """The checkpoint's offsets; None (after an ERROR saying what stands in) if it is damaged."""
         try:
             return OffsetCheckpointFile(path).read()
         except FileNotFoundError:
             return {}
         except TierlogError as e:
-            # A damaged checkpoint only costs a longer recovery: recover from the start.
-            log.error("%s; recovering those logs from their start", e)
+            log.error("checkpoint unreadable %s: %s", fallback, e)
             report.errors.append(str(e))
-            return {}
+            return None
 
     def _ensure_meta_properties(self, d: Path) -> None:
         path = d / META_PROPERTIES
@@ -337,6 +347,10 @@ class LogManager:
 
     def unchecked_segments(self) -> int:
         return sum(ulog.unchecked_segments() for ulog in self._logs.values())
+
+    def max_producer_id(self) -> int:
+        """The largest producer id any log's producer state holds (-1 for none)."""
+        return max((max(ulog.producer_state.producers, default=-1) for ulog in self.all_logs().values()), default=-1)
 
     def check_unchecked_segments(self) -> int:
         """Seed 003's background checker: a bounded batch per run, so it never hogs a log's lock."""

@@ -417,7 +417,14 @@ def rebuild_producer_state(
             psm.update_map_end_offset(start)
             if segment.base_offset in snapshot_bases:
                 psm.take_snapshot()
-            replay_segment(psm, segment, start, last_offset)
+            try:
+                replay_segment(psm, segment, start, last_offset)
+            except CorruptRecordError as e:
+                # Damaged batch headers: the producers seen so far are kept (a producer whose later
+                # batches are lost sees its next sequence refused and starts over); reads of the
+                # damaged data report it themselves.
+                log.error("producer state replay stopped at damaged data in %s: %s", segment.log_path, e)
+                break
     psm.update_map_end_offset(last_offset)
     psm.take_snapshot()
 
