@@ -1,13 +1,19 @@
 """Disk damage: random byte flips and truncations in the files of a stopped broker -- segments,
-offset and time indexes, producer snapshots, the checkpoint files and metadata snapshots -- after a
-clean shutdown or a SIGKILL. The broker must then:
+offset and time indexes, producer snapshots, the checkpoint files, partition and directory metadata,
+the listing manifest, and the metadata log and its snapshots -- after a clean shutdown or a SIGKILL,
+with every segment checked at startup or only the active one (seed 003). The broker must then:
 
 * start without help;
-* never serve a batch that fails its CRC (every batch read back is checked);
+* never serve a batch that fails its CRC (every batch read back is checked), nor a record at an
+  offset the partition never had;
 * serve every record below the first damaged batch of each partition, with its original value
   (the files are parsed before the damage: that is the truth);
-* say so in its log when a partition lost records (a warning or error naming the partition);
+* say so in its log when a partition lost records (a warning or error naming the partition, as
+  ``<topic>-<partition>`` or ``topic=<topic> partition=<partition>``);
 * keep serving: new records produced afterwards are acknowledged and read back.
+
+``run_damage_round`` runs one round and ``summarize`` adds up the figures of many; the test runs a
+few rounds and ``bench/chaos.py`` many.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read
 from tierlog.records import decode_batch, iter_headers
 
 TOPIC = "damage"
-KINDS = ("log", "index", "timeindex", "snapshot", "checkpoint", "leader-epoch", "metadata-snapshot")
+KINDS = ("log", "index", "timeindex", "snapshot", "checkpoint", "leader-epoch", "metadata-snapshot",
+         "partition-metadata", "meta-properties", "listing-manifest", "metadata-log")
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,17 @@ class Damage:
 class DamageRoundResult:
     shutdown: str
     damages: list[Damage]
+    seed: int | None = None
+    #: Seed 003: only the active segment checked at startup (sanity.check.all.logs.enabled=false).
+    lazy: bool = False
     started: bool = False
     start_seconds: float = 0.0
     bad_batches: int = 0
     #: records below the damage point that could not be read back (must be 0)
     lost_before_damage: int = 0
     wrong_values: int = 0
+    #: records served at offsets the partition never had (must be 0)
+    unexpected_records: int = 0
     #: records at or after the damage point no longer served (allowed, but must be reported)
     dropped_after_damage: int = 0
     unreported_partitions: list[int] = field(default_factory=list)
@@ -69,7 +81,20 @@ class DamageRoundResult:
     @property
     def ok(self) -> bool:
         return (self.started and self.bad_batches == 0 and self.lost_before_damage == 0 and self.wrong_values == 0
-                and not self.unreported_partitions and self.serving_after and not self.problems)
+                and self.unexpected_records == 0 and not self.unreported_partitions and self.serving_after
+                and not self.problems)
+
+    def describe(self) -> str:
+        """Everything needed to understand a failed round."""
+        lines = [f"seed {self.seed}, {self.shutdown} shutdown, {'lazy' if self.lazy else 'full'} startup check: "
+                 f"started={self.started} ({self.start_seconds:.2f} s) bad_batches={self.bad_batches} "
+                 f"lost_before_damage={self.lost_before_damage} wrong_values={self.wrong_values} "
+                 f"unexpected_records={self.unexpected_records} dropped_after_damage={self.dropped_after_damage} "
+                 f"unreported_partitions={self.unreported_partitions} serving_after={self.serving_after}"]
+        lines += [f"  damage: {d.kind} {d.path.parent.name}/{d.path.name} {d.how} {d.detail}" for d in self.damages]
+        lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  reported: {line}" for line in self.reported_lines[-30:]]
+        return "\n".join(lines)
 
 
 def stored_batches(partition_dir: Path) -> list[StoredBatch]:
@@ -124,6 +149,14 @@ def _targets(data_dir: Path, kind: str, partitions: int, rng: random.Random) -> 
         return [d / "leader-epoch-checkpoint" for d in pdirs if (d / "leader-epoch-checkpoint").exists()]
     if kind == "metadata-snapshot":
         return sorted(p for p in (data_dir / "__cluster_metadata-0").glob("*.checkpoint") if p.stat().st_size > 0)
+    if kind == "metadata-log":
+        return sorted(p for p in (data_dir / "__cluster_metadata-0").glob("*.log") if p.stat().st_size > 0)
+    if kind == "partition-metadata":
+        return [d / "partition.metadata" for d in pdirs if (d / "partition.metadata").exists()]
+    if kind == "meta-properties":
+        return [p for p in (data_dir / "meta.properties",) if p.exists()]
+    if kind == "listing-manifest":
+        return [p for p in (data_dir / "tierlog-listing-manifest",) if p.exists()]
     raise ValueError(kind)
 
 
@@ -151,10 +184,37 @@ def damage_point(batches: list[StoredBatch], damages: list[Damage]) -> int | Non
     return min(hit) if hit else None
 
 
-def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str], partitions: int = 3,
-                     records: int = 3000, seed: int | None = None) -> DamageRoundResult:
+@dataclass(frozen=True)
+class RoundPlan:
+    seed: int
+    clean_shutdown: bool
+    lazy: bool
+    kinds: tuple[str, ...]
+
+
+def plan_round(seed: int) -> RoundPlan:
+    """A round drawn from ``seed`` alone, so a failure is replayed from the seed it prints: mostly
+    clean shutdowns (where nothing is recovered and only the reads can find damage), lazy or full
+    startup checks, and every kind of file at once or a few."""
+    rng = random.Random(f"plan-{seed}")
+    kinds = tuple(KINDS) if rng.random() < 0.4 else tuple(rng.sample(KINDS, rng.randint(1, 4)))
+    return RoundPlan(seed, clean_shutdown=rng.random() < 0.65, lazy=rng.random() < 0.5, kinds=kinds)
+
+
+def run_planned_round(parent: Path, plan: RoundPlan) -> DamageRoundResult:
+    """Run ``plan`` in a new directory under ``parent``."""
+    round_dir = parent / f"round-{plan.seed}"
+    round_dir.mkdir(parents=True, exist_ok=True)
+    return run_damage_round(round_dir / "data", clean_shutdown=plan.clean_shutdown, kinds=plan.kinds,
+                            seed=plan.seed, lazy=plan.lazy)
+
+
+def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str] | tuple[str, ...], partitions: int = 3,
+                     records: int = 3000, seed: int | None = None, lazy: bool = False) -> DamageRoundResult:
+    """One round in ``data_dir`` (its parent must exist: the broker's stderr goes beside it)."""
     rng = random.Random(seed)
-    broker = ChaosBroker(data_dir, {"metadata.log.max.record.bytes.between.snapshots": "1"})
+    broker = ChaosBroker(data_dir, {"metadata.log.max.record.bytes.between.snapshots": "1",
+                                    "sanity.check.all.logs.enabled": "false" if lazy else "true"})
     broker.start()
     populate(broker, partitions, records)
     if clean_shutdown:
@@ -167,7 +227,7 @@ def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str], 
         targets = [t for t in _targets(data_dir, kind, partitions, rng) if t not in {d.path for d in damages}]
         if targets:
             damages.append(damage_file(rng.choice(targets), kind, rng))
-    result = DamageRoundResult("clean" if clean_shutdown else "SIGKILL", damages)
+    result = DamageRoundResult("clean" if clean_shutdown else "SIGKILL", damages, seed=seed, lazy=lazy)
     log_before = len(broker.log_text())
     t0 = time.monotonic()
     try:
@@ -185,6 +245,14 @@ def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str], 
 
 
 _REPORT = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")
+
+
+def names_partition(line: str, topic: str, partition: int) -> bool:
+    """Whether a log line names the partition, as ``<topic>-<partition>`` (also inside a path) or as
+    key=value fields ``topic=<topic> ... partition=<partition>``."""
+    t = re.escape(topic)
+    return bool(re.search(rf"(?<![\w.-]){t}-{partition}(?!\d)", line)
+                or re.search(rf"\btopic={t}(?![\w.-]).*\bpartition={partition}(?!\d)", line))
 
 
 def _check(broker: ChaosBroker, partitions: int, truth: dict[int, list[StoredBatch]], damages: list[Damage],
@@ -205,7 +273,9 @@ def _check(broker: ChaosBroker, partitions: int, truth: dict[int, list[StoredBat
         point = damage_point(truth[p], damages)
         got = dict(read.records)
         for offset, value in got.items():
-            if offset in expected and expected[offset] != value:
+            if offset not in expected:
+                result.unexpected_records += 1
+            elif expected[offset] != value:
                 result.wrong_values += 1
         missing = [o for o in expected if o not in got]
         below = [o for o in missing if point is None or o < point]
@@ -215,7 +285,7 @@ def _check(broker: ChaosBroker, partitions: int, truth: dict[int, list[StoredBat
                                    f"(first {min(below)}; read error {read.error_code} at {read.error_offset})")
         dropped = len(missing) - len(below)
         result.dropped_after_damage += dropped
-        if dropped and not any(f"{TOPIC}-{p}" in line for line in reports):
+        if dropped and not any(names_partition(line, TOPIC, p) for line in reports):
             result.unreported_partitions.append(p)
     # Still serving: new records are acknowledged and read back after whatever is left.
     try:
@@ -233,16 +303,26 @@ def _check(broker: ChaosBroker, partitions: int, truth: dict[int, list[StoredBat
 
 
 def summarize(results: list[DamageRoundResult]) -> dict[str, object]:
+    """The figures of many rounds. Must be 0: bad_batches_served, lost_before_damage, wrong_values,
+    unexpected_records, unreported, failed_rounds; started must equal rounds."""
     kinds = Counter(d.kind for r in results for d in r.damages)
+    starts = sorted(r.start_seconds for r in results if r.started)
     return {
         "rounds": len(results),
+        "clean_shutdowns": sum(r.shutdown == "clean" for r in results),
+        "lazy_startups": sum(r.lazy for r in results),
         "damaged_files": sum(len(r.damages) for r in results),
         "by_kind": dict(sorted(kinds.items())),
         "started": sum(r.started for r in results),
         "bad_batches_served": sum(r.bad_batches for r in results),
         "lost_before_damage": sum(r.lost_before_damage for r in results),
+        "wrong_values": sum(r.wrong_values for r in results),
+        "unexpected_records": sum(r.unexpected_records for r in results),
         "dropped_after_damage": sum(r.dropped_after_damage for r in results),
         "unreported": sum(len(r.unreported_partitions) for r in results),
+        "start_seconds_median": starts[len(starts) // 2] if starts else None,
+        "start_seconds_max": starts[-1] if starts else None,
         "failed_rounds": sum(not r.ok for r in results),
+        "failed_seeds": [r.seed for r in results if not r.ok],
     }
 
