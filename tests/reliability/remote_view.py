@@ -17,32 +17,10 @@ _SEGMENT_ID_CHARS = 22  # Kafka's Uuid in URL-safe base64 without padding
 
 def read_remote_metadata(data_dir: Path, topic: str | None) -> list[RemoteLogSegmentMetadata]:
     """Every segment of ``topic`` (None: of every topic) in the broker's durable remote log
-    metadata, read beside the running broker. A snapshot replaced during the read (its journals go
-    right after) could give a stale mix, so the read is repeated until the snapshot stayed the same
-    throughout."""
-    directory = data_dir / "remote-log-metadata"
-    snapshot = directory / "snapshot"
-
-    def stamp() -> tuple[int, int] | None:
-        try:
-            st = snapshot.stat()
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_mtime_ns
-
-    last_error: Exception | None = None
-    for _ in range(50):
-        before = stamp()
-        try:
-            store = FileRemoteLogMetadataManager(directory, read_only=True)
-        except (OSError, ValueError) as e:  # a journal deleted under the read
-            last_error = e
-            continue
-        if stamp() != before:
-            continue
-        return [m for tip in store.partitions() if topic in (None, tip.topic)
-                for m in store.list_remote_log_segments(tip)]
-    raise AssertionError(f"could not read the remote log metadata in {directory}: {last_error}")
+    metadata, read beside the running broker (a read-only load starts over by itself when the
+    broker replaces the snapshot under it)."""
+    store = FileRemoteLogMetadataManager(data_dir / "remote-log-metadata", read_only=True)
+    return [m for tip in store.partitions() if topic in (None, tip.topic) for m in store.list_remote_log_segments(tip)]
 
 
 def finished_coverage(segments: list[RemoteLogSegmentMetadata], partition: int, start: int = 0) -> int:

@@ -11,7 +11,9 @@ rename) and a new journal is started; deleted segments drop out at that point.
 
 Files in ``directory``: ``snapshot`` and ``journal-<20-digit sequence>.log``. A torn entry at the end
 of the newest journal (a crash mid-append) is cut off on load; damage anywhere else is an error,
-because silently losing a FINISHED record would orphan remote data.
+because silently losing a FINISHED record would orphan remote data. A read-only load beside the
+running broker (``tierlog tier status``, the Spark source) starts over when the broker replaces the
+snapshot under it, so it never pairs a snapshot with journals that do not follow it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ _FILE_HEADER = struct.Struct(">4sH")
 _ENTRY_HEADER = struct.Struct(">II")
 _SNAPSHOT_HEADER = struct.Struct(">4sHIQI")  # magic, version, crc of the rest, next journal seq, count
 SNAPSHOT_NAME = "snapshot"
+#: How often a read-only load starts over when the writer replaces the snapshot under it.
+_READ_ONLY_ATTEMPTS = 20
 
 
 class RemoteLogMetadataCorruptError(KafkaStorageError):
@@ -258,29 +262,58 @@ class FileRemoteLogMetadataManager:
     # -- load -----------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        snap_path = self.directory / SNAPSHOT_NAME
-        next_seq = 0
         if self.read_only and not self.directory.is_dir():
             return
-        if snap_path.exists():
-            next_seq, records = decode_snapshot(snap_path.read_bytes(), str(snap_path))
-            for record in records:
-                self.cache.apply(record, from_snapshot=True)
-        journals = sorted((seq, name) for name in os.listdir(self.directory)
-                          if (seq := _journal_seq(name)) is not None)
-        for seq, name in journals:
-            if seq < next_seq and not self.read_only:
-                # Already folded into the snapshot; a crash came between the snapshot and this delete.
-                (self.directory / name).unlink(missing_ok=True)
-        live = [(seq, name) for seq, name in journals if seq >= next_seq]
-        for i, (_seq, name) in enumerate(live):
-            self._entries_since_snapshot += self._replay_journal(self.directory / name, last=i == len(live) - 1)
-        self._journal_seq = live[-1][0] if live else next_seq
-        if not self.read_only:
-            self._open_journal(self._journal_seq)
+        for _ in range(_READ_ONLY_ATTEMPTS if self.read_only else 1):
+            if self._load_once():
+                break
+        else:
+            raise KafkaStorageError(f"the remote log metadata in {self.directory} kept changing while it was read")
         log.info("remote log metadata: %d partitions, %d segments from %s",
                  len(self.cache.partitions()), sum(len(self.cache.segments(t)) for t in self.cache.partitions()),
                  self.directory)
+
+    def _snapshot_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = (self.directory / SNAPSHOT_NAME).stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _load_once(self) -> bool:
+        """Load the snapshot and the journals after it. A read-only load beside a running broker may
+        meet the broker replacing the snapshot and deleting the journals folded into it: the snapshot
+        it read and the journals it found would then not fit together (segments missing, updates
+        of unknown segments), so it returns False and the caller starts over."""
+        self.cache = RemoteLogMetadataCache()
+        self._entries_since_snapshot = 0
+        snap_path = self.directory / SNAPSHOT_NAME
+        stamp = self._snapshot_stamp()
+        next_seq = 0
+        try:
+            if stamp is not None:
+                next_seq, records = decode_snapshot(snap_path.read_bytes(), str(snap_path))
+                for record in records:
+                    self.cache.apply(record, from_snapshot=True)
+            journals = sorted((seq, name) for name in os.listdir(self.directory)
+                              if (seq := _journal_seq(name)) is not None)
+            if self.read_only and self._snapshot_stamp() != stamp:
+                return False
+            for seq, name in journals:
+                if seq < next_seq and not self.read_only:
+                    # Already folded into the snapshot; a crash came between the snapshot and this delete.
+                    (self.directory / name).unlink(missing_ok=True)
+            live = [(seq, name) for seq, name in journals if seq >= next_seq]
+            for i, (_seq, name) in enumerate(live):
+                self._entries_since_snapshot += self._replay_journal(self.directory / name, last=i == len(live) - 1)
+        except FileNotFoundError:
+            if self.read_only:
+                return False  # the snapshot went meanwhile, or a journal folded into a newer one
+            raise
+        self._journal_seq = live[-1][0] if live else next_seq
+        if not self.read_only:
+            self._open_journal(self._journal_seq)
+        return True
 
     def _replay_journal(self, path: Path, *, last: bool) -> int:
         data = path.read_bytes()
