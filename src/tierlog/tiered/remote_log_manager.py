@@ -3,7 +3,8 @@ total retention to the remote tier, serves reads below the local log start offse
 per-partition status (Kafka's RemoteLogManager, KAFKA-FACTS §5.6–5.9).
 
 Per partition there is a copy task, re-armed after every run: after the task interval when the run
-went well, after an exponentially growing delay when it failed (a store that is down is not hammered).
+went well, after an exponentially growing delay when runs keep failing without copying anything (a
+store that is down is not hammered; one with intermittent errors is not left to fall behind).
 Seed 002 stops a partition's copy task for good (until restart or :meth:`RemoteLogManager.restart_copy`)
 while every other partition goes on. One expiration pass over all partitions runs every interval; it
 passes over a partition whose copy run is in flight (next interval), so one slow upload does not hold
@@ -406,8 +407,11 @@ class RemoteLogManager:
                 self._record_error(state, str(e))
             except Exception as e:
                 # Anything else too: a copy task that died on an unexpected error would stop tiering
-                # the partition silently; this way it is retried and shows in the status.
-                state.consecutive_failures += 1
+                # the partition silently; this way it is retried and shows in the status. The backoff
+                # is for a store that is down: a run that copied segments before it failed met an
+                # intermittent error, and doubling the wait after each such run would let the
+                # backlog (and the local disk) grow while the store works.
+                state.consecutive_failures = 1 if copied else state.consecutive_failures + 1
                 state.copy_errors += 1
                 expected = isinstance(e, RemoteStorageError | TierlogError | OSError)
                 log.error("remote copy failed topic=%s partition=%d base_offset=%d attempt=%d error=%s", topic,

@@ -144,3 +144,32 @@ def test_a_hung_copy_never_holds_the_brokers_shared_scheduler(tmp_path: Path) ->
         rlm.close()
         shared.shutdown()
         manager.shutdown()
+
+
+class EveryThirdCopyFails(InMemoryRemoteStorageManager):
+    """A store that works, with an intermittent error on every third upload."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies = 0
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        self.copies += 1
+        if self.copies % 3 == 0:
+            raise RemoteStorageError("injected: intermittent error")
+        return super().copy_log_segment_data(metadata, segment_data)
+
+
+def test_intermittent_errors_that_let_copies_through_do_not_grow_the_backoff(env: Env) -> None:
+    ulog = env.open_log()
+    fill(ulog, 80)
+    assert len(ulog.segments) > 10
+    rlm = env.rlm(EveryThirdCopyFails(), scheduler=True, task_interval_ms=1000, retry_max_delay_ms=60_000)
+    rlm.start()
+    env.clock.advance(1)  # run 1: two segments copied, the third fails
+    assert rlm.status()[0].segments_copied == 2 and rlm.status()[0].consecutive_failures == 1
+    for run in range(2, 6):  # each next run one interval later, as long as each one makes progress
+        env.clock.advance(1000)
+        [status] = rlm.status()
+        assert status.segments_copied == 2 * run, f"run {run} did not come one interval after the last"
+        assert status.consecutive_failures == 1
