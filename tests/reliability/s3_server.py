@@ -10,8 +10,8 @@ port, so no client sees the state half restored.
 What that models: a store whose acknowledged writes are durable, and where a write the server
 received but never answered (the kill came first) may or may not have happened -- here it always
 happens on replay, which is the harder case for the client (an upload it thinks failed is there).
-A record torn by the kill (the server died writing it) is dropped on replay: that request was never
-processed either.
+A record torn by the kill (the server died writing it) is cut off before the restarted server
+appends: that request was never processed either.
 
 Run as ``python -m tests.reliability.s3_server --port N --journal FILE`` (cwd = the repository);
 :class:`JournaledS3Server` does that and can SIGKILL and restart it.
@@ -103,6 +103,16 @@ def replay(app: WsgiApp, journal: Path) -> int:
     return applied
 
 
+def cut_torn_tail(journal: Path) -> None:
+    """Drop a record the kill tore (no newline yet): the next one must not be appended to it."""
+    if not journal.exists():
+        return
+    data = journal.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(journal, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def serve(port: int, journal: Path) -> None:
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -113,6 +123,7 @@ def serve(port: int, journal: Path) -> None:
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     app = DomainDispatcherApplication(create_backend_app)
+    cut_torn_tail(journal)
     applied = replay(app, journal)
     server = make_server("127.0.0.1", port, journaled(app, journal), threaded=True,  # type: ignore[arg-type]
                          request_handler=MotoRequestHandler)
