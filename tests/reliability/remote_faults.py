@@ -112,6 +112,8 @@ class RemoteFaultsResult:
     #: Deletions of a second topic while one of its copies was in flight.
     topic_deletions_mid_copy: int = 0
     invariant_checks: int = 0
+    #: The largest local backlog seen (segments in one partition, the active one included).
+    max_local_segments: int = 0
     local_deletions_before_remote: list[str] = field(default_factory=list)
     records_read: int = 0
     records_read_below_local_start: int = 0
@@ -145,6 +147,7 @@ class RemoteFaultsResult:
             "s3_kills": self.s3_kills, "s3_freezes": self.s3_freezes, "broker_kills": self.broker_kills,
             "broker_kills_mid_copy": self.broker_kills_mid_copy,
             "topic_deletions_mid_copy": self.topic_deletions_mid_copy, "invariant_checks": self.invariant_checks,
+            "max_local_segments": self.max_local_segments,
             "local_deletions_before_remote": len(self.local_deletions_before_remote),
             "records_read": self.records_read, "records_read_below_local_start": self.records_read_below_local_start,
             "records_lost": self.records_lost, "duplicated": self.duplicated, "bad_batches": self.bad_batches,
@@ -358,6 +361,7 @@ def _run(root: Path, setup: _Setup, *, seconds: float, partitions: int, rate: in
         if watching.error is not None:
             result.problems.append(f"the watcher failed: {watching.error!r}")
         result.invariant_checks = watching.checks
+        result.max_local_segments = watching.max_local_segments
         result.local_deletions_before_remote = watching.violations
         result.fetch_errors_during_faults = reading.errors
         result.bad_batches += reading.bad_batches

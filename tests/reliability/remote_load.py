@@ -100,12 +100,15 @@ class Watching(threading.Thread):
         self.data_dir, self.topic, self.partitions, self.interval_s = data_dir, topic, partitions, interval_s
         self.stop_event = threading.Event()
         self.checks = 0
+        #: The most local segments a partition had at once: the copy backlog plus the active one.
+        self.max_local_segments = 0
         self.violations: list[str] = []
         self.error: BaseException | None = None
 
     def check_once(self) -> None:
         bases = {p: local_base_offsets(self.data_dir, self.topic, p) for p in range(self.partitions)}
         segments = read_remote_metadata(self.data_dir, self.topic)
+        self.max_local_segments = max([self.max_local_segments, *(len(local) for local in bases.values())])
         for p, local in bases.items():
             if not local or local[0] == 0:
                 continue
