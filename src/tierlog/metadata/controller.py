@@ -66,7 +66,7 @@ from tierlog.metadata.snapshot_generator import (
     SnapshotSettings,
 )
 from tierlog.scheduler import Scheduler, TaskHandle
-from tierlog.storage.checkpoints import random_uuid
+from tierlog.storage.checkpoints import ONE_UUID, ZERO_UUID, random_uuid
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,10 @@ class Controller:
     # -- topics -------------------------------------------------------------------------------------
 
     def create_topic(self, name: str, num_partitions: int | None = None, replication_factor: int | None = None,
-                     configs: Mapping[str, object] | None = None, *, validate_only: bool = False) -> CreateTopicResult:
+                     configs: Mapping[str, object] | None = None, *, validate_only: bool = False,
+                     topic_id: bytes | None = None) -> CreateTopicResult:
+        """``topic_id``: the id to give the topic (a topic restored from its logs keeps the id they
+        carry); a new random one by default."""
         with self._lock:
             self._ensure_active()
             image = self._image
@@ -352,7 +355,8 @@ class Controller:
             rf = self._replication_factor(replication_factor)
             canonical = canonical_configs(ConfigResourceType.TOPIC, configs or {})
             check_topic_configs(canonical, self.settings.topic_defaults)
-            topic_id = _new_topic_id(image)
+            if topic_id is None or topic_id in image.topics_by_id or topic_id in (ZERO_UUID, ONE_UUID):
+                topic_id = _new_topic_id(image)
             result = CreateTopicResult(name, topic_id, num_partitions, rf, canonical)
             if validate_only:
                 return result

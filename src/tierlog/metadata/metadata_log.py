@@ -34,7 +34,7 @@ from tierlog.metadata.snapshot import (
 from tierlog.records import BatchHeader, SimpleRecord, build_batch, decode_batch, iter_headers
 from tierlog.scheduler import Scheduler
 from tierlog.storage.checkpoints import ONE_UUID as METADATA_TOPIC_ID
-from tierlog.storage.loader import LoadOptions, load_log
+from tierlog.storage.loader import LoadOptions, LoadStats, load_log
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.producer_state import AppendOrigin
 
@@ -91,6 +91,9 @@ class LoadResult:
     #: metadata.version changed in the replayed tail, so no snapshot holds the new level yet.
     metadata_version_changed: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: Recovery cut damaged or torn records out of the log: the image may lack topics whose logs
+    #: exist, so nothing may be deleted for being absent from it.
+    lost_records: bool = False
 
 
 # -------------------------------------------------------------------------------------------- loading
@@ -236,13 +239,19 @@ class MetadataLog:
         settings = settings or MetadataLogSettings()
         directory.mkdir(parents=True, exist_ok=True)
         remove_partial_snapshots(directory)
-        ulog = load_log(directory, settings.log_config(), LoadOptions(), clock=clock, scheduler=scheduler)
+        stats = LoadStats()
+        ulog = load_log(directory, settings.log_config(), LoadOptions(), clock=clock, scheduler=scheduler,
+                        stats=stats)
         mlog = cls(directory, ulog, settings, clock)
         try:
             if ulog.topic_id is None:
                 # Kafka gives the metadata topic the fixed id Uuid.METADATA_TOPIC_ID (= ONE_UUID).
                 ulog.write_partition_metadata(METADATA_TOPIC_ID)
             result = mlog._load()
+            if stats.truncated_bytes:
+                result.lost_records = True
+                result.warnings.append(f"recovery cut {stats.truncated_bytes} bytes of damaged or torn records "
+                                       "out of the metadata log")
         except BaseException:
             ulog.close()
             raise

@@ -39,7 +39,7 @@ from tierlog.server.limits import (
     parse_ip_overrides,
     raise_open_file_limit,
 )
-from tierlog.server.log_sync import LogSync, effective_topic_defaults, topic_log_config
+from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
@@ -140,7 +140,10 @@ class Broker:
         manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
         report = manager.startup_logs()
         sync = LogSync(manager, lambda: controller.image)
-        sync.reconcile(controller.image)
+        lost = controller.load_result.lost_records
+        if lost:
+            restore_lost_topics(controller, manager)
+        sync.reconcile(controller.image, metadata_lost_records=lost)
         controller.add_listener(sync.on_commit)
         # The remote tier is adopted before retention first runs: a tiered log must see only its
         # local retention, and only once its segments are known to be in the remote tier.

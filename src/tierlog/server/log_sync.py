@@ -16,9 +16,10 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value, parse_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
-from tierlog.errors import ConfigError
-from tierlog.metadata import ConfigResourceType, MetadataDelta, MetadataImage
+from tierlog.errors import ConfigError, TierlogError
+from tierlog.metadata import ConfigResourceType, Controller, MetadataDelta, MetadataImage
 from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy, uuid_to_base64
+from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,56 @@ def topic_log_config(image: MetadataImage, topic: str, defaults: Mapping[str, Va
         return LogConfig.from_props({}, defaults)
 
 
+#: A topic restored from its logs keeps every record: its retention configs are lost with the
+#: metadata, and the defaults could delete records older than a week at once.
+RESTORED_TOPIC_CONFIGS = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
+def restore_lost_topics(controller: Controller, log_manager: LogManager) -> list[str]:
+    """After recovery cut records out of the metadata log: create again every topic that has logs on
+    disk but is missing from the metadata (with the topic id its partition.metadata holds and as many
+    partitions as its directories show), and grow a topic with logs beyond its partition count.
+    Returns the topics restored. Their other configs are lost; the ERROR lines say so."""
+    image = controller.image
+    orphans: dict[str, dict[int, UnifiedLog]] = {}
+    for (topic, partition), ulog in log_manager.all_logs().items():
+        t = image.topics_by_name.get(topic)
+        if t is None or partition not in t.partitions:
+            orphans.setdefault(topic, {})[partition] = ulog
+    restored: list[str] = []
+    for topic, logs in sorted(orphans.items()):
+        count = max(logs) + 1
+        try:
+            existing = image.topics_by_name.get(topic)
+            if existing is not None:
+                controller.create_partitions(topic, count)
+                log.error("topic partitions restored topic=%s partitions=%d from its logs (%s): the damaged metadata "
+                          "log lost them", topic, count, ", ".join(f"{topic}-{p}" for p in sorted(logs)))
+            else:
+                ids = {ulog.topic_id for ulog in logs.values()}
+                topic_id = ids.pop() if len(ids) == 1 else None
+                controller.create_topic(topic, count, None, RESTORED_TOPIC_CONFIGS, topic_id=topic_id)
+                log.error("topic restored topic=%s partitions=%d from its logs (%s): the damaged metadata log lost it; "
+                          "its configs are lost too, so retention is off (retention.ms=-1, retention.bytes=-1) until "
+                          "they are set again", topic, count, ", ".join(f"{topic}-{p}" for p in sorted(logs)))
+        except TierlogError as e:
+            log.error("could not restore topic %s from its logs (%s): its logs are kept, not served", topic, e)
+            continue
+        restored.append(topic)
+    return restored
+
+
 class LogSync:
     def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage]) -> None:
         self.log_manager = log_manager
         self._image = image
         self._last: MetadataImage | None = None
 
-    def reconcile(self, image: MetadataImage) -> None:
-        """Full pass (startup): drop logs of topics the image does not have, create missing ones."""
+    def reconcile(self, image: MetadataImage, *, metadata_lost_records: bool = False) -> None:
+        """Full pass (startup): drop logs of topics the image does not have, create missing ones.
+
+        ``metadata_lost_records``: recovery cut records out of the metadata log, so a topic missing
+        from the image may well exist; its logs are kept (and not served) rather than deleted."""
         for (topic, partition), ulog in self.log_manager.all_logs().items():
             t = image.topics_by_name.get(topic)
             if (t is not None and partition in t.partitions and ulog.topic_id is not None
@@ -92,6 +135,11 @@ class LogSync:
                 ulog.write_partition_metadata(t.topic_id)
                 continue
             if t is None or partition not in t.partitions or (ulog.topic_id is not None and ulog.topic_id != t.topic_id):
+                if metadata_lost_records:
+                    log.error("keeping log topic=%s partition=%d (%s-%d) that the damaged metadata does not know: "
+                              "not served until the topic is created again with this name (which takes the log "
+                              "over) or a metadata snapshot is restored", topic, partition, topic, partition)
+                    continue
                 log.info("deleting log %s-%d: its topic is not in the metadata (deleted while the broker was down)",
                          topic, partition)
                 self.log_manager.delete_log(topic, partition)

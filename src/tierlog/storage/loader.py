@@ -286,6 +286,10 @@ def _check_active_tail(segments: LogSegments, clean_end: int | None, stats: Load
         return
     problem = active.check_tail(clean_end)
     if problem is None:
+        if active.index_distrusted:
+            log.warning("rebuilding the indexes of %s: an entry names no batch", active.log.path)
+            active.recover(truncate=True, exact_end=clean_end)
+            stats.rebuilt_indexes += 1
         return
     truncated = active.recover(truncate=True, exact_end=clean_end)
     stats.rebuilt_indexes += 1

@@ -364,6 +364,12 @@ class LogSegment:
                 return None  # the file ends before this offset: the data is in the next segment or gone
             raise SegmentDamageError(self.log.path, damage)
         start = self._locate(start_offset, upper_offset)
+        if self._index_distrusted:
+            # Reads work without the index but walk from the segment start: rebuild it once instead.
+            log.warning("rebuilding the indexes of %s from its batches", self.log.path)
+            self.recover(upper_offset=upper_offset, truncate=False)
+            if upper_offset is None:
+                self.resize_indexes(self.settings.max_index_size)  # the active segment appends on
         if start is None:
             return None
         metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)
@@ -507,6 +513,11 @@ class LogSegment:
             self._note_damage(walk.problem)
             return min(end, walk.problem.position)
         return end
+
+    @property
+    def index_distrusted(self) -> bool:
+        """An offset index entry named a position where its batch does not start."""
+        return self._index_distrusted
 
     def check_tail(self, end_offset: int | None = None) -> BatchProblem | None:
         """Check the batches from the second-to-last offset index entry on (all of them if there are

@@ -114,3 +114,32 @@ def test_a_damaged_remote_segment_is_served_up_to_the_damage_and_not_beyond() ->
     pm = PartitionManager(cast(Any, None), cast(Any, lambda: None), 1, cast(Any, _Remote(bytes(first))))
     with pytest.raises(CorruptRecordError):
         pm._read_remote(ulog, ReadSpec("orders", 0, 0, 1 << 20), 1 << 20, True)
+
+
+def test_a_topic_a_damaged_metadata_log_lost_is_restored_from_its_logs(tmp_path: Path) -> None:
+    async def run(create: bool) -> tuple[bytes, dict[str, str], list[bytes | None]]:
+        broker = Broker(config(tmp_path), LogManagerSettings())
+        await broker.start()
+        ctx = broker.ctx
+        assert ctx is not None
+        if create:
+            await ctx.io.run(ctx.controller.create_topic, "orders", 2, 1, {"retention.ms": "3600000"})
+            assert (await ctx.io.run(ctx.partitions.append_blocking, [("orders", 1, records(4))]))[0].error_code == 0
+        topic = ctx.image.topics_by_name["orders"]
+        reads = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("orders", 1, 0, 1 << 20)], 1 << 20)
+        data = reads[0].records
+        assert isinstance(data, bytes)
+        configs = dict(ctx.image.topic_configs("orders"))
+        await broker.stop()
+        return topic.topic_id, configs, [r.value for _, rs in iter_batches(data) for r in rs]
+
+    topic_id, _, values = asyncio.run(run(True))
+    assert len(values) == 4
+    mlog = next((tmp_path / "data").glob("__cluster_metadata-0/*.log"))
+    data = bytearray(mlog.read_bytes())
+    after_bootstrap = [h.position for h in iter_headers(bytes(data))][1]
+    data[after_bootstrap + 70] ^= 0x10  # recovery cuts the metadata log here: the topic is gone from it
+    mlog.write_bytes(bytes(data))
+    restored_id, configs, restored = asyncio.run(run(False))
+    assert (restored_id, restored) == (topic_id, values)
+    assert configs.get("retention.ms") == "-1"  # the configs are lost: nothing is deleted meanwhile
