@@ -63,6 +63,7 @@ class DamageRoundResult:
     seed: int | None = None
     #: Seed 003: only the active segment checked at startup (sanity.check.all.logs.enabled=false).
     lazy: bool = False
+    frequent_snapshots: bool = True
     started: bool = False
     start_seconds: float = 0.0
     bad_batches: int = 0
@@ -86,7 +87,8 @@ class DamageRoundResult:
 
     def describe(self) -> str:
         """Everything needed to understand a failed round."""
-        lines = [f"seed {self.seed}, {self.shutdown} shutdown, {'lazy' if self.lazy else 'full'} startup check: "
+        lines = [f"seed {self.seed}, {self.shutdown} shutdown, {'lazy' if self.lazy else 'full'} startup check, "
+                 f"{'a metadata snapshot per record' if self.frequent_snapshots else 'default metadata snapshots'}: "
                  f"started={self.started} ({self.start_seconds:.2f} s) bad_batches={self.bad_batches} "
                  f"lost_before_damage={self.lost_before_damage} wrong_values={self.wrong_values} "
                  f"unexpected_records={self.unexpected_records} dropped_after_damage={self.dropped_after_damage} "
@@ -190,6 +192,9 @@ class RoundPlan:
     clean_shutdown: bool
     lazy: bool
     kinds: tuple[str, ...]
+    #: A metadata snapshot after every record (so there are snapshots to damage); otherwise the
+    #: defaults, where the metadata log alone holds the topics.
+    frequent_snapshots: bool = True
 
 
 def plan_round(seed: int) -> RoundPlan:
@@ -198,7 +203,8 @@ def plan_round(seed: int) -> RoundPlan:
     startup checks, and every kind of file at once or a few."""
     rng = random.Random(f"plan-{seed}")
     kinds = tuple(KINDS) if rng.random() < 0.4 else tuple(rng.sample(KINDS, rng.randint(1, 4)))
-    return RoundPlan(seed, clean_shutdown=rng.random() < 0.65, lazy=rng.random() < 0.5, kinds=kinds)
+    clean, lazy = rng.random() < 0.65, rng.random() < 0.5
+    return RoundPlan(seed, clean_shutdown=clean, lazy=lazy, kinds=kinds, frequent_snapshots=rng.random() < 0.6)
 
 
 def run_planned_round(parent: Path, plan: RoundPlan) -> DamageRoundResult:
@@ -206,15 +212,18 @@ def run_planned_round(parent: Path, plan: RoundPlan) -> DamageRoundResult:
     round_dir = parent / f"round-{plan.seed}"
     round_dir.mkdir(parents=True, exist_ok=True)
     return run_damage_round(round_dir / "data", clean_shutdown=plan.clean_shutdown, kinds=plan.kinds,
-                            seed=plan.seed, lazy=plan.lazy)
+                            seed=plan.seed, lazy=plan.lazy, frequent_snapshots=plan.frequent_snapshots)
 
 
 def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str] | tuple[str, ...], partitions: int = 3,
-                     records: int = 3000, seed: int | None = None, lazy: bool = False) -> DamageRoundResult:
+                     records: int = 3000, seed: int | None = None, lazy: bool = False,
+                     frequent_snapshots: bool = True) -> DamageRoundResult:
     """One round in ``data_dir`` (its parent must exist: the broker's stderr goes beside it)."""
     rng = random.Random(seed)
-    broker = ChaosBroker(data_dir, {"metadata.log.max.record.bytes.between.snapshots": "1",
-                                    "sanity.check.all.logs.enabled": "false" if lazy else "true"})
+    overrides = {"sanity.check.all.logs.enabled": "false" if lazy else "true"}
+    if frequent_snapshots:
+        overrides["metadata.log.max.record.bytes.between.snapshots"] = "1"
+    broker = ChaosBroker(data_dir, overrides)
     broker.start()
     populate(broker, partitions, records)
     if clean_shutdown:
@@ -227,7 +236,8 @@ def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str] |
         targets = [t for t in _targets(data_dir, kind, partitions, rng) if t not in {d.path for d in damages}]
         if targets:
             damages.append(damage_file(rng.choice(targets), kind, rng))
-    result = DamageRoundResult("clean" if clean_shutdown else "SIGKILL", damages, seed=seed, lazy=lazy)
+    result = DamageRoundResult("clean" if clean_shutdown else "SIGKILL", damages, seed=seed, lazy=lazy,
+                               frequent_snapshots=frequent_snapshots)
     log_before = len(broker.log_text())
     t0 = time.monotonic()
     try:
@@ -311,6 +321,7 @@ def summarize(results: list[DamageRoundResult]) -> dict[str, object]:
         "rounds": len(results),
         "clean_shutdowns": sum(r.shutdown == "clean" for r in results),
         "lazy_startups": sum(r.lazy for r in results),
+        "default_metadata_snapshots": sum(not r.frequent_snapshots for r in results),
         "damaged_files": sum(len(r.damages) for r in results),
         "by_kind": dict(sorted(kinds.items())),
         "started": sum(r.started for r in results),

@@ -18,8 +18,9 @@ FIXED = [
     RoundPlan(12, clean_shutdown=True, lazy=True, kinds=KINDS),
     # ... and after a SIGKILL, where recovery scans the segments.
     RoundPlan(13, clean_shutdown=False, lazy=True, kinds=KINDS),
-    # A segment file alone.
+    # A segment file alone; and the metadata log where no snapshot holds the topic (the defaults).
     RoundPlan(14, clean_shutdown=True, lazy=True, kinds=("log",)),
+    RoundPlan(15, clean_shutdown=True, lazy=False, kinds=("metadata-log", "leader-epoch"), frequent_snapshots=False),
 ]
 RANDOM = [plan_round(random.randrange(1_000_000)) for _ in range(2)]
 
