@@ -143,3 +143,36 @@ def test_a_topic_a_damaged_metadata_log_lost_is_restored_from_its_logs(tmp_path:
     restored_id, configs, restored = asyncio.run(run(False))
     assert (restored_id, restored) == (topic_id, values)
     assert configs.get("retention.ms") == "-1"  # the configs are lost: nothing is deleted meanwhile
+
+
+def test_committed_offsets_load_around_a_damaged_consumer_offsets_segment(tmp_path: Path) -> None:
+    from tierlog.server.groups.records import partition_for_group
+    from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC
+
+    groups = [f"g{i}" for i in range(20)]
+    damaged_group = next(g for g in groups if partition_for_group(g, 3) == partition_for_group(f"{g}-later", 3))
+    damaged = partition_for_group(damaged_group, 3)
+    intact = next(g for g in groups if partition_for_group(g, 3) != damaged)
+
+    async def run(first: bool) -> dict[str, int]:
+        broker = Broker(config(tmp_path), LogManagerSettings())
+        await broker.start()  # before the fix, damage here stopped the start
+        ctx = broker.ctx
+        assert ctx is not None and ctx.groups is not None
+        if first:
+            await ctx.io.run(ctx.controller.create_topic, "orders", 1, 1, {})
+            for group in (damaged_group, intact):
+                assert await ctx.groups.commit(group, "", -1, [("orders", 0, 7, 0, None)]) == [0]
+            # Enough commits after it that the startup check of the segment's end does not reach it.
+            for n in range(200):
+                assert await ctx.groups.commit(f"{damaged_group}-later", "", -1, [("orders", 0, n, 0, None)]) == [0]
+        found = {g: v.offset for g in (damaged_group, intact) for v in ctx.groups.fetch(g, None).values()}
+        await broker.stop()
+        return found
+
+    assert asyncio.run(run(True)) == {damaged_group: 7, intact: 7}
+    segment = next((tmp_path / "data" / f"{CONSUMER_OFFSETS_TOPIC}-{damaged}").glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    data[70] ^= 0x01  # inside the first batch: its CRC fails
+    segment.write_bytes(bytes(data))
+    assert asyncio.run(run(False)) == {intact: 7}

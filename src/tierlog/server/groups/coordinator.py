@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tierlog.clock import Clock
-from tierlog.errors import TierlogError
+from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups.group import (
@@ -133,7 +133,18 @@ class GroupCoordinator:
             offset = ulog.log_start_offset
             end = ulog.log_end_offset
             while offset < end:
-                data = ulog.read(offset, 8 << 20).read_bytes()
+                try:
+                    data = ulog.read(offset, 8 << 20).read_bytes()
+                except CorruptRecordError as e:
+                    # Damaged data (the log reported it): the commits in it are lost, the rest load.
+                    segment = ulog.segments.floor(offset)
+                    after = None if segment is None else ulog.segments.next_base_offset(segment.base_offset)
+                    log.error("skipping damaged data in %s-%d from offset %d to %s: %s", CONSUMER_OFFSETS_TOPIC,
+                              partition, offset, "the log end" if after is None else after, e)
+                    if after is None or after <= offset:
+                        break
+                    offset = after
+                    continue
                 if not data:
                     break
                 before = offset
