@@ -106,6 +106,8 @@ class RemoteFaultsResult:
     converge_seconds: float | None = None
     s3_kills: int = 0
     s3_freezes: int = 0
+    #: The longest an S3 server restart took (its journal replayed before it listens).
+    s3_max_restart_seconds: float = 0.0
     broker_kills: int = 0
     #: Broker kills that left a COPY_SEGMENT_STARTED record behind (a copy was in flight).
     broker_kills_mid_copy: int = 0
@@ -144,7 +146,8 @@ class RemoteFaultsResult:
             "copy_failures_injected": self.copy_failures_injected, "faults_injected": dict(self.faults_injected),
             "retries": self.retries, "dangling_uploads_cleaned": self.dangling_uploads_cleaned,
             "converge_seconds": None if self.converge_seconds is None else round(self.converge_seconds, 2),
-            "s3_kills": self.s3_kills, "s3_freezes": self.s3_freezes, "broker_kills": self.broker_kills,
+            "s3_kills": self.s3_kills, "s3_freezes": self.s3_freezes,
+            "s3_max_restart_seconds": round(self.s3_max_restart_seconds, 2), "broker_kills": self.broker_kills,
             "broker_kills_mid_copy": self.broker_kills_mid_copy,
             "topic_deletions_mid_copy": self.topic_deletions_mid_copy, "invariant_checks": self.invariant_checks,
             "max_local_segments": self.max_local_segments,
@@ -532,6 +535,7 @@ def run_s3_kills(root: Path, *, seconds: float = 20.0, partitions: int = 2, rate
                 else:
                     os.environ[k] = v
         result.s3_kills, result.s3_freezes = server.kills, server.freezes
+        result.s3_max_restart_seconds = max(server.restart_seconds[1:], default=0.0)
         result.copy_failures_injected = result.retries
         result.faults_injected = Counter({"s3 server SIGKILL": server.kills, "s3 server SIGSTOP": server.freezes})
         return result

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
+from tests.reliability.s3_server import JournaledS3Server
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +55,31 @@ def test_s3_server_killed_and_frozen_during_copies(tmp_path: Path) -> None:
                           converge_timeout_s=CONVERGE_BOUND_S, seed=seed)
     _check(result, seed)
     assert result.s3_kills >= 3 and result.s3_freezes >= 1, result.summary()
+
+
+def test_the_s3_server_keeps_what_it_acknowledged_across_sigkill(tmp_path: Path) -> None:
+    """The premise of the S3 scenario: a killed and restarted server has every object it
+    acknowledged and none it deleted, restart after restart (the journal compacted each time)."""
+    server = JournaledS3Server(tmp_path / "journal").start()
+    try:
+        server.create_bucket("kept")
+        s3 = server.client()
+        expected: dict[str, int] = {}
+        for round_ in range(3):
+            for i in range(20):
+                key = f"r{round_}/{i:03d}-x.log"
+                s3.put_object(Bucket="kept", Key=key, Body=bytes([i]) * (100 + i))
+                expected[key] = 100 + i
+            s3.put_object(Bucket="kept", Key=f"r{round_}/000-x.log", Body=b"rewritten")
+            expected[f"r{round_}/000-x.log"] = len(b"rewritten")
+            s3.delete_object(Bucket="kept", Key=f"r{round_}/001-x.log")
+            doomed = [f"r{round_}/{i:03d}-x.log" for i in range(2, 6)]
+            s3.delete_objects(Bucket="kept", Delete={"Objects": [{"Key": k} for k in doomed]})
+            for key in [f"r{round_}/001-x.log", *doomed]:
+                del expected[key]
+            server.sigkill()
+            server.start()
+            assert server.objects("kept") == expected
+            assert s3.get_object(Bucket="kept", Key=f"r{round_}/000-x.log")["Body"].read() == b"rewritten"
+    finally:
+        server.stop()
