@@ -274,8 +274,32 @@ class LogSegment:
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
             entry = self.time_index.last_entry()
+            if entry[0] >= 0 and not self._time_entry_matches(entry[0], entry[1]):
+                # Retention deletes by this timestamp: one flipped byte must not make a segment
+                # look years old (or keep it forever).
+                self._rebuild_for_time_index(entry[0], entry[1])
+                assert self._max_ts_and_offset is not None
+                return self._max_ts_and_offset
             self._max_ts_and_offset = (entry[0], entry[1])
         return self._max_ts_and_offset
+
+    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
+        """Whether the batch a time index entry names (by its last offset) carries that largest
+        timestamp, as every entry written by an append or a recovery does."""
+        try:
+            found = self.translate_offset(offset)
+        except (CorruptRecordError, TierlogError, OSError):
+            return False
+        if found is None or found.last_offset != offset:
+            return False
+        head = os.pread(self.log.fd, BATCH_HEADER_SIZE, found.position)
+        return len(head) == BATCH_HEADER_SIZE and BatchHeader(head, 0).max_timestamp == timestamp
+
+    def _rebuild_for_time_index(self, timestamp: int, offset: int) -> None:
+        log.warning("the time index %s names timestamp %d at offset %d, which the batches there do not carry; "
+                    "rebuilding the indexes of %s from its batches", self.time_index_path, timestamp, offset,
+                    self.log.path)
+        self.recover(truncate=False)
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -553,7 +577,11 @@ class LogSegment:
         ≥ ``starting_offset``, or None."""
         from tierlog.records import decode_batch  # decoding records is needed only here
 
-        _, index_offset = self.time_index.lookup(timestamp)
+        index_ts, index_offset = self.time_index.lookup(timestamp)
+        if index_ts >= 0 and not self._time_entry_matches(index_ts, index_offset):
+            # A damaged entry would start the search too late and skip records.
+            self._rebuild_for_time_index(index_ts, index_offset)
+            _, index_offset = self.time_index.lookup(timestamp)
         start = self.translate_offset(max(index_offset, starting_offset))
         if start is None:
             return None
