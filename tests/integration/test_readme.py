@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,14 @@ from tests.integration.walkthrough import (
     Result,
     Session,
     clean_environment,
+    contains,
     fenced_blocks,
+    has_lines,
     indented_blocks,
+    matches,
     page_commands,
     run_page,
+    table,
 )
 
 pytestmark = pytest.mark.integration
@@ -31,39 +34,6 @@ pytestmark = pytest.mark.integration
 README = REPO / "README.md"
 TOP_COMMANDS = ["./scripts/serve", "./scripts/test"]
 
-Check = Callable[[Result], None]
-
-
-def table(text: str, first_column: str) -> list[dict[str, str]]:
-    """The rows of the space-aligned table whose header starts with ``first_column``."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.split()[:1] == [first_column]:
-            header = line.split()
-            return [dict(zip(header, row.split(), strict=False)) for row in lines[i + 1:]
-                    if row.strip() and ":" not in row.split()[0]]
-    raise AssertionError(f"no table with a {first_column} column")
-
-
-def has_lines(*expected: str) -> Check:
-    def check(r: Result) -> None:
-        lines = r.stdout.splitlines()
-        for line in expected:
-            assert line in lines, f"expected the line {line!r}"
-    return check
-
-
-def contains(*parts: str) -> Check:
-    def check(r: Result) -> None:
-        for part in parts:
-            assert part in r.stdout, f"expected {part!r} in stdout"
-    return check
-
-
-def matches(pattern: str) -> Check:
-    def check(r: Result) -> None:
-        assert re.search(pattern, r.stdout, re.MULTILINE), f"expected {pattern!r} in stdout"
-    return check
 
 
 def show_rows(out: str) -> list[dict[str, str]]:
@@ -86,7 +56,8 @@ class Checks:
         return (self.session.directory / "tierlog.log").read_text()
 
     def listening(self, r: Result) -> None:
-        assert f"tierlog listening on 127.0.0.1:{self.session.port}" in self.broker_log()
+        log = self.broker_log()
+        assert f"tierlog listening on 127.0.0.1:{self.session.port}" in log, f"the broker did not start:\n{log[-3000:]}"
 
     def stopped_cleanly(self, r: Result) -> None:
         assert "broker stopped cleanly" in self.broker_log(), self.broker_log()[-2000:]
@@ -146,7 +117,7 @@ def expectations(c: Checks) -> list[Expectation]:
     return [
         Expectation(r"^source \.venv/bin/activate$"),
         Expectation(r"^tierlog serve "),
-        Expectation(r'^until grep -q "tierlog listening on"', c.listening),
+        Expectation(r'^until grep -qs "tierlog listening on"', c.listening),
         Expectation(r"^tierlog topics create orders ", has_lines("created topic orders with 1 partition, segment.bytes=1024")),
         Expectation(r"^seq \d+ \d+ \| sed 's/\^/(old|new)-/' \| tierlog produce orders$",
                     has_lines("50 of 50 records acknowledged by orders")),
