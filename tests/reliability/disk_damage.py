@@ -32,6 +32,9 @@ from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read
 from tierlog.records import decode_batch, iter_headers
 
 TOPIC = "damage"
+#: Time retention is on (Kafka's default week): nothing produced in a round is that old, so a segment
+#: it deletes was made to look old by the damage (a time index is what retention reads).
+RETENTION_MS = 7 * 24 * 3600 * 1000
 KINDS = ("log", "index", "timeindex", "snapshot", "checkpoint", "leader-epoch", "metadata-snapshot",
          "partition-metadata", "meta-properties", "listing-manifest", "metadata-log")
 
@@ -132,7 +135,7 @@ def _produce(bootstrap: str, partitions: int, count: int, codec: str, start: int
 
 
 def populate(broker: ChaosBroker, partitions: int, records: int) -> None:
-    create_topic(broker.port, TOPIC, partitions, {"segment.bytes": "24000", "retention.ms": "-1",
+    create_topic(broker.port, TOPIC, partitions, {"segment.bytes": "24000", "retention.ms": str(RETENTION_MS),
                                                   "segment.index.bytes": "4096", "index.interval.bytes": "512"})
     half = records // 2
     assert _produce(broker.bootstrap, partitions, half, "none", 0) == half
