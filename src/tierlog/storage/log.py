@@ -416,9 +416,9 @@ class UnifiedLog:
                           end - 1, end)
             else:
                 log.error("damaged segment topic=%s partition=%d (%s-%d): %s at byte %d, offset %d: %s; the batches "
-                          "before it are served, fetches from offset %d on get CORRUPT_MESSAGE (offsets up to %d "
-                          "are in that segment)", self.topic, self.partition, self.topic, self.partition,
-                          segment.log.path, problem.position, problem.offset, problem.reason, problem.offset, end - 1)
+                          "before it are served, fetches of the damaged batch get CORRUPT_MESSAGE (a consumer can "
+                          "seek past it; the segment holds offsets up to %d)", self.topic, self.partition, self.topic,
+                          self.partition, segment.log.path, problem.position, problem.offset, problem.reason, end - 1)
             for earlier in self.segments.lower(segment.base_offset):
                 self._check_segment(earlier)
 

@@ -44,6 +44,7 @@ TIME_ENTRY_BYTES = 12
 CHECK_CHUNK_BYTES = 1 << 20
 _HEADER_FIELDS = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 _LAST_OFFSET_DELTA = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")
 
 
 class SegmentDamageError(CorruptRecordError):
@@ -383,10 +384,8 @@ class LogSegment:
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read from segment {self.log.path}")
         damage = self.damage
-        if damage is not None and start_offset >= damage.offset:
-            if damage.torn:
-                return None  # the file ends before this offset: the data is in the next segment or gone
-            raise SegmentDamageError(self.log.path, damage)
+        if damage is not None and damage.torn and start_offset >= damage.offset:
+            return None  # the file ends before this offset: the data is in the next segment or gone
         start = self._locate(start_offset, upper_offset)
         if self._index_distrusted:
             # Reads work without the index but walk from the segment start: rebuild it once instead.
@@ -503,8 +502,31 @@ class LogSegment:
         if walk.found is not None:
             return walk.found
         if problem is not None and not problem.torn:
+            after = self._resume_after(problem, offset, walk.upper_offset)
+            if after is not None:
+                return after
             raise SegmentDamageError(self.log.path, problem)
         return None
+
+    def _resume_after(self, problem: BatchProblem, offset: int, upper_offset: int | None) -> CheckedBatch | None:
+        """A read of an offset past a damaged batch (a consumer seeking past it): if the damaged
+        batch's length still leads to a batch that the one after it confirms, and that batch holds
+        ``offset``, reads go on there. None when nothing can be vouched for."""
+        head = os.pread(self.log.fd, LOG_OVERHEAD, problem.position)
+        if len(head) < LOG_OVERHEAD:
+            return None
+        (length,) = _LENGTH.unpack_from(head, 8)
+        position = problem.position + LOG_OVERHEAD + length
+        if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position >= self.log.size_bytes:
+            return None
+        walk = BatchWalk(position, expected_offset=None, segment_base=self.base_offset, upper_offset=upper_offset,
+                         stop_offset=offset)
+        self._run_walk(walk)
+        found = walk.found
+        if walk.unanchored or found is None or found.base_offset <= problem.offset or found.base_offset > offset:
+            return None  # garbage, or the offset is in (or right after) the damaged batch
+        self._record_walk(position, walk)
+        return found
 
     def _find_in_span(self, span_start: int, span_end: int, offset: int) -> CheckedBatch | None:
         """Within checked bytes the headers can be followed without checking the batches again."""
@@ -521,7 +543,7 @@ class LogSegment:
         """Make sure every batch starting before ``end`` is checked, from the checked batch ``start``;
         returns ``end``, or the position of the first damage if that comes first."""
         damage = self.damage
-        if damage is not None and damage.position < end:
+        if damage is not None and start.position < damage.position < end:
             end = damage.position
         span = self.verified.containing_position(start.position)
         if span is not None and span.end >= end:

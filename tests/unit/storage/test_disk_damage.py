@@ -85,6 +85,13 @@ def test_a_flipped_byte_in_an_inactive_segment_is_never_served(open_log: OpenLog
     assert failed_at == bad_offset
     with pytest.raises(CorruptRecordError):
         log.read(bad_offset, 1 << 20)
+    with pytest.raises(CorruptRecordError):
+        log.read(bad_offset + 2, 1 << 20)  # inside the damaged batch
+    # A consumer seeking past the damaged batch reads on from the next one, in the same segment.
+    after = log.read(bad_offset + 5, 1 << 20).read_bytes()
+    for h in iter_headers(after):
+        h.ensure_valid()
+    assert offsets_in(after)[0] == bad_offset + 5
     errors = errors_naming(caplog, "t-0")
     assert len(errors) == 1, errors  # once, not once per fetch
     assert "partition=0" in errors[0] and str(second) in errors[0] and f"offset {bad_offset}" in errors[0]
