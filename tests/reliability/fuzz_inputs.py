@@ -186,6 +186,8 @@ class FuzzInputs:
             (0.05, self.bad_prefix),
         ]
         self._weights = [w for w, _ in self._makers]
+        self._hostile = [self.mutated, self.random_frame, self.random_body, self.truncated, self.bad_prefix]
+        self._hostile_weights = [0.6, 0.1, 0.1, 0.1, 0.1]
 
     def __iter__(self) -> Iterator[FuzzInput]:
         while True:
@@ -197,12 +199,17 @@ class FuzzInputs:
 
     def connection_inputs(self, count: int) -> list[FuzzInput]:
         """Inputs for one connection: well-formed requests (random-valued or naming real things),
-        then one input of any kind. The broker closes a connection at its first bad frame, so a bad
-        input anywhere but last would waste the ones behind it."""
-        return [self.well_formed() for _ in range(count - 1)] + [self.next()]
+        then, mostly, a hostile one. The broker closes a connection at its first bad frame, so a
+        bad input anywhere but last would waste the ones behind it."""
+        last = self.hostile() if self.rng.random() < 0.85 else self.well_formed()
+        return [self.well_formed() for _ in range(count - 1)] + [last]
 
     def well_formed(self) -> FuzzInput:
         return self.valid() if self.rng.random() < 0.6 else self.valid_seed()
+
+    def hostile(self) -> FuzzInput:
+        maker = self.rng.choices(self._hostile, self._hostile_weights)[0]
+        return maker()
 
     # -- makers ------------------------------------------------------------------------------------
 

@@ -201,16 +201,24 @@ class FuzzResult:
     rss_end_bytes: int = 0
     #: How much RSS may grow over the run (the stated bound the result is judged by).
     rss_growth_bound_bytes: int = 0
+    #: RSS after each batch: a leak shows as growth that goes on through the second half.
+    rss_by_batch: list[int] = field(default_factory=list)
     fds_start: int = 0
     fds_end: int = 0
     seconds: float = 0.0
     saved_inputs: list[str] = field(default_factory=list)
 
     @property
+    def rss_growth_second_half_bytes(self) -> int:
+        half = self.rss_by_batch[len(self.rss_by_batch) // 2:]
+        return max(half) - half[0] if half else 0
+
+    @property
     def ok(self) -> bool:
         return (self.crashes == 0 and self.hangs == 0 and not self.tracebacks and not self.health_failures
                 and not self.unparseable_responses and self.inputs_sent > 0
-                and self.rss_peak_bytes - self.rss_start_bytes <= self.rss_growth_bound_bytes)
+                and self.rss_peak_bytes - self.rss_start_bytes <= self.rss_growth_bound_bytes
+                and self.rss_growth_second_half_bytes <= self.rss_growth_bound_bytes // 2)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -225,6 +233,7 @@ class FuzzResult:
             "crashes": self.crashes, "hangs": self.hangs, "tracebacks": len(self.tracebacks),
             "rss_start_mib": _mib(self.rss_start_bytes), "rss_peak_mib": _mib(self.rss_peak_bytes),
             "rss_end_mib": _mib(self.rss_end_bytes), "rss_growth_bound_mib": _mib(self.rss_growth_bound_bytes),
+            "rss_growth_second_half_mib": _mib(self.rss_growth_second_half_bytes),
             "fds_start": self.fds_start, "fds_end": self.fds_end, "seconds": round(self.seconds, 1), "ok": self.ok,
         }
 
@@ -314,7 +323,7 @@ async def _fuzz_connection(port: int, items: list[FuzzInput], sentinel_corr: int
 
 
 def fuzz(broker: ChaosBroker, inputs: int, *, seed: int = 0, concurrency: int = 24, batch_inputs: int = 1000,
-         max_per_connection: int = 10, connection_deadline_s: float = 4.0,
+         max_per_connection: int = 6, connection_deadline_s: float = 4.0,
          rss_growth_bound_bytes: int = 128 * MIB, failures_dir: Path | None = None,
          per_version: int = 6) -> FuzzResult:
     """Send ``inputs`` hostile inputs to ``broker`` on ``concurrency`` connections at a time; a health
@@ -363,6 +372,7 @@ def fuzz(broker: ChaosBroker, inputs: int, *, seed: int = 0, concurrency: int = 
                     result.health_failures.append(str(e))
                     if "TimeoutError" in str(e):
                         result.hangs += 1  # the broker did not answer a well-behaved client in time
+                result.rss_by_batch.append(rss.sample())
                 tracebacks = logs.tracebacks()
                 if len(tracebacks) > seen_tracebacks:
                     seen_tracebacks = len(tracebacks)

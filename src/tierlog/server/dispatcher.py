@@ -11,13 +11,17 @@ from tierlog.server.context import BrokerContext, Handler
 
 log = logging.getLogger(__name__)
 
+#: How many (client, API, version) combinations are remembered for the debug log.
+MAX_VERSIONS_SEEN = 4096
+
 
 class Dispatcher:
     def __init__(self, ctx: BrokerContext, handlers: Mapping[int, Handler]) -> None:
         self.ctx = ctx
         self._handlers = dict(handlers)
         #: (client software, API key, version) combinations seen, logged once each: which versions
-        #: real clients negotiate is worth knowing and costs one set lookup per request.
+        #: real clients negotiate is worth knowing and costs one set lookup per request. Bounded: a
+        #: client that sends a new client id with every request must not grow it for ever.
         self.versions_seen: set[tuple[str, int, int]] = set()
 
     async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -27,7 +31,7 @@ class Dispatcher:
             return CloseConnection(f"no handler for API {request.api_key} v{request.api_version}")
         software = client.extra.get("software")
         key = (f"{software[0]}/{software[1]}" if software else client.client_id, request.api_key, request.api_version)
-        if key not in self.versions_seen:
+        if key not in self.versions_seen and len(self.versions_seen) < MAX_VERSIONS_SEEN:
             self.versions_seen.add(key)
             spec = api_spec(request.api_key)
             log.debug("client %s uses %s v%d", key[0], spec.name if spec else request.api_key, request.api_version)

@@ -7,6 +7,7 @@ import datetime
 import struct
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -48,3 +49,25 @@ def test_an_int64_duration_beyond_what_python_can_hold_is_a_malformed_request() 
     for huge in (2**63 - 1, -(2**63)):
         with pytest.raises(MalformedRequestError, match="out of range"):
             parse_request(frame[:where] + struct.pack(">q", huge) + frame[where + 8:])
+
+
+def test_a_new_client_id_on_every_request_does_not_grow_the_broker_for_ever() -> None:
+    import asyncio
+
+    from tierlog.protocol import ParsedRequest, build_request, request_header_version
+    from tierlog.server.connection import ClientInfo
+    from tierlog.server.dispatcher import MAX_VERSIONS_SEEN, Dispatcher
+
+    async def handler(ctx: Any, request: ParsedRequest, client: ClientInfo) -> None:
+        return None
+
+    dispatcher = Dispatcher(cast(Any, None), {int(ApiKey.API_VERSIONS): handler})
+    body = build_request(ApiKey.API_VERSIONS, 3, {"client_software_name": "f", "client_software_version": "1"})
+    request = ParsedRequest(int(ApiKey.API_VERSIONS), 3, 1, "x", request_header_version(ApiKey.API_VERSIONS, 3), body)
+
+    async def run() -> None:
+        for i in range(MAX_VERSIONS_SEEN + 500):
+            await dispatcher.route(request, ClientInfo("c", "h", 1, client_id=f"random-{i}"))
+
+    asyncio.run(run())
+    assert len(dispatcher.versions_seen) == MAX_VERSIONS_SEEN
