@@ -551,43 +551,63 @@ async def _slowloris(port: int, interval_s: float, bound_s: float) -> tuple[floa
         client.abort()
 
 
-def _never_reading_client(port: int, topic: str, fetches: int) -> tuple[socket.socket, int, float]:
-    """Connect with a tiny receive window and push ``fetches`` fetch requests without reading any
-    answer; returns the socket, how many requests the broker took before it stopped reading, and
-    when it connected (monotonic seconds)."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    sock.connect(("127.0.0.1", port))
-    connected = time.monotonic()
-    sock.settimeout(2.0)
+def _never_reading_clients(port: int, topic: str, count: int, fetches: int) -> list[tuple[socket.socket, int, float]]:
+    """``count`` connections with a tiny receive window, each pushing ``fetches`` fetch requests
+    (without blocking) and never reading an answer. For each: the socket, how many requests went
+    out before the broker stopped taking bytes (nothing moved for half a second), and when it
+    connected (monotonic seconds)."""
     one = encode_request(ApiKey.FETCH, 11, 1, "never-reads", build_request(
         ApiKey.FETCH, 11, fetch_request(topic, 0, 0, 4 * MIB)))
-    taken = 0
-    for corr in range(1, fetches + 1):
-        frame = one[:8] + struct.pack(">i", corr) + one[12:]
-        try:
-            sock.sendall(frame)
-        except (TimeoutError, OSError):
-            break  # the broker stopped reading (the kernel buffers between us are full)
-        taken += 1
-    return sock, taken, connected
+    clients: list[tuple[socket.socket, bytearray, list[int], float]] = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.setblocking(False)
+        data = bytearray(b"".join(one[:8] + struct.pack(">i", corr) + one[12:] for corr in range(1, fetches + 1)))
+        clients.append((sock, data, [0], time.monotonic()))
+    stalled_since: dict[int, float] = {}
+    while len(stalled_since) < len(clients):
+        for i, (sock, data, sent, _) in enumerate(clients):
+            if i in stalled_since and time.monotonic() - stalled_since[i] > 0.5:
+                continue
+            try:
+                n = sock.send(data[sent[0]:sent[0] + (1 << 16)]) if sent[0] < len(data) else 0
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                n, stalled_since[i] = 0, 0.0  # already closed: nothing more goes in
+            sent[0] += n
+            if n:
+                stalled_since.pop(i, None)
+            else:
+                stalled_since.setdefault(i, time.monotonic())
+        time.sleep(0.01)
+    return [(sock, sent[0] // len(one), connected) for sock, _, sent, connected in clients]
 
 
-def _wait_reset(sock: socket.socket, started: float, timeout_s: float) -> float | None:
-    """Seconds until the broker reset/closed a connection we never read from (None: not in time)."""
-    sock.settimeout(0.2)
-    while time.monotonic() - started < timeout_s:
-        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-            return time.monotonic() - started
-        try:
-            sock.send(b"\x00")  # only fails once the broker has reset the connection
-        except (TimeoutError, BlockingIOError):
-            pass
-        except OSError:
-            return time.monotonic() - started
-        time.sleep(0.2)
-    return None
+def _wait_resets(clients: list[tuple[socket.socket, int, float]], timeout_s: float) -> list[float | None]:
+    """For each connection we never read from: seconds from its connection until the broker reset
+    it (None: not within ``timeout_s``)."""
+    closed: list[float | None] = [None] * len(clients)
+    while True:
+        for i, (sock, _, connected) in enumerate(clients):
+            if closed[i] is not None:
+                continue
+            failed = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+            if not failed:
+                try:
+                    sock.send(b"\x00")  # only fails once the broker has reset the connection
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    failed = True
+            if failed:
+                closed[i] = time.monotonic() - connected
+        if all(c is not None for c in closed) or all(time.monotonic() - c[2] > timeout_s for c in clients):
+            return closed
+        time.sleep(0.1)
 
 
 def _fill_topic(port: int, topic: str, megabytes: int) -> None:
@@ -655,12 +675,11 @@ def slow_clients(broker: ChaosBroker, *, half_frame: int = 20, slowloris: int = 
             # 3: clients that pipeline fetches of 4 MiB answers and never read one.
             before, mark = rss.sample(), len(rss.samples)
             result.never_reading_requests_offered = fetches_per_reader
-            readers = await asyncio.gather(*(asyncio.to_thread(_never_reading_client, broker.port, topic,
-                                                               fetches_per_reader) for _ in range(never_reading)))
+            readers = await asyncio.to_thread(_never_reading_clients, broker.port, topic, never_reading,
+                                              fetches_per_reader)
             result.never_reading_requests_taken = [taken for _, taken, _ in readers]
             # From its connection: the broker reads its first requests at once, then nothing moves.
-            result.never_reading_close_s = list(await asyncio.gather(*(
-                asyncio.to_thread(_wait_reset, sock, connected, close_bound_s) for sock, _, connected in readers)))
+            result.never_reading_close_s = await asyncio.to_thread(_wait_resets, readers, close_bound_s)
             result.never_reading_rss_growth_bytes = rss.peak_since(mark, before) - before
             # At most one 4 MiB answer in flight per client plus 64 queued requests: 8 MiB each, and
             # 32 MiB for the allocator's slack.

@@ -225,7 +225,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed:
             return
         requests = len(self._frames) + (1 if self._serving_bytes else 0)
-        wait = pool.full and (self._decoder.buffered_bytes > 0 or requests > 1)
+        wait = pool.full and (self._receiving or requests > 1)
         if wait and not self._waiting_for_memory:
             self._waiting_for_memory = True
             pool.wait(self, self._memory_available)
@@ -264,11 +264,17 @@ class KafkaConnection(asyncio.Protocol):
                 transport.resume_reading()
         # Behind a full queue the client waits on the broker, so its clock stops; waiting for memory
         # it does not, or partial requests holding the pool would wait on each other for ever.
-        if self._queue_full or self._decoder.buffered_bytes == 0:
+        if self._queue_full or not self._receiving:
             self._cancel_receive_timer()
         elif self._receive_timer is None and self._receive_timeout_s is not None:
             self._receive_timer = asyncio.get_running_loop().call_later(self._receive_timeout_s,
                                                                         self._receive_timed_out)
+
+    @property
+    def _receiving(self) -> bool:
+        """Part of a request is in: bytes of it, or only its size prefix (which the decoder keeps
+        as the size it waits for, not as buffered bytes)."""
+        return self._decoder.buffered_bytes > 0 or self._decoder.pending_frame_bytes is not None
 
     def _cancel_receive_timer(self) -> None:
         if self._receive_timer is not None:

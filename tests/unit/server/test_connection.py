@@ -200,6 +200,32 @@ def test_a_request_that_stops_halfway_is_closed_after_the_receive_timeout() -> N
     asyncio.run(run())
 
 
+def test_a_size_prefix_alone_is_a_request_begun() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router(), receive_timeout_s=0.05)
+        conn.data_received(struct.pack(">i", 100))  # four bytes, then nothing
+        await asyncio.sleep(0.15)
+        assert transport.aborted
+
+    asyncio.run(run())
+
+
+def test_the_deadline_runs_from_the_first_byte_whatever_comes_after() -> None:
+    async def run() -> None:
+        conn, transport = connect(Router(), receive_timeout_s=0.2)
+        frame = api_versions(1)
+        started = asyncio.get_running_loop().time()
+        for i in range(len(frame)):
+            conn.data_received(frame[i:i + 1])  # the prefix completes at the fourth byte: no new deadline
+            await asyncio.sleep(0.04)
+            if transport.closed:
+                break
+        assert transport.aborted
+        assert asyncio.get_running_loop().time() - started < 0.3
+
+    asyncio.run(run())
+
+
 def test_one_byte_at_a_time_is_closed_even_though_bytes_keep_coming() -> None:
     async def run() -> None:
         conn, transport = connect(Router(), receive_timeout_s=0.1)
