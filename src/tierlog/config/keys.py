@@ -293,6 +293,9 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(0), group="groups"),
     _broker("group.max.session.timeout.ms", Type.INT, 1800000,
             "The largest session timeout a consumer may ask for.", validator=at_least(0), group="groups"),
+    _broker("offsets.retention.check.interval.ms", Type.LONG, 600000,
+            "How often empty consumer groups without committed offsets are removed (with a tombstone in "
+            "__consumer_offsets if a record of theirs was written).", validator=at_least(1), group="groups"),
     _broker("offsets.topic.num.partitions", Type.INT, 50, "The number of partitions of __consumer_offsets.",
             validator=between(1, 10000), group="groups"),
     _broker("remote.log.storage.system.enable", Type.BOOLEAN, False,

@@ -178,6 +178,7 @@ class Broker:
             initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
             max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+            retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
         ))
         await ctx.groups.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])

@@ -71,3 +71,37 @@ def test_a_new_client_id_on_every_request_does_not_grow_the_broker_for_ever() ->
 
     asyncio.run(run())
     assert len(dispatcher.versions_seen) == MAX_VERSIONS_SEEN
+
+
+def test_empty_groups_without_offsets_are_removed_and_stay_removed_after_a_restart(tmp_path: Path) -> None:
+    import asyncio
+    import time
+
+    settings = {"group.min.session.timeout.ms": "10", "group.initial.rebalance.delay.ms": "0",
+                "offsets.retention.check.interval.ms": "200"}
+
+    async def first(ctx: BrokerContext) -> None:
+        groups = ctx.groups
+        assert groups is not None
+        # A client cycling through group ids: each join completes a generation, then its member
+        # never heartbeats again.
+        for i in range(30):
+            result = await groups.join(f"random-{i}", "", None, "c", "/127.0.0.1", 100, 100, "consumer",
+                                       [("range", b"")], False)
+            assert result.error_code == 0
+        await ctx.io.run(ctx.controller.create_topic, "t", 1, 1, {})
+        assert await groups.commit("keeper", "", -1, [("t", 0, 5, -1, None)]) == [0]
+        deadline = time.monotonic() + 10
+        while len(groups.groups) > 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert sorted(groups.groups) == ["keeper"]
+        await asyncio.sleep(0.3)  # the tombstones are written
+
+    async def second(ctx: BrokerContext) -> None:
+        assert ctx.groups is not None
+        # The tombstones keep the removed groups' records from bringing them back.
+        assert not [g for g in ctx.groups.groups if g.startswith("random-")]
+        assert ctx.groups.offsets["keeper"][("t", 0)].offset == 5
+
+    with_broker(tmp_path, first, **settings)
+    with_broker(tmp_path, second, **{**settings, "offsets.retention.check.interval.ms": "600000"})

@@ -69,6 +69,8 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1800000
+    #: Kafka's offsets.retention.check.interval.ms: how often empty groups without offsets go.
+    retention_check_interval_ms: int = 600000
 
 
 TopicPartition = tuple[str, int]
@@ -88,6 +90,7 @@ class GroupCoordinator:
         self._write_lock = asyncio.Lock()
         self._ticker: asyncio.Task[None] | None = None
         self._topic_lock = asyncio.Lock()
+        self._last_cleanup_ms = self.now_ms()
 
     def now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -119,10 +122,35 @@ class GroupCoordinator:
     def tick(self) -> None:
         now = self.now_ms()
         for group in list(self.groups.values()):
+            if group.state is GroupState.EMPTY and not group.members and not group.pending_members:
+                continue  # nothing to expire or complete: a tick of it would do nothing
             try:
                 group.tick(now)
             except Exception:
                 log.exception("group %s: tick failed", group.group_id)
+        if now - self._last_cleanup_ms >= self.settings.retention_check_interval_ms:
+            self._last_cleanup_ms = now
+            self.remove_empty_groups()
+
+    def remove_empty_groups(self) -> int:
+        """Kafka's periodic group cleanup: an empty group without committed offsets is forgotten,
+        with a tombstone if a record of it may be in the log. Without it every JoinGroup with a new
+        group id -- a client cycling through random ones -- would stay in memory for ever."""
+        removed = 0
+        for group_id, group in list(self.groups.items()):
+            if (group.state is not GroupState.EMPTY or group.members or group.pending_members
+                    or self.offsets.get(group_id)):
+                continue
+            del self.groups[group_id]
+            self.offsets.pop(group_id, None)
+            removed += 1
+            if group.generation_id > 0:  # a generation completed: its record was written
+                task = asyncio.get_running_loop().create_task(
+                    self._append(group_id, [(encode_group_key(GroupKey(group_id)), None)]))
+                task.add_done_callback(_log_failure)
+        if removed:
+            log.info("removed %d empty groups without committed offsets", removed)
+        return removed
 
     def _load_blocking(self) -> int:
         count = 0
