@@ -91,8 +91,9 @@ class LoadResult:
     #: metadata.version changed in the replayed tail, so no snapshot holds the new level yet.
     metadata_version_changed: bool = False
     warnings: list[str] = field(default_factory=list)
-    #: Recovery cut damaged or torn records out of the log: the image may lack topics whose logs
-    #: exist, so nothing may be deleted for being absent from it.
+    #: Recovery cut damaged or torn records out of the log, or the log ends below an offset it once
+    #: reached: the image may lack topics whose logs exist, so nothing may be deleted for being absent
+    #: from it.
     lost_records: bool = False
 
 
@@ -248,10 +249,10 @@ class MetadataLog:
                 # Kafka gives the metadata topic the fixed id Uuid.METADATA_TOPIC_ID (= ONE_UUID).
                 ulog.write_partition_metadata(METADATA_TOPIC_ID)
             result = mlog._load()
-            if stats.truncated_bytes:
+            if stats.truncated_bytes or stats.lost_offsets:
                 result.lost_records = True
-                result.warnings.append(f"recovery cut {stats.truncated_bytes} bytes of damaged or torn records "
-                                       "out of the metadata log")
+                result.warnings.append(f"the metadata log lost records: recovery cut {stats.truncated_bytes} bytes "
+                                       f"of damaged or torn ones, {stats.lost_offsets} offsets it once had are gone")
         except BaseException:
             ulog.close()
             raise

@@ -10,6 +10,7 @@ theirs, changed topic configs reach the open logs.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from tierlog.config import BrokerConfig
@@ -99,8 +100,9 @@ def restore_lost_topics(controller: Controller, log_manager: LogManager) -> list
                 log.error("topic partitions restored topic=%s partitions=%d from its logs (%s): the damaged metadata "
                           "log lost them", topic, count, ", ".join(f"{topic}-{p}" for p in sorted(logs)))
             else:
-                ids = {ulog.topic_id for ulog in logs.values()}
-                topic_id = ids.pop() if len(ids) == 1 else None
+                # The id most of its logs carry (an unreadable partition.metadata has none).
+                ids = Counter(ulog.topic_id for ulog in logs.values() if ulog.topic_id is not None)
+                topic_id = ids.most_common(1)[0][0] if ids else None
                 controller.create_topic(topic, count, None, RESTORED_TOPIC_CONFIGS, topic_id=topic_id)
                 log.error("topic restored topic=%s partitions=%d from its logs (%s): the damaged metadata log lost it; "
                           "its configs are lost too, so retention is off (retention.ms=-1, retention.bytes=-1) until "

@@ -52,6 +52,8 @@ class LoadStats:
     truncated_bytes: int = 0
     rebuilt_indexes: int = 0
     removed_files: int = 0
+    #: Offsets the log once reached (a producer snapshot is named after them) but no longer has.
+    lost_offsets: int = 0
 
 
 def _clean_leftovers(directory: Path, names: list[str], stats: LoadStats) -> list[str]:
@@ -182,14 +184,18 @@ def load_log(
     next_offset = active.read_next_offset()
     if len(segments) > 1 and next_offset == active.base_offset:
         next_offset = active.base_offset
-    if clean_end is not None and next_offset != clean_end:
-        if next_offset < clean_end:
-            log.error("log end offset below the clean shutdown's %s: the data ends at offset %d, the clean shutdown "
-                      "left it at %d; offsets %d to %d are lost", where, next_offset, clean_end, next_offset,
-                      clean_end - 1)
-        else:
-            log.warning("log end offset above the clean shutdown's %s: the data ends at offset %d, the newest "
-                        "producer snapshot is at %d", where, next_offset, clean_end)
+    # A producer snapshot is named after an offset the log reached (a roll, a clean shutdown) and is
+    # deleted when the log is truncated below it, so a log that ends below one lost records, however
+    # they went (a cut .log, a segment file removed).
+    reached = max(found_snapshots) if found_snapshots else None
+    if reached is not None and next_offset < reached:
+        stats.lost_offsets = reached - next_offset
+        log.error("log end offset below its producer snapshot %s: the data ends at offset %d, but the log reached %d "
+                  "(a producer snapshot is named after it); offsets %d to %d are lost", where, next_offset, reached,
+                  next_offset, reached - 1)
+    elif clean_end is not None and next_offset > clean_end:
+        log.warning("log end offset above the clean shutdown's %s: the data ends at offset %d, the newest producer "
+                    "snapshot is at %d", where, next_offset, clean_end)
     first_base = segments.base_offsets[0]
     wanted_start = _log_start_offset(options, epoch_start, first_base, where)
     log_start_offset = max(wanted_start, first_base)

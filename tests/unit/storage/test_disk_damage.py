@@ -311,3 +311,17 @@ def test_a_damaged_time_index_entry_does_not_make_a_lookup_by_time_skip_records(
     reopened = open_log(config, clean=True, sanity_check_all=True)
     # The first record after the entry's timestamp opens the next batch.
     assert reopened.fetch_offset_by_timestamp(ts + 1) == (rel + 1, ts + 6)
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_log_cut_at_a_batch_boundary_reports_the_offsets_it_lost(open_log: OpenLog, tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture,
+                                                                    clean: bool) -> None:
+    leo = build(open_log).log_end_offset  # a clean shutdown snapshots producer state at the log end
+    active = segment_files(tmp_path / "t-0")[-1]
+    pos, cut_offset, _ = batch_positions(active)[-1]
+    with open(active, "r+b") as f:
+        f.truncate(pos)  # the last batch goes whole: nothing in the file looks wrong
+    log = open_log(CONFIG, clean=clean)
+    assert log.log_end_offset == cut_offset
+    assert any(f"offsets {cut_offset} to {leo - 1} are lost" in e for e in errors_naming(caplog, "t-0"))
