@@ -92,6 +92,9 @@ def test_topics_create_list_describe_alter_delete(broker: BrokerProcess, topic_n
                                            ["2", "1", "1", "1", "0", "0"]]
     described = json.loads(ok("topics", "describe", topic_name, "--json", *b))
     assert described["topic"] == topic_name and len(described["topic_id"]) == 22
+    # Kafka's spelling of the id, as partition.metadata stores it (not librdkafka's base64 alphabet).
+    stored = (broker.data_dir / f"{topic_name}-0" / "partition.metadata").read_text()
+    assert f"topic_id: {described['topic_id']}" in stored, stored
     assert {"name": "retention.ms", "value": "86400000", "source": "topic"} in described["configs"]
     assert [p["log_end_offset"] for p in described["partitions"]] == [0, 4, 0]
 

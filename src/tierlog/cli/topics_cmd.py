@@ -5,6 +5,7 @@ ListOffsets, DeleteTopics) — what ``kafka-topics.sh`` and ``kafka-configs.sh``
 from __future__ import annotations
 
 import argparse
+import struct
 from typing import Any
 
 from confluent_kafka import TopicCollection, TopicPartition
@@ -29,6 +30,7 @@ from tierlog.cli._kafka import (
     results,
 )
 from tierlog.cli._table import json_lines, render, write
+from tierlog.storage.checkpoints import uuid_to_base64
 
 # Kafka's ConfigSource names, shortened the way kafka-configs.sh prints them.
 _SOURCE_NAMES = {
@@ -175,7 +177,7 @@ def run_describe(args: argparse.Namespace) -> int:
     for name in found:
         d = described[name]
         topics.append({
-            "topic": name, "topic_id": str(d.topic_id), "partitions": [{
+            "topic": name, "topic_id": _kafka_uuid(d.topic_id), "partitions": [{
                 "partition": p.id, "leader": p.leader.id if p.leader is not None else None,
                 "replicas": [r.id for r in p.replicas], "isr": [r.id for r in p.isr],
                 "log_start_offset": earliest.get((name, p.id)), "log_end_offset": latest.get((name, p.id)),
@@ -188,6 +190,13 @@ def run_describe(args: argparse.Namespace) -> int:
     for message in failures:
         fail(message)
     return 1 if failures else 0
+
+
+def _kafka_uuid(topic_id: Any) -> str:
+    """Kafka's spelling of a topic id (URL-safe base64 without padding, as kafka-topics.sh and
+    `tierlog metadata show` print it); librdkafka's str() uses the standard alphabet."""
+    msb, lsb = topic_id.get_most_significant_bits(), topic_id.get_least_significant_bits()
+    return uuid_to_base64(struct.pack(">qq", msb, lsb))
 
 
 def _describe_text(topic: dict[str, Any]) -> str:
