@@ -274,16 +274,24 @@ class RemoteLogManager:
         if self._closed:
             return
         logs = self.logs.all_logs()
+        changed = False
         with self._lock:
             for tp, ulog in logs.items():
                 tierable = is_tierable(ulog, self.config.system_enable) and not ulog.deleted
                 state = self._partitions.get(tp)
                 if tierable and state is None:
                     self._adopt(tp, ulog)
+                    changed = True
                 elif not tierable and state is not None:
                     self._release(tp, ulog)
+                    changed = True
             for tp in [tp for tp in self._partitions if tp not in logs]:
                 self._release(tp, None)
+                changed = True
+        if changed:
+            # `tierlog tier status` reads task states from the file: without this a new task showed
+            # as unknown, and after a restart the previous process's stopped task and error stayed.
+            self._write_status()
 
     def _adopt(self, tp: TopicPartition, ulog: UnifiedLog) -> None:
         tip = TopicIdPartition(ulog.topic_id or ZERO_TOPIC_ID, tp[0], tp[1])
@@ -328,6 +336,7 @@ class RemoteLogManager:
             return False
         state.copy_stopped = False
         state.consecutive_failures = 0
+        self._write_status()
         self._schedule_copy(state, 0)
         return True
 

@@ -55,3 +55,28 @@ def test_tier_status_of_an_untiered_dir(env: Env, capsys: pytest.CaptureFixture[
     fill(env.open_log("plain-0"), 3)
     assert run(["tier", "status", "--data-dir", str(env.root / "data")]) == 0
     assert capsys.readouterr().out.strip() == "no tiered partitions"
+
+
+def test_tier_status_follows_the_running_manager_not_a_previous_one(env: Env,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A task shows as active as soon as it exists, and a restart replaces the previous process's
+    stopped task and its error (as Kafka re-creates the copy task on restart)."""
+    bad = env.open_log("bad-0", topic_id=b"\x0b" * 16)
+    fill(bad, 20)
+    data_dir = str(env.root / "data")
+    first = env.rlm(InMemoryRemoteStorageManager(custom_metadata=lambda md: b"x" * 200))
+    first.sync_partitions()
+    assert run(["tier", "status", "--data-dir", data_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["copy_task"] == "active"  # not "unknown" before any copy
+    first.copy_all()
+    first.close()
+    assert run(["tier", "status", "--data-dir", data_dir, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["copy_task"] == "stopped" and "200 bytes" in row["last_error"]
+
+    second = env.rlm(InMemoryRemoteStorageManager())
+    second.sync_partitions()
+    assert run(["tier", "status", "--data-dir", data_dir, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["copy_task"] == "active" and row["last_error"] is None
+    second.close()
