@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "export: topics to Parquet partitioned by topic and date (rerunnable).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
-                   help="a log directory (repeatable or comma-separated); default: the config's log.dirs")
+                   help="a log directory (repeatable or comma-separated); default: the config's log.dirs, or ./tierlog-data without --config")
     p.add_argument("--config", type=Path, help="server.properties (log.dirs and the remote tier's settings)")
     p.add_argument("--remote", action="append", default=[], metavar="KEY=VALUE",
                    help="a remote-tier setting, e.g. rsm.config.dir=/data-remote (repeatable)")
@@ -49,6 +49,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _options(args: argparse.Namespace) -> dict[str, str]:
     options: dict[str, str] = {}
     paths = [d for item in args.path for d in item.split(",") if d]
+    if not paths and args.config is None:
+        # As `tierlog serve` and `tierlog tier status` without a config: the embedded default dirs.
+        from tierlog.config.broker_config import BrokerConfig
+
+        paths = [str(d) for d in BrokerConfig().log_dirs]
     if paths:
         options["path"] = ",".join(paths)
     if args.config is not None:

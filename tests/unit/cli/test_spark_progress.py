@@ -41,3 +41,13 @@ def test_jobs_show_spark_progress_on_the_console(job: str, tmp_path: Path, monke
 def test_json_output_has_no_progress_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf = _session_conf(["spark", "usage", "--path", str(tmp_path), "--json"], monkeypatch)
     assert conf["spark.ui.showConsoleProgress"] == "false"
+
+
+def test_without_path_or_config_the_embedded_data_dir_is_read() -> None:
+    """As `tierlog serve` and `tierlog tier status` with no config: ./tierlog-data."""
+    from tierlog.cli.spark_cmd import _options
+
+    parsed = build_parser().parse_args(["spark", "usage"])
+    assert _options(parsed)["path"] == "tierlog-data"
+    parsed = build_parser().parse_args(["spark", "usage", "--path", "/a,/b", "--path", "/c"])
+    assert _options(parsed)["path"] == "/a,/b,/c"
