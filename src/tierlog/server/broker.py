@@ -45,7 +45,12 @@ from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
-from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties, uuid_to_base64
+from tierlog.storage.checkpoints import (
+    META_PROPERTIES,
+    MetaProperties,
+    salvage_meta_properties,
+    uuid_to_base64,
+)
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered import RemoteLogManager, create_remote_log_manager
@@ -57,7 +62,13 @@ def _existing_cluster_id(log_dirs: tuple[Path, ...]) -> str | None:
     for d in log_dirs:
         try:
             meta = MetaProperties.read(d / META_PROPERTIES)
-        except (FileNotFoundError, TierlogError):
+        except FileNotFoundError:
+            continue
+        except TierlogError:
+            # Damaged: keep the cluster id if its line survived (the log manager rewrites the file).
+            salvaged, _ = salvage_meta_properties(d / META_PROPERTIES)
+            if salvaged:
+                return salvaged
             continue
         if meta.cluster_id:
             return meta.cluster_id

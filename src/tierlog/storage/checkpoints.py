@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from tierlog._util.files import write_atomic
-from tierlog.errors import KafkaStorageError
+from tierlog.errors import KafkaStorageError, TierlogError
 from tierlog.storage.leader_epoch import EpochEntry
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -549,6 +549,24 @@ class MetaProperties:
 
     def write(self, path: Path, now_ms: int | None = None, sync: bool = True) -> None:
         write_atomic(Path(path), format_java_properties(self.to_properties(), now_ms).encode("utf-8"), sync=sync)
+
+
+def salvage_meta_properties(path: Path) -> tuple[str | None, bytes | None]:
+    """The cluster id and directory id still legible in a damaged ``meta.properties`` (each None if
+    its line is damaged too): a broker keeps its cluster id rather than drawing a new one each start."""
+    try:
+        props = parse_java_properties(Path(path).read_bytes().decode("latin-1"), str(path))
+    except (OSError, TierlogError):
+        return None, None
+    cluster_id = props.get("cluster.id")
+    if cluster_id is not None and not _UUID_TEXT.fullmatch(cluster_id):
+        cluster_id = None
+    directory_id: bytes | None = None
+    try:
+        directory_id = uuid_from_base64(props.get("directory.id", ""))
+    except ValueError:
+        pass
+    return cluster_id, directory_id
 
 
 def read_meta_properties(path: Path) -> MetaProperties:

@@ -29,6 +29,7 @@ from tierlog.storage.checkpoints import (
     MetaProperties,
     OffsetCheckpointFile,
     random_uuid,
+    salvage_meta_properties,
     uuid_to_base64,
 )
 from tierlog.storage.listing_manifest import (
@@ -254,11 +255,18 @@ class LogManager:
 
     def _ensure_meta_properties(self, d: Path) -> None:
         path = d / META_PROPERTIES
+        directory_id: bytes | None = None
         if path.exists():
-            return
+            try:
+                MetaProperties.read(path)
+                return
+            except TierlogError as e:
+                _, directory_id = salvage_meta_properties(path)
+                log.error("meta.properties unreadable %s: %s; writing it again with cluster id %s", d, e,
+                          self.settings.cluster_id or "(a new one)")
         cluster_id = self.settings.cluster_id or uuid_to_base64(uuid.uuid4().bytes)
         MetaProperties(node_id=self.settings.node_id, cluster_id=cluster_id,
-                       directory_id=random_uuid()).write(path)
+                       directory_id=directory_id or random_uuid()).write(path)
 
     def start_background_tasks(self) -> None:
         if self.scheduler is None:

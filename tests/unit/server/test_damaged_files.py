@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from tierlog.errors import CorruptRecordError
+from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.records.header import iter_headers, set_base_offset
 from tierlog.server import Broker
@@ -180,3 +180,25 @@ def test_committed_offsets_load_around_a_damaged_consumer_offsets_segment(tmp_pa
     data[70] ^= 0x01  # inside the first batch: its CRC fails
     segment.write_bytes(bytes(data))
     assert asyncio.run(run(False)) == {intact: 7}
+
+
+def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp_path: Path) -> None:
+    from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
+
+    async def cluster_id() -> str:
+        broker = Broker(config(tmp_path), LogManagerSettings())
+        await broker.start()
+        assert broker.ctx is not None
+        found = broker.ctx.cluster_id
+        await broker.stop()
+        return found
+
+    first = asyncio.run(cluster_id())
+    path = tmp_path / "data" / META_PROPERTIES
+    text = path.read_text()
+    path.write_text(text.replace("node.id=", "node.id=\x11"))  # unreadable: node.id is not a number
+    with pytest.raises(TierlogError):
+        MetaProperties.read(path)
+    assert asyncio.run(cluster_id()) == first
+    assert MetaProperties.read(path).cluster_id == first  # readable again
+    assert asyncio.run(cluster_id()) == first
