@@ -10,7 +10,8 @@ with every segment checked at startup or only the active one (seed 003). The bro
   (the files are parsed before the damage: that is the truth);
 * say so in its log when a partition lost records (an ERROR line naming the partition, as
   ``<topic>-<partition>`` or ``topic=<topic> partition=<partition>``);
-* keep serving: new records produced afterwards are acknowledged and read back.
+* keep serving: new records produced afterwards are acknowledged and read back;
+* keep its cluster id (or say at ERROR that it lost it: meta.properties holds its only copy).
 
 ``run_damage_round`` runs one round and ``summarize`` adds up the figures of many; the test runs a
 few rounds and ``bench/chaos.py`` many.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read_partition
 from tierlog.records import decode_batch, iter_headers
@@ -229,6 +231,7 @@ def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str] |
     broker = ChaosBroker(data_dir, overrides)
     broker.start()
     populate(broker, partitions, records)
+    cluster_id = _cluster_id(broker)
     if clean_shutdown:
         assert broker.stop() == 0, broker.stderr_tail()
     else:
@@ -252,9 +255,19 @@ def run_damage_round(data_dir: Path, *, clean_shutdown: bool, kinds: list[str] |
     result.start_seconds = time.monotonic() - t0
     try:
         _check(broker, partitions, truth, damages, result, log_before)
+        now = _cluster_id(broker)
+        # Its one copy is meta.properties (one log dir): a change said at ERROR is all a broker can do.
+        if now != cluster_id and not any("cluster id" in line and _LOSS_REPORT.search(line)
+                                         for line in result.reported_lines):
+            result.problems.append(f"the cluster id changed from {cluster_id} to {now} without an ERROR saying so")
     finally:
         broker.stop()
     return result
+
+
+def _cluster_id(broker: ChaosBroker) -> str | None:
+    cluster_id = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30).cluster_id
+    return None if cluster_id is None else str(cluster_id)
 
 
 _REPORT = re.compile(r"\b(WARNING|ERROR|CRITICAL)\b")

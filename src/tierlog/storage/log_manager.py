@@ -26,6 +26,7 @@ from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     RECOVERY_POINT_CHECKPOINT,
     CleanShutdownFile,
+    CorruptCheckpointError,
     MetaProperties,
     OffsetCheckpointFile,
     random_uuid,
@@ -258,12 +259,20 @@ class LogManager:
         directory_id: bytes | None = None
         if path.exists():
             try:
-                MetaProperties.read(path)
-                return
+                meta = MetaProperties.read(path)
+                if meta.cluster_id is not None:
+                    return
+                # Every meta.properties Kafka or tierlog writes names the cluster: cut short.
+                raise CorruptCheckpointError(f"{path} has no cluster.id")
             except TierlogError as e:
-                _, directory_id = salvage_meta_properties(path)
-                log.error("meta.properties unreadable %s: %s; writing it again with cluster id %s", d, e,
-                          self.settings.cluster_id or "(a new one)")
+                legible, directory_id = salvage_meta_properties(path)
+                if legible is not None and legible == self.settings.cluster_id:
+                    log.error("meta.properties unreadable %s: %s; writing it again with its cluster id %s", d, e,
+                              legible)
+                else:
+                    # Its only copy is gone (another log dir's meta.properties would have given it).
+                    log.error("meta.properties unreadable %s: %s; its cluster id is lost: the cluster id is now %s",
+                              d, e, self.settings.cluster_id or "a new one")
         cluster_id = self.settings.cluster_id or uuid_to_base64(uuid.uuid4().bytes)
         MetaProperties(node_id=self.settings.node_id, cluster_id=cluster_id,
                        directory_id=directory_id or random_uuid()).write(path)

@@ -202,3 +202,26 @@ def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp
     assert asyncio.run(cluster_id()) == first
     assert MetaProperties.read(path).cluster_id == first  # readable again
     assert asyncio.run(cluster_id()) == first
+
+
+def test_a_meta_properties_cut_before_its_cluster_id_says_so_and_stays_stable_after(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
+
+    async def cluster_id() -> str:
+        broker = Broker(config(tmp_path), LogManagerSettings())
+        await broker.start()
+        assert broker.ctx is not None
+        found = broker.ctx.cluster_id
+        await broker.stop()
+        return found
+
+    first = asyncio.run(cluster_id())
+    path = tmp_path / "data" / META_PROPERTIES
+    path.write_text(path.read_text()[:20])  # the comment lines only: the only copy of the id is gone
+    second = asyncio.run(cluster_id())
+    assert second != first
+    assert any("cluster id is lost" in r.getMessage() and second in r.getMessage()
+               for r in caplog.records if r.levelname == "ERROR")
+    assert MetaProperties.read(path).cluster_id == second
+    assert asyncio.run(cluster_id()) == second
