@@ -50,6 +50,7 @@ from tierlog.storage.checkpoints import (
     MetaProperties,
     salvage_meta_properties,
     uuid_to_base64,
+    well_formed_cluster_id,
 )
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
@@ -70,7 +71,7 @@ def _existing_cluster_id(log_dirs: tuple[Path, ...]) -> str | None:
             if salvaged:
                 return salvaged
             continue
-        if meta.cluster_id:
+        if well_formed_cluster_id(meta.cluster_id):
             return meta.cluster_id
     return None
 

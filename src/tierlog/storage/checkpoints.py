@@ -551,6 +551,12 @@ class MetaProperties:
         write_atomic(Path(path), format_java_properties(self.to_properties(), now_ms).encode("utf-8"), sync=sync)
 
 
+def well_formed_cluster_id(cluster_id: str | None) -> bool:
+    """Cluster ids are Uuids in base64 (what tierlog and ``kafka-storage format`` write): anything
+    else in a meta.properties is a damaged one."""
+    return cluster_id is not None and _UUID_TEXT.fullmatch(cluster_id) is not None
+
+
 def salvage_meta_properties(path: Path) -> tuple[str | None, bytes | None]:
     """The cluster id and directory id still legible in a damaged ``meta.properties`` (each None if
     its line is damaged too): a broker keeps its cluster id rather than drawing a new one each start."""
@@ -559,7 +565,7 @@ def salvage_meta_properties(path: Path) -> tuple[str | None, bytes | None]:
     except (OSError, TierlogError):
         return None, None
     cluster_id = props.get("cluster.id")
-    if cluster_id is not None and not _UUID_TEXT.fullmatch(cluster_id):
+    if not well_formed_cluster_id(cluster_id):
         cluster_id = None
     directory_id: bytes | None = None
     try:

@@ -32,6 +32,7 @@ from tierlog.storage.checkpoints import (
     random_uuid,
     salvage_meta_properties,
     uuid_to_base64,
+    well_formed_cluster_id,
 )
 from tierlog.storage.listing_manifest import (
     PartitionListing,
@@ -260,10 +261,11 @@ class LogManager:
         if path.exists():
             try:
                 meta = MetaProperties.read(path)
-                if meta.cluster_id is not None:
+                if well_formed_cluster_id(meta.cluster_id):
                     return
-                # Every meta.properties Kafka or tierlog writes names the cluster: cut short.
-                raise CorruptCheckpointError(f"{path} has no cluster.id")
+                # Every meta.properties Kafka or tierlog writes names the cluster with a Uuid.
+                raise CorruptCheckpointError(f"{path} has no cluster.id" if meta.cluster_id is None
+                                             else f"{path}: cluster.id {meta.cluster_id!r} is not a Uuid")
             except TierlogError as e:
                 legible, directory_id = salvage_meta_properties(path)
                 if legible is not None and legible == self.settings.cluster_id:

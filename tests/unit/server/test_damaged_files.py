@@ -204,8 +204,9 @@ def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp
     assert asyncio.run(cluster_id()) == first
 
 
-def test_a_meta_properties_cut_before_its_cluster_id_says_so_and_stays_stable_after(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("damage", ["cut", "malformed"])
+def test_a_meta_properties_that_lost_its_cluster_id_says_so_and_stays_stable_after(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
 
     async def cluster_id() -> str:
@@ -218,7 +219,12 @@ def test_a_meta_properties_cut_before_its_cluster_id_says_so_and_stays_stable_af
 
     first = asyncio.run(cluster_id())
     path = tmp_path / "data" / META_PROPERTIES
-    path.write_text(path.read_text()[:20])  # the comment lines only: the only copy of the id is gone
+    text = path.read_text()
+    if damage == "cut":
+        path.write_text(text[:20])  # the comment lines only: the only copy of the id is gone
+    else:
+        at = text.index("cluster.id=") + 14
+        path.write_text(text[:at] + "\xd3" + text[at + 1 :])  # still parses, but is no Uuid
     second = asyncio.run(cluster_id())
     assert second != first
     assert any("cluster id is lost" in r.getMessage() and second in r.getMessage()
