@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the scenarios live in tests/reliability/
@@ -89,8 +90,88 @@ def crash(args: argparse.Namespace, work: Path) -> Section:
     return Section("crash", "Crash loop (SIGKILL under an idempotent producer)", table(rows), r.ok)
 
 
+def summary_table(summary: dict[str, object]) -> str:
+    return table([(k.replace("_", " "), v if not isinstance(v, (dict, list)) else json.dumps(v, default=str))
+                  for k, v in summary.items()])
+
+
+def remote(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.remote_faults import run_flaky_plugin, run_s3_kills
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    flaky = run_flaky_plugin(work / "remote-flaky", seconds=args.remote_seconds, partitions=3, rate=1500,
+                             broker_kills=6, topic_deletion=True, converge_timeout_s=120, seed=seed,
+                             progress=True)
+    s3 = run_s3_kills(work / "remote-s3", seconds=args.remote_seconds, partitions=3, rate=1500, s3_kills=12,
+                      s3_freezes=6, s3_down_s=(0.3, 2.0), final_outage_s=10.0, broker_kills=4,
+                      converge_timeout_s=180, seed=seed, progress=True)
+    body = (f"Fault phase {args.remote_seconds:.0f} s per scenario, 3 partitions, 1,500 records/s, seed {seed}.\n\n"
+            f"### Flaky plugin (errors, timeouts, partial writes in copy, fetch and delete)\n\n"
+            f"{summary_table(flaky.summary())}\n\n"
+            f"### S3 (moto) SIGKILLed and frozen during copies and deletes\n\n{summary_table(s3.summary())}")
+    return Section("remote", "Remote tier faults", body, flaky.ok and s3.ok)
+
+
+def _broker(work: Path, name: str, overrides: dict[str, str]) -> Any:
+    from tests.reliability.harness import ChaosBroker
+
+    (work / name).mkdir()
+    return ChaosBroker(work / name / "data", overrides).start()
+
+
+def hostile(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.hostile_clients import MIB, connection_flood, connection_limits, fuzz, slow_clients
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    overrides = {"socket.request.receive.timeout.ms": "5000", "connections.max.idle.ms": "10000",
+                 "queued.max.request.bytes": str(128 * MIB), "auto.create.topics.enable": "false"}
+    broker = _broker(work, "hostile", overrides)
+    try:
+        fuzzed = fuzz(broker, args.fuzz_inputs, seed=seed, failures_dir=work / "fuzz-failures")
+        slow = slow_clients(broker, half_frame=500, slowloris=50, never_reading=20, fetches_per_reader=20_000,
+                            partial=200, partial_declared_bytes=64 * MIB, partial_sent_bytes=8 * MIB)
+    finally:
+        stopped = broker.stop() == 0 if broker.alive() else False
+    flood_broker = _broker(work, "flood", {"connections.max.idle.ms": "600000"})
+    try:
+        flood = connection_flood(flood_broker, args.connections)
+    finally:
+        flood_broker.stop()
+    limits_broker = _broker(work, "limits", {"max.connections": "80", "max.connections.per.ip": "20",
+                                             "max.connections.per.ip.overrides": "127.0.0.1:1000,127.0.0.3:35"})
+    try:
+        limits = connection_limits(limits_broker, {"127.0.0.2": 20, "127.0.0.3": 35}, extra=10)
+    finally:
+        limits_broker.stop()
+    body = (f"### Fuzzed frames and mutated requests (seed {seed})\n\n{summary_table(fuzzed.summary())}\n\n"
+            f"### Slow clients: half a frame then a stall, a byte a second, pipelined fetches never read, "
+            f"requests declared large and sent in part\n\n{summary_table(slow.summary())}\n\n"
+            f"### {args.connections:,} connections at once\n\n{summary_table(flood.summary())}\n\n"
+            f"### Connection limits (max.connections=80, max.connections.per.ip=20 with overrides)\n\n"
+            f"{summary_table(limits.summary())}\n\nBroker stopped cleanly after fuzzing: {stopped}.")
+    return Section("hostile", "Hostile clients", body, fuzzed.ok and slow.ok and flood.ok and limits.ok and stopped)
+
+
+def load_section(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.load import load
+
+    per_topic = 100
+    topics = max(1, args.load_partitions // per_topic)
+    broker = _broker(work, "load", {})
+    try:
+        result = load(broker, topics=topics, partitions_per_topic=per_topic, connections=args.load_connections,
+                      rounds=3, restart=True)
+    finally:
+        broker.kill()
+    body = (f"{args.load_connections:,} connections over {topics * per_topic:,} partitions "
+            f"({topics} topics × {per_topic}), 3 rounds of metadata, produce and fetch on every connection, "
+            f"then a restart. The stated bound is `tests/reliability/load.py: rss_bound` (idle RSS + fixed "
+            f"slack + a bound per partition + a bound per connection).\n\n{summary_table(result.summary())}")
+    return Section("load", "Load: connections × partitions", body, result.ok)
+
+
 def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
-    return {"crash": crash}
+    return {"crash": crash, "remote": remote, "hostile": hostile, "load": load_section}
 
 
 BEGIN = "<!-- chaos:{name}:begin -->"
@@ -130,6 +211,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=50)
     p.add_argument("--rate", type=int, default=3000, help="crash: records produced per second")
     p.add_argument("--damage-rounds", type=int, default=40)
+    p.add_argument("--remote-seconds", type=float, default=120.0, help="remote: fault phase of each scenario")
     p.add_argument("--fuzz-inputs", type=int, default=100_000)
     p.add_argument("--connections", type=int, default=2000)
     p.add_argument("--load-connections", type=int, default=1000)
