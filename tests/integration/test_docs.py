@@ -292,7 +292,7 @@ def operations(s: Session) -> list[Expectation]:
         Expectation(r"^printf 'X' \| dd of=tierlog-data/audit-0/00000000000000000100\.log "),
         Expectation(r"^tierlog dump-log --strict ", has_lines("exit code 1")),
         Expectation(r"^tierlog spark verify ", _verify, timeout_s=120),
-        Expectation(r"^tierlog consume audit --offset 98 ", lambda r: _served_until_damage(r)),
+        Expectation(r"^tierlog consume audit --offset 98 ", lambda r: _served_across_damage(r)),
         Expectation(r'^grep "damaged segment"', matches(r"damaged segment topic=audit partition=0 .*00000000000000000100\.log "
                                                        r"at byte 0, offset 100: CRC mismatch")),
         Expectation(r"^mkdir -p quarantine/audit-0$"),
@@ -317,8 +317,10 @@ def _verify(r: Result) -> None:
     assert r.stdout.splitlines()[-1] == "exit code 3"
 
 
-def _served_until_damage(r: Result) -> None:
-    assert r.stdout.splitlines() == ["Offset:98\taudit-2-49", "Offset:99\taudit-2-50"], r.stdout
+def _served_across_damage(r: Result) -> None:
+    # 98 and 99 from the local segment before the damage, 100 on from the remote copy.
+    assert r.stdout.splitlines() == ["Offset:98\taudit-2-49", "Offset:99\taudit-2-50", "Offset:100\taudit-3-1",
+                                     "Offset:101\taudit-3-2", "Offset:102\taudit-3-3"], r.stdout
 
 
 PAGES = {

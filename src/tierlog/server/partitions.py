@@ -136,6 +136,8 @@ class PartitionManager:
         #: offset are served from it, and the log start offset clients see is the earliest of both.
         self.remote = remote
         self.waiters = DataWaiters()
+        #: (topic, partition, damaged file) already said to be served from the remote tier.
+        self._served_around_damage: set[tuple[str, int, str]] = set()
 
     @property
     def image(self) -> MetadataImage:
@@ -164,6 +166,10 @@ class PartitionManager:
         either (the caller answers OFFSET_OUT_OF_RANGE)."""
         if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
             return None
+        return self._fetch_remote(spec, limit, min_one)
+
+    def _fetch_remote(self, spec: ReadSpec, limit: int, min_one: bool) -> bytes | None:
+        assert self.remote is not None
         info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one)
         if info is None:
             return None
@@ -179,6 +185,29 @@ class PartitionManager:
                                          f"{problem.reason}")
             return records[:valid]
         return records
+
+    def _remote_copy_of_damage(self, ulog: UnifiedLog, spec: ReadSpec, limit: int, min_one: bool,
+                               damage: SegmentDamageError) -> bytes | None:
+        """The batches at the fetch offset from the remote tier, when the local copy is damaged but the
+        segment was tiered before the damage: the consumer reads on as if nothing happened. None when
+        the remote tier does not hold the offset (or its copy is damaged too)."""
+        if self.remote is None or not ulog.remote_log_enabled:
+            return None
+        try:
+            intact = self._fetch_remote(spec, limit, min_one)
+        except Exception as e:
+            log.warning("no remote copy of the damaged data of %s-%d at %d: %s", spec.topic, spec.partition,
+                        spec.fetch_offset, e)
+            return None
+        if not intact:
+            return None
+        key = (spec.topic, spec.partition, str(damage.path))
+        if key not in self._served_around_damage:
+            self._served_around_damage.add(key)
+            log.warning("serving %s-%d from offset %d from the remote tier: the local copy in %s is damaged "
+                        "(%s); move the damaged local segment aside to stop reading it",
+                        spec.topic, spec.partition, spec.fetch_offset, damage.path, damage.problem.reason)
+        return intact
 
     def get_log_blocking(self, topic: str, partition: int) -> UnifiedLog:
         """The partition's log, created if the image has the partition but the disk does not yet."""
@@ -270,13 +299,16 @@ class PartitionManager:
             except OffsetOutOfRangeError:
                 below_local = True
             except SegmentDamageError as e:
-                # CORRUPT_MESSAGE reaches the application (librdkafka passes it on as a consumer error;
-                # KAFKA_STORAGE_ERROR would have it wait silently for a new leader that never comes).
-                # The log said so once at ERROR; a consumer retrying is not news.
-                result.error_code = error_code_of(e)
-                log.debug("read of %s-%d at %d hit damaged data: %s", spec.topic, spec.partition,
-                          spec.fetch_offset, e)
-                continue
+                intact = self._remote_copy_of_damage(ulog, spec, limit, min_one, e)
+                if intact is None:
+                    # CORRUPT_MESSAGE reaches the application (librdkafka passes it on as a consumer
+                    # error; KAFKA_STORAGE_ERROR would have it wait silently for a new leader that
+                    # never comes). The log said so once at ERROR; a consumer retrying is not news.
+                    result.error_code = error_code_of(e)
+                    log.debug("read of %s-%d at %d hit damaged data: %s", spec.topic, spec.partition,
+                              spec.fetch_offset, e)
+                    continue
+                result.records = intact
             except Exception as e:
                 result.error_code = error_code_of(e)
                 log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)

@@ -231,3 +231,55 @@ def test_a_meta_properties_that_lost_its_cluster_id_says_so_and_stays_stable_aft
                for r in caplog.records if r.levelname == "ERROR")
     assert MetaProperties.read(path).cluster_id == second
     assert asyncio.run(cluster_id()) == second
+
+
+def test_a_damaged_local_batch_is_served_from_its_remote_copy(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A closed segment damaged on disk after it was tiered: reads of it come from the remote tier,
+    byte for byte what was written; damage the remote tier does not hold still answers CORRUPT_MESSAGE."""
+    props = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data"),
+             "offsets.topic.num.partitions": "1", "log.retention.check.interval.ms": "3600000",
+             "remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "3600000",
+             "rsm.config.dir": str(tmp_path / "remote")}
+
+    async def run(first: bool) -> list[tuple[int, bytes, int]]:
+        from tierlog.config.broker_config import BrokerConfig
+
+        broker = Broker(BrokerConfig(props), LogManagerSettings())
+        await broker.start()
+        try:
+            ctx = broker.ctx
+            assert ctx is not None and ctx.remote_log_manager is not None
+            if first:
+                await ctx.io.run(ctx.controller.create_topic, "r", 1, 1,
+                                 {"segment.bytes": "1024", "retention.ms": "-1", "remote.storage.enable": "true"})
+                for i in range(30):
+                    ok = await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))])
+                    assert ok[0].error_code == 0, i
+                await ctx.io.run(ctx.remote_log_manager.copy_all)
+                for _ in range(20):  # a closed segment the remote tier does not have yet
+                    assert (await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))]))[0].error_code == 0
+            ulog = ctx.log_manager.get_log("r", 0)
+            assert ulog is not None
+            out = []
+            for offset in (0, 10, ulog.segments.base_offsets[-2]):
+                [r] = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("r", 0, offset, 1 << 20)], 1 << 20)
+                data = r.records if isinstance(r.records, bytes) or r.records is None else r.records.read()
+                out.append((offset, bytes(data or b""), r.error_code))
+            return out
+        finally:
+            await broker.stop()
+
+    before = asyncio.run(run(True))
+    assert all(code == 0 and data for _, data, code in before)
+    segments = sorted((tmp_path / "data" / "r-0").glob("*.log"))
+    assert len(segments) >= 3
+    for seg in (segments[0], segments[-2]):  # a tiered segment, and a closed one not tiered
+        raw = bytearray(seg.read_bytes())
+        raw[70] ^= 0x10  # inside the first batch's records: its CRC no longer matches
+        seg.write_bytes(bytes(raw))
+    caplog.set_level("WARNING")
+    after = asyncio.run(run(False))
+    assert after[0] == before[0]  # served whole from the remote copy
+    assert after[1] == before[1]
+    assert after[2][2] == 2 and after[2][1] == b""  # CORRUPT_MESSAGE: no copy anywhere
+    assert sum("from the remote tier: the local copy" in m for m in caplog.messages) == 1
