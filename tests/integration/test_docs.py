@@ -287,7 +287,9 @@ def operations(s: Session) -> list[Expectation]:
         Expectation(r"^tierlog topics create scratch$", has_lines("created topic scratch with 1 partition")),
         Expectation(r"^tierlog metadata restore ", matches(r"^restored tierlog-backups/.*: the metadata log now starts at "
                                                           r"offset \d+ \(epoch 0\); 1 topics, 1 partitions$")),
-        Expectation(r'^grep "its topic is not in the metadata"', matches(r"deleting log scratch-0: its topic is not in the metadata")),
+        Expectation(r'^grep "its topic is not in the metadata"',
+                    matches(r"stray log topic=scratch partition=0 \(scratch-0\): its topic is not in the metadata; kept")),
+        Expectation(r"^ls -d tierlog-data/scratch-0\.\*-stray$", matches(r"^tierlog-data/scratch-0\.[0-9a-f]{32}-stray$")),
         Expectation(r"^tierlog topics list$", lambda r: _only_audit(r)),
         Expectation(r"^printf 'X' \| dd of=tierlog-data/audit-0/00000000000000000100\.log "),
         Expectation(r"^tierlog dump-log --strict ", has_lines("exit code 1")),

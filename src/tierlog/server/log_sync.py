@@ -142,9 +142,13 @@ class LogSync:
                               "not served until the topic is created again with this name (which takes the log "
                               "over) or a metadata snapshot is restored", topic, partition, topic, partition)
                     continue
-                log.info("deleting log %s-%d: its topic is not in the metadata (deleted while the broker was down)",
-                         topic, partition)
-                self.log_manager.delete_log(topic, partition)
+                # A metadata snapshot restored from before the topic existed, or a topic deleted just
+                # before a crash: the log is kept aside rather than deleted (Kafka's stray logs), so a
+                # restore never costs data. A live topic deletion (on_commit) deletes.
+                target = self.log_manager.stray_log(topic, partition)
+                log.warning("stray log topic=%s partition=%d (%s-%d): its topic is not in the metadata; kept, not "
+                            "served, as %s (delete it once it is not needed)", topic, partition, topic, partition,
+                            target)
         for t in image.topics_by_id.values():
             for partition in t.partitions:
                 existing = self.log_manager.get_log(t.name, partition)

@@ -30,14 +30,21 @@ class TierSync:
         self._last: MetadataImage | None = None
 
     def reconcile(self, image: MetadataImage) -> None:
-        """Startup: delete the remote data of topics deleted while the broker was down."""
+        """Startup: finish deleting the remote data of topics whose deletion began before the last
+        stop; keep that of other topics the metadata does not know (a restored metadata backup from
+        before they existed), as their local logs are kept as stray logs."""
         self._last = image
         live = set(image.topics_by_id)
         for tip in self.remote.rlmm.partitions():
-            if tip.topic_id != ZERO_TOPIC_ID and tip.topic_id not in live:
-                log.info("deleting the remote segments of %s-%d: its topic is not in the metadata",
-                         tip.topic, tip.partition)
+            if tip.topic_id == ZERO_TOPIC_ID or tip.topic_id in live:
+                continue
+            if self.remote.marked_for_deletion(tip):
+                log.info("deleting the remote segments of %s-%d: its topic was deleted", tip.topic, tip.partition)
                 self._delete_later(tip.topic, tip.partition, tip.topic_id, 0, RETRY_MIN_MS)
+            else:
+                log.warning("keeping the remote segments of %s-%d: its topic is not in the metadata, and its "
+                            "deletion never began (a metadata backup restored from before the topic existed?)",
+                            tip.topic, tip.partition)
 
     def on_commit(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Controller listener, after the log sync: logs of new topics exist by now."""
@@ -47,6 +54,12 @@ class TierSync:
             for topic_id, t in old.topics_by_id.items():
                 if topic_id not in image.topics_by_id:
                     for partition in t.partitions:
+                        try:
+                            self.remote.mark_partition_for_deletion(t.name, partition, topic_id)
+                        except Exception as e:
+                            # The deletion below still runs; only a restart before it ends keeps the data.
+                            log.warning("could not record that the remote data of %s-%d is to be deleted: %s",
+                                        t.name, partition, e)
                         self._delete_later(t.name, partition, topic_id, 0, RETRY_MIN_MS)
             if image.topics_by_id is not old.topics_by_id or image.configs is not old.configs:
                 self.remote.sync_partitions()

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import KafkaStorageError, TierlogError
@@ -231,8 +232,13 @@ class LogManager:
             for entry in it:
                 if not entry.is_dir():
                     continue
-                if entry.name.endswith("-delete"):
+                if entry.name.endswith(files.DELETE_DIR_SUFFIX):
                     shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                if entry.name.endswith(files.STRAY_DIR_SUFFIX):
+                    # Kept for the operator, never loaded or served (see stray_log).
+                    log.warning("stray log directory kept dir=%s: its topic was not in the metadata; not served, "
+                                "delete it once it is not needed", entry.path)
                     continue
                 if entry.name in ("remote-log-index-cache", "remote-log-metadata", "__cluster_metadata-0"):
                     continue
@@ -355,6 +361,22 @@ class LogManager:
         shutil.rmtree(target, ignore_errors=True)
         log.info("deleted log %s-%d", topic, partition)
         return True
+
+    def stray_log(self, topic: str, partition: int) -> Path | None:
+        """Take a log out of service without deleting its data: the partition dir is renamed to
+        ``<topic>-<partition>.<uuid>-stray`` (Kafka's stray logs), which is never loaded again.
+        Returns the new directory."""
+        with self._lock:
+            ulog = self._logs.pop((topic, partition), None)
+        if ulog is None:
+            return None
+        with ulog.lock:
+            ulog.close()
+            ulog.deleted = True
+            target = ulog.dir.parent / files.stray_dir_name(topic, partition)
+            os.replace(ulog.dir, target)
+        fsync_dir(target.parent)
+        return target
 
     def update_topic_config(self, topic: str) -> None:
         config = self.config_for_topic(topic)

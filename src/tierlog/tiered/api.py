@@ -252,6 +252,10 @@ class RemoteLogMetadataManager(Protocol):
 
     def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None: ...
 
+    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        """The latest deletion state recorded for the partition (None: its deletion never began)."""
+        ...
+
     def remote_log_size(self, tip: TopicIdPartition) -> int:
         """Bytes of the COPY_SEGMENT_FINISHED segments."""
         ...

@@ -37,6 +37,7 @@ from tierlog.tiered.api import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     TopicIdPartition,
     is_valid_transition,
 )
@@ -405,6 +406,11 @@ class FileRemoteLogMetadataManager:
             self._append(metadata)
             self.cache.apply(metadata)
             self._maybe_snapshot()
+
+    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        with self._lock:
+            record = self.cache.partition_deletes.get(tip)
+        return None if record is None else record.state
 
     def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
         with self._lock:

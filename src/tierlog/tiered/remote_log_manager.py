@@ -637,6 +637,24 @@ class RemoteLogManager:
         if ulog is not None and offset > ulog.log_start_offset:
             ulog.maybe_increment_log_start_offset(offset, "delete records")
 
+    def mark_partition_for_deletion(self, topic: str, partition: int, topic_id: bytes) -> bool:
+        """Record durably, before the deletion itself runs (later, retried), that the partition's
+        remote data is to go: a broker that restarts before it is done knows to finish it, and a
+        partition the metadata does not know without this mark (a restored metadata backup) is
+        kept. Only partitions with remote data or a copy task are marked. True if marked."""
+        tip = TopicIdPartition(topic_id, topic, partition)
+        state = self._partitions.get((topic, partition))
+        if tip not in set(self.rlmm.partitions()) and (state is None or state.tip != tip):
+            return False
+        if self.rlmm.remote_partition_delete_state(tip) is None:
+            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, self._now(), self.config.broker_id))
+        return True
+
+    def marked_for_deletion(self, tip: TopicIdPartition) -> bool:
+        state = self.rlmm.remote_partition_delete_state(tip)
+        return state is not None and state is not RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+
     def delete_partition_data(self, topic: str, partition: int, topic_id: bytes | None = None) -> int:
         """Delete every remote segment of a partition whose topic is being deleted (Kafka's
         stopPartitions with delete): DELETE_PARTITION_MARKED, each segment deleted, then
