@@ -182,10 +182,9 @@ def test_committed_offsets_load_around_a_damaged_consumer_offsets_segment(tmp_pa
     assert asyncio.run(run(False)) == {intact: 7}
 
 
-def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp_path: Path) -> None:
-    from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
-
-    async def cluster_id() -> str:
+def _cluster_id(tmp_path: Path) -> str:
+    """The cluster id a broker on ``tmp_path`` starts with."""
+    async def run() -> str:
         broker = Broker(config(tmp_path), LogManagerSettings())
         await broker.start()
         assert broker.ctx is not None
@@ -193,15 +192,21 @@ def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp
         await broker.stop()
         return found
 
-    first = asyncio.run(cluster_id())
+    return asyncio.run(run())
+
+
+def test_a_damaged_meta_properties_keeps_the_cluster_id_and_is_written_again(tmp_path: Path) -> None:
+    from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
+
+    first = _cluster_id(tmp_path)
     path = tmp_path / "data" / META_PROPERTIES
     text = path.read_text()
     path.write_text(text.replace("node.id=", "node.id=\x11"))  # unreadable: node.id is not a number
     with pytest.raises(TierlogError):
         MetaProperties.read(path)
-    assert asyncio.run(cluster_id()) == first
+    assert _cluster_id(tmp_path) == first
     assert MetaProperties.read(path).cluster_id == first  # readable again
-    assert asyncio.run(cluster_id()) == first
+    assert _cluster_id(tmp_path) == first
 
 
 @pytest.mark.parametrize("damage", ["cut", "malformed"])
@@ -209,15 +214,7 @@ def test_a_meta_properties_that_lost_its_cluster_id_says_so_and_stays_stable_aft
         tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     from tierlog.storage.checkpoints import META_PROPERTIES, MetaProperties
 
-    async def cluster_id() -> str:
-        broker = Broker(config(tmp_path), LogManagerSettings())
-        await broker.start()
-        assert broker.ctx is not None
-        found = broker.ctx.cluster_id
-        await broker.stop()
-        return found
-
-    first = asyncio.run(cluster_id())
+    first = _cluster_id(tmp_path)
     path = tmp_path / "data" / META_PROPERTIES
     text = path.read_text()
     if damage == "cut":
@@ -225,12 +222,12 @@ def test_a_meta_properties_that_lost_its_cluster_id_says_so_and_stays_stable_aft
     else:
         at = text.index("cluster.id=") + 14
         path.write_text(text[:at] + "\xd3" + text[at + 1 :])  # still parses, but is no Uuid
-    second = asyncio.run(cluster_id())
+    second = _cluster_id(tmp_path)
     assert second != first
     assert any("cluster id is lost" in r.getMessage() and second in r.getMessage()
                for r in caplog.records if r.levelname == "ERROR")
     assert MetaProperties.read(path).cluster_id == second
-    assert asyncio.run(cluster_id()) == second
+    assert _cluster_id(tmp_path) == second
 
 
 def test_a_damaged_local_batch_is_served_from_its_remote_copy(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
