@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import itertools
-import socket
 import struct
 import time
 from typing import Any
 
 from tests.integration.conftest import BrokerProcess
-from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
+from tests.reliability.harness import RawClient as _RawClient
+from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 
 
@@ -27,49 +26,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class RawClient:
+class RawClient(_RawClient):
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self._corr = itertools.count(1)
-        self.buf = b""
-
-    def send(self, api_key: int, version: int, values: dict[str, Any]) -> int:
-        corr = next(self._corr)
-        self.sock.sendall(encode_request(api_key, version, corr, "wire-test", build_request(api_key, version, values)))
-        return corr
-
-    def read_frame(self) -> bytes:
-        while len(self.buf) < 4 or len(self.buf) < 4 + struct.unpack_from(">i", self.buf)[0]:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            self.buf += chunk
-        size = struct.unpack_from(">i", self.buf)[0]
-        frame, self.buf = self.buf[4:4 + size], self.buf[4 + size:]
-        return frame
-
-    def receive(self, api_key: int, version: int, corr: int) -> Any:
-        got, body = parse_response(api_key, version, self.read_frame())
-        assert got == corr
-        return body
-
-    def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
-        return self.receive(api_key, version, self.send(api_key, version, values))
-
-    def closed_by_peer(self, timeout: float = 10.0) -> bool:
-        self.sock.settimeout(timeout)
-        try:
-            while True:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    return True
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
+        super().__init__(port, client_id="wire-test")
 
 
 def create_topic(client: RawClient, name: str, partitions: int = 1) -> None:

@@ -143,6 +143,18 @@ class RawClient:
     def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
         return self.receive(api_key, version, self.send(api_key, version, values))
 
+    def closed_by_peer(self, timeout: float = 10.0) -> bool:
+        """Whether the broker closes the connection within ``timeout`` (what it sends first is dropped)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                if not self.sock.recv(65536):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
     def close(self) -> None:
         self.sock.close()
 
