@@ -174,14 +174,20 @@ def test_produce_consume_round_trip_with_keys_and_headers(broker: BrokerProcess,
     assert "line 2 has no key separator" in error
 
 
-def test_consume_from_timestamp_and_offset(broker: BrokerProcess, topic_name: str) -> None:
-    b = ("--bootstrap-server", broker.bootstrap)
-    ok("topics", "create", topic_name, *b)
+def _produce_ten(broker: BrokerProcess, topic: str) -> int:
+    """Records m0..m9 a second apart from an hour ago; returns the first one's timestamp."""
     base = int(time.time() * 1000) - 3_600_000
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     for i in range(10):
-        producer.produce(topic_name, value=f"m{i}".encode(), timestamp=base + i * 1000)
+        producer.produce(topic, value=f"m{i}".encode(), timestamp=base + i * 1000)
     assert producer.flush(30) == 0
+    return base
+
+
+def test_consume_from_timestamp_and_offset(broker: BrokerProcess, topic_name: str) -> None:
+    b = ("--bootstrap-server", broker.bootstrap)
+    ok("topics", "create", topic_name, *b)
+    base = _produce_ten(broker, topic_name)
 
     out = ok("consume", topic_name, "--timestamp", str(base + 6500), "--print-timestamp", "--timeout-ms", "1500", *b)
     assert out.splitlines() == [f"CreateTime:{base + i * 1000}\tm{i}" for i in range(7, 10)]
@@ -200,11 +206,7 @@ def test_groups_describe_lag_and_reset_offsets(broker: BrokerProcess, topic_name
     b = ("--bootstrap-server", broker.bootstrap)
     group = f"g-{topic_name}"
     ok("topics", "create", topic_name, *b)
-    base = int(time.time() * 1000) - 3_600_000
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-    for i in range(10):
-        producer.produce(topic_name, value=f"m{i}".encode(), timestamp=base + i * 1000)
-    assert producer.flush(30) == 0
+    base = _produce_ten(broker, topic_name)
 
     out = ok("consume", topic_name, "--group", group, "--from-beginning", "--max-messages", "4", *b)
     assert out.splitlines() == ["m0", "m1", "m2", "m3"]
