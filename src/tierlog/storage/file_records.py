@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,8 @@ from tierlog.records.header import (
 )
 
 _I32 = struct.Struct(">i")
+#: Buffers one pwritev may take (Linux's UIO_MAXIOV).
+_IOV_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,19 @@ class FileRecords:
         """Set the valid length after recovery found where the data ends (e.g. a preallocated tail)."""
         self._size = size
 
-    def append(self, data: bytes | bytearray | memoryview) -> int:
+    def append(self, data: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]) -> int:
+        """Write ``data`` (one buffer, or several written in order with ``pwritev``) at the end."""
         position = self.size_bytes
-        view = memoryview(data)
+        views = [memoryview(data)] if isinstance(data, (bytes, bytearray, memoryview)) else [memoryview(d) for d in data]
         written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
+        while views:
+            n = os.pwritev(self.fd, views[:_IOV_MAX], position + written)
+            written += n
+            # A short write leaves the rest for the next call, from where it stopped.
+            while views and n >= len(views[0]):
+                n -= len(views.pop(0))
+            if views and n:
+                views[0] = views[0][n:]
         self._size = position + written
         return written
 

@@ -22,6 +22,7 @@ from tierlog.errors import (
     RecordTooLargeError,
 )
 from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
     LOG_APPEND_TIME,
     BatchHeader,
     iter_headers,
@@ -76,7 +77,7 @@ def random_roll_jitter_ms(config: LogConfig) -> int:
     return random.randrange(bound) if bound > 0 else 0
 
 
-def parse_and_validate(buf: bytearray, config: LogConfig, from_client: bool = True) -> list[BatchHeader]:
+def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig, from_client: bool = True) -> list[BatchHeader]:
     """Every batch of a produce request, deep-validated before any byte of it is written."""
     from tierlog.records import validate_batch
 
@@ -224,28 +225,53 @@ class UnifiedLog:
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
         """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append)."""
-        buf = bytearray(records)
+        data: bytes | bytearray | memoryview = records
         config = self.config
-        headers = parse_and_validate(buf, config, from_client=origin is AppendOrigin.CLIENT)
+        headers = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT)
+        # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
+        # request's bytes are written as they are, behind headers patched in small copies: offsets
+        # and the leader epoch lie outside the CRC, and a 1 MiB batch is not copied to change them.
+        owned = False
         if origin is not AppendOrigin.REPLICATION:
-            buf, headers = maybe_recompress(buf, headers, config.compression_type)
+            recompressed, headers = maybe_recompress(data, headers, config.compression_type)
+            owned, data = recompressed is not data, recompressed
             for h in headers:
                 if h.size_bytes > config.max_message_bytes:
                     raise RecordTooLargeError(f"record batch of {h.size_bytes} bytes after recompression to "
                                               f"{config.compression_type} exceeds max.message.bytes "
                                               f"{config.max_message_bytes}")
+        if config.log_append_time and not owned:
+            # LogAppendTime rewrites timestamps under the CRC: the batches get a copy of their own.
+            data = bytearray(data)
+            headers = [BatchHeader(data, h.position) for h in headers]
+            owned = True
+        size = len(data)
         with self.lock:
             now_ms = self.clock.wall_ms()
             self._check_timestamps(headers, now_ms, config)
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
             assigned: list[BatchHeader] = []
+            pieces: list[bytes | bytearray | memoryview] = []
+            view = memoryview(data)
             for h in headers:
-                set_base_offset(buf, h.position, offset)
-                set_partition_leader_epoch(buf, h.position, leader_epoch)
-                if config.log_append_time:
-                    set_log_append_time(buf, h.position, now_ms)
-                assigned.append(BatchHeader(buf, h.position))
+                if owned:
+                    assert isinstance(data, bytearray)
+                    set_base_offset(data, h.position, offset)
+                    set_partition_leader_epoch(data, h.position, leader_epoch)
+                    if config.log_append_time:
+                        set_log_append_time(data, h.position, now_ms)
+                    assigned.append(BatchHeader(data, h.position))
+                else:
+                    head = bytearray(view[h.position:h.position + BATCH_HEADER_SIZE])
+                    set_base_offset(head, 0, offset)
+                    set_partition_leader_epoch(head, 0, leader_epoch)
+                    patched = BatchHeader(head, 0)
+                    # The assigned fields, over the request's bytes: the body (all a reader of
+                    # ``buf`` looks at) is the same, and positions stay those within the request.
+                    patched.buf, patched.position = data, h.position
+                    assigned.append(patched)
+                    pieces += (head, view[h.position + BATCH_HEADER_SIZE:h.position + h.size_bytes])
                 offset = assigned[-1].next_offset
             staged = self.producer_state.validate_and_stage(assigned, origin)
             duplicate = staged.duplicate
@@ -260,11 +286,11 @@ class UnifiedLog:
             for h in assigned:
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            segment = self._maybe_roll(len(buf), max_ts, assigned[0].base_offset, assigned[-1].last_offset, now_ms)
+            segment = self._maybe_roll(size, max_ts, assigned[0].base_offset, assigned[-1].last_offset, now_ms)
             if leader_epoch >= 0 and (self.leader_epoch_cache.latest_epoch is None
                                       or leader_epoch > self.leader_epoch_cache.latest_epoch):
                 self.leader_epoch_cache.assign(leader_epoch, assigned[0].base_offset)
-            segment.append(buf, assigned)
+            segment.append(data if owned else pieces, assigned)
             for completion in self.producer_state.commit_staged(staged, assigned[-1].last_offset):
                 if completion.is_aborted:
                     txn = completion.txn
@@ -282,7 +308,7 @@ class UnifiedLog:
                 first_offset=assigned[0].base_offset, last_offset=assigned[-1].last_offset,
                 max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
                 log_append_time_ms=now_ms if config.log_append_time else -1,
-                log_start_offset=self.log_start_offset, records_count=count, valid_bytes=len(buf),
+                log_start_offset=self.log_start_offset, records_count=count, valid_bytes=size,
             )
 
     def _check_timestamps(self, headers: list[BatchHeader], now_ms: int, config: LogConfig) -> None:

@@ -24,8 +24,8 @@ def target_codec(compression_type: str) -> CompressionType | None:
     return compression_type_for_name(compression_type)
 
 
-def maybe_recompress(buf: bytearray, headers: list[BatchHeader],
-                     compression_type: str) -> tuple[bytearray, list[BatchHeader]]:
+def maybe_recompress(buf: bytes | bytearray | memoryview, headers: list[BatchHeader],
+                     compression_type: str) -> tuple[bytes | bytearray | memoryview, list[BatchHeader]]:
     """``(buf, headers)`` unchanged, or a new buffer whose batches all use the topic's codec."""
     target = target_codec(compression_type)
     if target is None or all(h.compression == target or h.is_control for h in headers):

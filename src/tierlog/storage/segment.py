@@ -335,9 +335,10 @@ class LogSegment:
 
     # -- append and read ----------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Append already-validated batches (offsets assigned). ``headers`` give each batch's fields
-        and its position within ``records``."""
+    def append(self, records: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
+               headers: Sequence[BatchHeader]) -> None:
+        """Append already-validated batches (offsets assigned): one buffer, or the pieces that make it
+        up, in order. ``headers`` give each batch's fields and its position within ``records``."""
         if not headers:
             return
         last = headers[-1].last_offset
