@@ -32,6 +32,7 @@ from tierlog.records.header import (
 )
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
+from tierlog.storage.batch_check import BatchProblem
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -484,10 +485,16 @@ class UnifiedLog:
         with self.lock:
             self._check_segment(segment)
 
-    def ensure_checked(self, segment: LogSegment) -> None:
-        """Check the segment's indexes now if startup left them unchecked (seed 003), e.g. before
-        its files are uploaded to the remote tier."""
+    def check_all_batches(self, segment: LogSegment) -> BatchProblem | None:
+        """Check the segment's indexes if startup left them unchecked (seed 003) and every batch not
+        known good (CRC, lengths, offsets), e.g. before its files are uploaded to the remote tier;
+        damage is reported as a read would report it."""
         self._ensure_checked(segment)
+        next_base = self.segments.next_base_offset(segment.base_offset)
+        problem = segment.check_all_batches(next_base)
+        if problem is not None:
+            self._report_damage(segment, next_base)
+        return problem
 
     def _check_segment(self, segment: LogSegment) -> None:
         if segment.checked:

@@ -561,6 +561,24 @@ class LogSegment:
             return min(end, walk.problem.position)
         return end
 
+    def check_all_batches(self, upper_offset: int | None) -> BatchProblem | None:
+        """Check every batch of the file not known good (from its start, offsets from the base
+        offset, below ``upper_offset``); the first damage, also left in :attr:`damage`, or None.
+        Spans checked before (by appends and reads) are skipped, and known damage is answered at once."""
+        if self.damage is not None:
+            return self.damage
+        end = self.log.size_bytes
+        span = self.verified.containing_position(0)
+        position, expected = (span.end, span.next_offset) if span is not None else (0, self.base_offset)
+        if position >= end:
+            return None
+        walk = BatchWalk(position, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset)
+        self._run_walk(walk, stop_at=end)
+        self._record_walk(position, walk)
+        if walk.problem is not None:
+            self._note_damage(walk.problem)
+        return walk.problem
+
     @property
     def index_distrusted(self) -> bool:
         """An offset index entry named a position where its batch does not start."""

@@ -46,7 +46,7 @@ from tierlog._util.crc import crc32c
 from tierlog._util.files import write_atomic
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
-from tierlog.errors import TierlogError
+from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.records.header import BATCH_HEADER_SIZE
 from tierlog.scheduler import Scheduler, TaskHandle, ThreadScheduler
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile, uuid_to_base64
@@ -437,7 +437,14 @@ class RemoteLogManager:
 
     def _copy_segment(self, state: _PartitionState, ulog: UnifiedLog, base: int, next_base: int) -> None:
         seg = ulog.segments.get(base)
-        ulog.ensure_checked(seg)
+        # A damaged batch uploaded would become the only copy once local retention runs: the
+        # segment (and so every later one) stays local, where the operator can still repair it.
+        problem = ulog.check_all_batches(seg)
+        if problem is not None:
+            raise CorruptRecordError(
+                f"segment [{base}, {next_base - 1}] ({seg.log_path}) has damaged data at byte {problem.position}, "
+                f"offset {problem.offset}: {problem.reason}; it is not copied to the remote tier, nor is any later "
+                "segment, and their local copies are kept (docs/operations.md, 'A corrupt segment')")
         snapshot = self._producer_snapshot(state, ulog, base, next_base)
         cache = ulog.leader_epoch_cache
         epochs = tuple((e.epoch, e.start_offset) for e in cache.epoch_entries_in_range(base, next_base))

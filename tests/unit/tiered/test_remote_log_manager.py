@@ -404,3 +404,67 @@ def test_deleting_a_topic_deletes_its_remote_data(env: Env) -> None:
     assert segments(rlm) == [] and rsm.list_files() == []
     assert not ulog.remote_log_enabled
     assert rlm.delete_partition_data("t", 0) == 0
+
+
+def test_a_damaged_segment_is_not_uploaded_and_stays_local(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """A bit flipped on disk in a closed segment: the copy stops before it (an upload would become
+    the only copy once local retention ran), says why, and goes on once the segment is gone."""
+    config = tiered_config(**{"local.retention.bytes": 1})
+    ulog = env.open_log(config=config)
+    fill(ulog, 30)
+    bases = ulog.segments.base_offsets
+    damaged = ulog.segments.get(bases[2])
+    ulog.close()  # the appends left their batches known good: damage them behind the broker's back
+    data = bytearray(damaged.log_path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    damaged.log_path.write_bytes(bytes(data))
+    ulog = env.open_log(config=config)
+    rsm = InMemoryRemoteStorageManager()
+    rlm = env.rlm(rsm)
+    rlm.sync_partitions()
+    with caplog.at_level(logging.ERROR):
+        assert rlm.copy_partition("t", 0) == 2
+    assert [m.start_offset for m in segments(rlm)] == bases[:2]
+    assert ulog.highest_offset_in_remote_storage == bases[2] - 1
+    [status] = rlm.status()
+    assert status.last_error is not None and f"segment [{bases[2]}, {bases[3] - 1}]" in status.last_error
+    assert "damaged data" in status.last_error and "not copied to the remote tier" in status.last_error
+    assert any("damaged segment topic=t partition=0" in r.getMessage() for r in caplog.records)
+    # Local retention keeps the damaged segment and everything after it.
+    ulog.delete_old_segments()
+    assert ulog.segments.base_offsets == bases[2:]
+    assert rlm.copy_partition("t", 0) == 0  # retried: still refused, without uploading anything
+    assert rsm.segment_ids() == {m.segment_id for m in segments(rlm)}
+    # The operator gives up the damaged offsets (delete-records past the segment): copying resumes.
+    ulog.maybe_increment_log_start_offset(bases[3], "delete records")
+    ulog.delete_old_segments()
+    assert rlm.copy_partition("t", 0) == len(bases) - 4
+    assert [m.start_offset for m in segments(rlm)] == bases[:2] + bases[3:-1]
+
+
+def test_segments_checked_at_upload_are_not_read_twice_when_known_good(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches appended by this process were checked then: the upload check reads nothing again.
+    After a restart nothing is known good, and the check reads the whole file once."""
+    import tierlog.storage.segment as segment_module
+
+    ulog = env.open_log()
+    fill(ulog, 30)
+    seg = ulog.segments.get(ulog.segments.base_offsets[0])
+    assert seg.verified.verified_bytes == seg.size_bytes
+    reads: list[int] = []
+    real_pread = segment_module.os.pread
+
+    def counting_pread(fd: int, size: int, position: int) -> bytes:
+        reads.append(size)
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(segment_module.os, "pread", counting_pread)
+    assert ulog.check_all_batches(seg) is None
+    assert reads == []
+    ulog.close()
+    ulog = env.open_log()
+    seg = ulog.segments.get(ulog.segments.base_offsets[0])
+    assert seg.verified.verified_bytes == 0
+    assert ulog.check_all_batches(seg) is None
+    assert sum(reads) >= seg.size_bytes and seg.verified.verified_bytes == seg.size_bytes
