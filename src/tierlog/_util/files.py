@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def fsync_dir(path: Path) -> None:
@@ -26,3 +30,23 @@ def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
     os.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Write every dirty page and inode of the filesystem holding ``path`` to disk (``syncfs``).
+
+    One call instead of an fsync per file: a clean shutdown of thousands of partitions otherwise
+    spends its time in journal commits, one per fsync. Linux reports writeback errors of the
+    filesystem here (5.8+); where ``syncfs`` is missing, ``sync()`` does the same for every one.
+    """
+    syncfs = getattr(_LIBC, "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs of {path}: {os.strerror(err)}")
+    finally:
+        os.close(fd)

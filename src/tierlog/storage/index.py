@@ -23,6 +23,7 @@ per map), but it does hold address space, so callers open indexes lazily as Kafk
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import sys
@@ -76,6 +77,10 @@ def round_down(value: int, multiple: int) -> int:
     return value // multiple * multiple
 
 
+#: Bytes written ahead of the entries: one page of the map.
+_PAGE_BYTES = mmap.PAGESIZE
+
+
 class _Index:
     """The shared machinery: file creation and preallocation, the map, resize/trim, binary search."""
 
@@ -114,6 +119,8 @@ class _Index:
         self._max_entries = self._length // self.ENTRY_SIZE
         # Kafka trusts an existing file completely: every whole entry in it counts.
         self._entries = 0 if newly_created else self._max_entries
+        #: Bytes from the file's start known to be written, not holes of the sparse preallocation.
+        self._written_to = 0 if newly_created else round_down(self._length, _PAGE_BYTES)
         self._load_last_entry()
 
     # -- map management ------------------------------------------------------------------------
@@ -128,6 +135,24 @@ class _Index:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+
+    def _write_ahead(self, position: int, size: int) -> None:
+        """Before an entry goes into the map at ``position``: fill the page(s) it lands on with
+        zeros through ``pwrite`` if they are still holes of the sparse file. A store into a mapped
+        hole makes the filesystem allocate inside the page fault, which on ext4 took milliseconds
+        with thousands of indexes mapped (a shutdown of 10,000 partitions: half a minute); through
+        ``pwrite`` it takes microseconds. Only bytes past the valid entries are written."""
+        end = position + size
+        if end <= self._written_to:
+            return
+        start = max(position, self._written_to)
+        stop = min(-(-end // _PAGE_BYTES) * _PAGE_BYTES, self._length)
+        fd = os.open(self._path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, bytes(stop - start), start)
+        finally:
+            os.close(fd)
+        self._written_to = stop
 
     def _buf(self) -> MappedBuffer:
         if self._closed:
@@ -296,6 +321,8 @@ class _Index:
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 os.ftruncate(fd, rounded)
+                # Pages past the shorter of the two lengths are holes now (or gone).
+                self._written_to = min(self._written_to, round_down(min(self._length, rounded), _PAGE_BYTES))
                 self._length = rounded
                 self._map(fd)
             finally:
@@ -446,6 +473,7 @@ class OffsetIndex(_Index):
             relative = self.relative_offset(offset)
             if position < 0 or position > _INT32_MAX:
                 raise ValueError(f"position {position} does not fit an int32 in {self._path}")
+            self._write_ahead(self._entries * OFFSET_ENTRY_SIZE, OFFSET_ENTRY_SIZE)
             _OFFSET_ENTRY.pack_into(self._buf(), self._entries * OFFSET_ENTRY_SIZE, relative, position)
             self._entries += 1
             self._last_offset = offset
@@ -585,6 +613,7 @@ class TimeIndex(_Index):
             relative = self.relative_offset(offset)
             if self._entries >= self._max_entries:
                 raise IndexFullError(f"no room for a time index entry in {self._path} (size = {self._entries})")
+            self._write_ahead(self._entries * TIME_ENTRY_SIZE, TIME_ENTRY_SIZE)
             _TIME_ENTRY.pack_into(self._buf(), self._entries * TIME_ENTRY_SIZE, timestamp, relative)
             self._entries += 1
             self._last = TimestampOffset(timestamp, offset)

@@ -672,21 +672,30 @@ class UnifiedLog:
         self.topic_id = topic_id
         PartitionMetadataFile(self.dir / PARTITION_METADATA).write(topic_id)
 
-    def close(self) -> None:
-        """Flush everything, snapshot producer state at the LEO and close files (clean shutdown)."""
+    def close(self, *, sync: bool = True) -> None:
+        """Clean shutdown of the log: the active segment's final time index entry and trims, a
+        producer snapshot at the LEO, files closed. With ``sync`` everything is fsynced and the
+        recovery point reaches the LEO; without, the caller syncs the filesystem once for many logs
+        (LogManager.shutdown) and then calls :meth:`mark_synced`."""
         with self.lock:
             if self.deleted:
                 return
-            self.flush()
+            # The active segment keeps its preallocated index size on disk only while open. Trimmed
+            # before the flush, so the fsyncs cover the trims too: a trim lost in a power cut after
+            # the clean-shutdown marker would leave KAFKA-19200's untrimmed index behind.
+            self.active_segment.on_become_inactive()
+            if sync:
+                self.flush()
             self.producer_state.update_map_end_offset(self._log_end_offset)
-            self._take_producer_snapshot(sync=True)
-            active = self.active_segment
+            self._take_producer_snapshot(sync=sync)
             for seg in self.segments.materialized():
-                if seg is not active:
-                    seg.close()
-            # The active segment keeps its preallocated index size on disk only while open.
-            active.on_become_inactive()
-            active.close()
+                seg.close()
+
+    def mark_synced(self) -> None:
+        """Everything this log wrote is on disk (its filesystem was synced): the recovery point
+        reaches the log end offset."""
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, self._log_end_offset)
 
     def delete(self) -> None:
         with self.lock:

@@ -491,3 +491,55 @@ def test_looks_untrimmed_edge_files(tmp_path: Path) -> None:
     empty = tmp_path / "empty.index"
     empty.write_bytes(b"")
     assert not looks_untrimmed(empty, 8, 80)
+
+
+# -- writing ahead of the map ---------------------------------------------------------------------------
+
+
+def _spy_pwrite(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
+    """(start, length, all zeros) of every pwrite the index module makes."""
+    import tierlog.storage.index as index_module
+
+    calls: list[tuple[int, int, bool]] = []
+    real = os.pwrite
+
+    def spy(fd: int, data: bytes, offset: int) -> int:
+        calls.append((offset, len(data), not any(data)))
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(index_module.os, "pwrite", spy)
+    return calls
+
+
+def test_each_new_page_is_written_ahead_once_and_never_over_entries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store into a hole of the sparse file allocates inside a page fault (milliseconds on ext4
+    with many maps): each page gets zeros through pwrite first, from the first free byte only."""
+    page = 4096
+    calls = _spy_pwrite(monkeypatch)
+    idx = offset_index(tmp_path, max_size=1 << 20)
+    for i in range(1100):  # 8-byte entries, 512 a page: three pages
+        idx.append(BASE + i, i * 10)
+    assert calls == [(0, page, True), (page, page, True), (2 * page, page, True)]
+    assert idx.lookup(BASE + 777) == OffsetPosition(BASE + 777, 7770)
+    # Trimmed and grown again (a reopened active segment): the pages past the trim are holes again.
+    idx.truncate_to(BASE + 600)
+    idx.trim_to_valid_size()
+    calls.clear()
+    idx.resize(1 << 20)
+    for i in range(600, 1100):
+        idx.append(BASE + i, i * 10 + 1)
+    # From the first free byte (entry 600 at byte 4,800) to the end of its page, then the next page.
+    assert calls == [(4800, 2 * page - 4800, True), (2 * page, page, True)]
+    assert [idx.entry(n) for n in (599, 600, 1099)] == [
+        OffsetPosition(BASE + 599, 5990), OffsetPosition(BASE + 600, 6001), OffsetPosition(BASE + 1099, 10991)]
+
+
+def test_a_time_index_entry_across_two_pages_writes_ahead_the_second(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _spy_pwrite(monkeypatch)
+    idx = time_index(tmp_path, max_size=1 << 20)
+    for i in range(342):  # entry 341 spans bytes 4092..4104
+        idx.maybe_append(1_000 + i, BASE + i)
+    assert calls == [(0, 4096, True), (4096, 4096, True)]
+    assert idx.entry(341) == TimestampOffset(1_341, BASE + 341)
