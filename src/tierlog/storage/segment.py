@@ -553,13 +553,18 @@ class LogSegment:
             start.position + start.size, start.last_offset + 1)
         if position >= end:
             return end
+        problem = self._check_from(position, expected, end, upper_offset)
+        return end if problem is None else min(end, problem.position)
+
+    def _check_from(self, position: int, expected: int, end: int, upper_offset: int | None) -> BatchProblem | None:
+        """Walk the batches from ``position`` (whose base offset must be ``expected``) to ``end``,
+        remembering what passed and noting the first damage, which is returned."""
         walk = BatchWalk(position, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset)
         self._run_walk(walk, stop_at=end)
         self._record_walk(position, walk)
         if walk.problem is not None:
             self._note_damage(walk.problem)
-            return min(end, walk.problem.position)
-        return end
+        return walk.problem
 
     def check_all_batches(self, upper_offset: int | None) -> BatchProblem | None:
         """Check every batch of the file not known good (from its start, offsets from the base
@@ -570,14 +575,7 @@ class LogSegment:
         end = self.log.size_bytes
         span = self.verified.containing_position(0)
         position, expected = (span.end, span.next_offset) if span is not None else (0, self.base_offset)
-        if position >= end:
-            return None
-        walk = BatchWalk(position, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset)
-        self._run_walk(walk, stop_at=end)
-        self._record_walk(position, walk)
-        if walk.problem is not None:
-            self._note_damage(walk.problem)
-        return walk.problem
+        return None if position >= end else self._check_from(position, expected, end, upper_offset)
 
     @property
     def index_distrusted(self) -> bool:
