@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 from pathlib import Path
 
-_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+from tierlog._util.libc import LIBC, check_result
 
 
 def fsync_dir(path: Path) -> None:
@@ -39,14 +37,12 @@ def sync_filesystem(path: Path) -> None:
     spends its time in journal commits, one per fsync. Linux reports writeback errors of the
     filesystem here (5.8+); where ``syncfs`` is missing, ``sync()`` does the same for every one.
     """
-    syncfs = getattr(_LIBC, "syncfs", None)
+    syncfs = getattr(LIBC, "syncfs", None)
     if syncfs is None:
         os.sync()
         return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs of {path}: {os.strerror(err)}")
+        check_result(syncfs(fd), f"syncfs of {path}")
     finally:
         os.close(fd)

@@ -18,15 +18,15 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import sys
 from typing import Any
+
+from tierlog._util.libc import LIBC, check_result
 
 #: msync(2)'s MS_SYNC on Linux.
 _MS_SYNC = 4
-_LIBC: Any = None
-if sys.platform.startswith("linux"):
+_LIBC: Any = LIBC
+if _LIBC is not None:
     try:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
         _LIBC.mmap.restype = ctypes.c_void_p
         _LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                ctypes.c_long]
@@ -40,12 +40,6 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 
 #: What a map's bytes are read and written through: ``struct.unpack_from``/``pack_into`` and slices.
 MappedBuffer = mmap.mmap | ctypes.Array[ctypes.c_char]
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 class FileMap:
@@ -81,7 +75,7 @@ class FileMap:
         if self._mm is not None:
             self._mm.flush()
         elif self._address is not None:
-            _check(_LIBC.msync(self._address, self.length, _MS_SYNC), "msync")
+            check_result(_LIBC.msync(self._address, self.length, _MS_SYNC), "msync")
 
     def close(self) -> None:
         if self._mm is not None:
@@ -91,7 +85,7 @@ class FileMap:
             address, self._address = self._address, None
             # Drop the array before the memory goes: nothing may reach the address afterwards.
             del self.buffer
-            _check(_LIBC.munmap(address, self.length), "munmap")
+            check_result(_LIBC.munmap(address, self.length), "munmap")
 
     def __del__(self) -> None:
         # A map nobody closed (an index dropped without close) must not leak its address space.
