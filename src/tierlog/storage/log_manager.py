@@ -472,8 +472,8 @@ class LogManager:
     # -- shutdown -------------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Clean shutdown: close every log (flush + producer snapshot), write the checkpoints, and
-        then the clean-shutdown marker in each dir."""
+        """Clean shutdown: close every log (trims, producer snapshot), sync each dir's filesystem,
+        write the checkpoints, and then the clean-shutdown marker in each dir whose sync worked."""
         for t in self._tasks:
             t.cancel()
         self._tasks.clear()
@@ -486,7 +486,8 @@ class LogManager:
             except (OSError, TierlogError) as e:
                 log.error("closing %s failed: %s", ulog.dir, e)
                 failed_dirs.add(ulog.dir.parent)
-        for d, logs in self._by_dir().items():
+        by_dir = self._by_dir()
+        for d, logs in by_dir.items():
             try:
                 sync_filesystem(d)
             except OSError as e:
@@ -498,7 +499,7 @@ class LogManager:
                 ulog.mark_synced()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
-        for d, logs in self._by_dir().items():
+        for d, logs in by_dir.items():
             if d not in failed_dirs:
                 write_manifest(d, [ulog.dir for ulog in logs.values()])
                 CleanShutdownFile(d / CLEAN_SHUTDOWN).write(broker_epoch=0)

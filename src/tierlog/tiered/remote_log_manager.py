@@ -654,9 +654,12 @@ class RemoteLogManager:
         if tip not in set(self.rlmm.partitions()) and (state is None or state.tip != tip):
             return False
         if self.rlmm.remote_partition_delete_state(tip) is None:
-            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, self._now(), self.config.broker_id))
+            self._put_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
         return True
+
+    def _put_partition_delete_state(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        self.rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(tip, state, self._now(), self.config.broker_id))
 
     def marked_for_deletion(self, tip: TopicIdPartition) -> bool:
         state = self.rlmm.remote_partition_delete_state(tip)
@@ -675,7 +678,6 @@ class RemoteLogManager:
         state = self._partitions.get((topic, partition))
         if state is not None and state.tip == tip:
             self._release((topic, partition), self.logs.get_log(topic, partition))
-        broker = self.config.broker_id
         # A copy run still uploading (released or not, it stops after the segment it is on) would
         # finish after the listing below, and its objects would belong to no segment. Its end is
         # not waited for here (the caller may be a shared scheduler thread): the caller retries.
@@ -683,14 +685,12 @@ class RemoteLogManager:
         if not lock.acquire(blocking=False):
             raise RemoteStorageError(f"a copy of {topic}-{partition} to the remote tier is in flight")
         try:
-            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, self._now(), broker))
+            self._put_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
             deleted = 0
             for md in list(self.rlmm.list_remote_log_segments(tip)):
                 self._delete_remote_segment(md, best_effort=False)
                 deleted += 1
-            self.rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-                tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, self._now(), broker))
+            self._put_partition_delete_state(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         finally:
             lock.release()
         log.info("deleted %d remote segments of %s-%d", deleted, topic, partition)
