@@ -4,36 +4,60 @@
 otherwise break every consumer), but a Python loop costs microseconds per record. This walk does
 the same checks as :func:`tierlog.records.record.skip_record` in a numba-compiled loop; when it
 finds a problem, the caller re-runs the Python walk to raise the exact error message.
+
+The two varint readers are separate and inlined, with a one-byte fast path: nearly every field of
+a record fits one byte, and a shared reader taking the width as an argument cost 25 ns per record
+against 15 ns for these (1 MiB batches of 1 KiB records).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from numba import njit
 
 NO_TIMESTAMP = -1
 
+# The readers return numpy int64 scalars (typed ``Any`` here): wrapping them in int() measured
+# ~10 % slower in the compiled loop, and numba treats both as the same machine integer.
 
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
-def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[int, int, bool]:
-    raw = 0
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _varint32(buf: np.ndarray, pos: int, end: int) -> tuple[Any, int, bool]:
+    """A zig-zag varint of at most 5 bytes: (value, position after it, ok)."""
+    if pos < end:
+        b = np.int64(buf[pos])
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1, True
+    raw = np.int64(0)
     shift = 0
-    for i in range(max_bytes):
+    for i in range(5):
         if pos + i >= end:
-            return 0, pos, False
-        b = int(buf[pos + i])
+            return np.int64(0), pos, False
+        b = np.int64(buf[pos + i])
         raw |= (b & 0x7F) << shift
         if b < 0x80:
-            if max_bytes == 5:
-                raw &= 0xFFFFFFFF
-                value = (raw >> 1) ^ -(raw & 1)
-                return value, pos + i + 1, True
-            # 64-bit zig-zag on a value that may use all 64 bits
-            u = np.uint64(raw)
-            signed = np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1))
-            return int(signed), pos + i + 1, True
+            raw &= 0xFFFFFFFF
+            return (raw >> 1) ^ -(raw & 1), pos + i + 1, True
         shift += 7
-    return 0, pos, False
+    return np.int64(0), pos, False
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _varint64(buf: np.ndarray, pos: int, end: int) -> tuple[Any, int, bool]:
+    """A zig-zag varlong of at most 10 bytes, in unsigned arithmetic so all 64 bits survive."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    for i in range(10):
+        if pos + i >= end:
+            return np.int64(0), pos, False
+        b = np.uint64(buf[pos + i])
+        raw |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            return np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1)), pos + i + 1, True
+        shift += np.uint64(7)
+    return np.int64(0), pos, False
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -50,16 +74,16 @@ def walk_records(
     for index in range(count):
         if pos >= end:
             break
-        length, pos, ok = _varint(buf, pos, end, 5)
+        length, pos, ok = _varint32(buf, pos, end)
         if not ok or length < 0 or length > end - pos:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         start = pos
         record_end = pos + length
         pos += 1  # attributes
-        ts_delta, pos, ok = _varint(buf, pos, record_end, 10)
+        ts_delta, pos, ok = _varint64(buf, pos, record_end)
         if not ok:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
-        offset_delta, pos, ok = _varint(buf, pos, record_end, 5)
+        offset_delta, pos, ok = _varint32(buf, pos, record_end)
         if not ok:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         if from_client:
@@ -68,7 +92,7 @@ def walk_records(
         elif offset_delta <= previous:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         previous = offset_delta
-        key_length, pos, ok = _varint(buf, pos, record_end, 5)
+        key_length, pos, ok = _varint32(buf, pos, record_end)
         if not ok:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         if key_length > 0:
@@ -78,22 +102,22 @@ def walk_records(
         else:
             # A negative length (Java reads anything below 0 as null) or zero.
             has_null_key = has_null_key or key_length < 0
-        value_length, pos, ok = _varint(buf, pos, record_end, 5)
+        value_length, pos, ok = _varint32(buf, pos, record_end)
         if not ok:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         if value_length > 0:
             if value_length > record_end - pos:
                 return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
             pos += value_length
-        header_count, pos, ok = _varint(buf, pos, record_end, 5)
+        header_count, pos, ok = _varint32(buf, pos, record_end)
         if not ok or header_count < 0 or header_count > record_end - pos:
             return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
         for _ in range(header_count):
-            hk, pos, ok = _varint(buf, pos, record_end, 5)
+            hk, pos, ok = _varint32(buf, pos, record_end)
             if not ok or hk < 0 or hk > record_end - pos:
                 return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
             pos += hk
-            hv, pos, ok = _varint(buf, pos, record_end, 5)
+            hv, pos, ok = _varint32(buf, pos, record_end)
             if not ok:
                 return False, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
             if hv > 0:
