@@ -307,6 +307,12 @@ class VerifiedSpans:
         if end <= start:
             return
         spans = self.spans
+        if spans:
+            last = spans[-1]
+            if last.end == start and last.next_offset == first_offset:
+                # The append path: the new batches follow the last span in bytes and offsets.
+                last.end, last.next_offset = end, next_offset
+                return
         new = VerifiedSpan(start, end, first_offset, next_offset)
         kept: list[VerifiedSpan] = []
         for s in spans:

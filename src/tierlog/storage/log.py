@@ -30,6 +30,7 @@ from tierlog.records.header import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from tierlog.records.reader import validate_batch
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.batch_check import BatchProblem
@@ -80,8 +81,6 @@ def random_roll_jitter_ms(config: LogConfig) -> int:
 
 def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig, from_client: bool = True) -> list[BatchHeader]:
     """Every batch of a produce request, deep-validated before any byte of it is written."""
-    from tierlog.records import validate_batch
-
     headers = list(iter_headers(buf))
     consumed = sum(h.size_bytes for h in headers)
     if not headers or consumed != len(buf):
@@ -288,8 +287,8 @@ class UnifiedLog:
                 if h.max_timestamp > max_ts:
                     max_ts, offset_of_max = h.max_timestamp, h.last_offset
             segment = self._maybe_roll(size, max_ts, assigned[0].base_offset, assigned[-1].last_offset, now_ms)
-            if leader_epoch >= 0 and (self.leader_epoch_cache.latest_epoch is None
-                                      or leader_epoch > self.leader_epoch_cache.latest_epoch):
+            latest_epoch = self.leader_epoch_cache.latest_epoch
+            if leader_epoch >= 0 and (latest_epoch is None or leader_epoch > latest_epoch):
                 self.leader_epoch_cache.assign(leader_epoch, assigned[0].base_offset)
             segment.append(data if owned else pieces, assigned)
             for completion in self.producer_state.commit_staged(staged, assigned[-1].last_offset):
