@@ -136,6 +136,47 @@ class BatchStats:
     uncompressed_size_bytes: int
 
 
+def walk_records_python(
+    buf: bytes, pos: int, end: int, count: int, base_timestamp: int, from_client: bool, base_offset: int
+) -> tuple[int, int, int, int, int, bool, int]:
+    """The compiled walk (:func:`walk_records`) in Python, raising InvalidRecordError that names
+    the record and what is wrong with it. Returns (found, end position, min ts, max ts, offsetDelta
+    of max ts, has null key, last offsetDelta); ``base_offset`` is only for the message."""
+    min_ts = max_ts = NO_TIMESTAMP
+    max_ts_delta = -1
+    has_null_key = False
+    previous_delta = -1
+    found = 0
+    try:
+        for index in range(count):
+            if pos >= end:
+                break
+            timestamp_delta, offset_delta, has_key, pos = skip_record(buf, pos, end)
+            if from_client:
+                if offset_delta != index:
+                    raise InvalidRecordError(
+                        f"offsetDelta {offset_delta} where {index} was expected: "
+                        "offsets inside a batch must be contiguous from 0"
+                    )
+            elif offset_delta <= previous_delta:
+                raise InvalidRecordError(
+                    f"offsetDelta {offset_delta} does not increase (previous {previous_delta})"
+                )
+            previous_delta = offset_delta
+            has_null_key = has_null_key or not has_key
+            ts = base_timestamp + timestamp_delta
+            if ts != NO_TIMESTAMP:
+                if ts > max_ts:
+                    max_ts = ts
+                    max_ts_delta = offset_delta
+                if min_ts == NO_TIMESTAMP or ts < min_ts:
+                    min_ts = ts
+            found += 1
+    except InvalidRecordError as e:
+        raise InvalidRecordError(f"record {found} of the batch at offset {base_offset}: {e}") from e
+    return found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous_delta
+
+
 def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchStats:
     """Kafka's produce-path checks (Log.analyzeAndValidateRecords + LogValidator.validateBatch), deep.
 
@@ -178,40 +219,9 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
     ok, found, walked_to, min_ts, max_ts, max_ts_delta, has_null_key, last_delta = fast
     if ok and found == count and walked_to == end and not (count and last_delta > header.last_offset_delta):
         return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
-    # Something is wrong (or unusual): the Python walk below finds it and says exactly what.
-    base_timestamp = header.base_timestamp
-    min_ts = max_ts = NO_TIMESTAMP
-    max_ts_delta = -1
-    has_null_key = False
-    previous_delta = -1
-    found = 0
-    try:
-        for index in range(count):
-            if pos >= end:
-                break
-            timestamp_delta, offset_delta, has_key, pos = skip_record(buf, pos, end)
-            if from_client:
-                if offset_delta != index:
-                    raise InvalidRecordError(
-                        f"offsetDelta {offset_delta} where {index} was expected: "
-                        "offsets inside a batch must be contiguous from 0"
-                    )
-            elif offset_delta <= previous_delta:
-                raise InvalidRecordError(
-                    f"offsetDelta {offset_delta} does not increase (previous {previous_delta})"
-                )
-            previous_delta = offset_delta
-            has_null_key = has_null_key or not has_key
-            ts = base_timestamp + timestamp_delta
-            if ts != NO_TIMESTAMP:
-                if ts > max_ts:
-                    max_ts = ts
-                    max_ts_delta = offset_delta
-                if min_ts == NO_TIMESTAMP or ts < min_ts:
-                    min_ts = ts
-            found += 1
-    except InvalidRecordError as e:
-        raise InvalidRecordError(f"record {found} of the batch at offset {base_offset}: {e}") from e
+    # Something is wrong (or unusual): the Python walk finds it and says exactly what.
+    found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous_delta = walk_records_python(
+        buf, pos, end, count, header.base_timestamp, from_client, base_offset)
     if found != count:
         raise _premature_eof(header, found)
     if pos != end:

@@ -1,4 +1,4 @@
-"""The compiled record walk agrees with the Python walk (skip_record) on valid and damaged records."""
+"""The compiled record walk agrees with the Python walk validate_batch falls back to, on valid and damaged records."""
 
 from __future__ import annotations
 
@@ -7,35 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlog.errors import InvalidRecordError
-from tierlog.records._fastwalk import NO_TIMESTAMP, walk_records
-from tierlog.records.record import encode_record, skip_record
+from tierlog.records._fastwalk import walk_records
+from tierlog.records.reader import walk_records_python
+from tierlog.records.record import encode_record
 
 BASE_TS = 1_700_000_000_000
 
 
 def python_walk(buf: bytes, pos: int, end: int, count: int, from_client: bool) -> tuple[object, ...] | None:
     """What the compiled walk must return for records that are valid, or None where it must refuse."""
-    min_ts = max_ts = NO_TIMESTAMP
-    max_ts_delta, has_null_key, previous, found = -1, False, -1, 0
     try:
-        for index in range(count):
-            if pos >= end:
-                break
-            ts_delta, offset_delta, has_key, pos = skip_record(buf, pos, end)
-            if (from_client and offset_delta != index) or (not from_client and offset_delta <= previous):
-                return None
-            previous = offset_delta
-            has_null_key = has_null_key or not has_key
-            ts = BASE_TS + ts_delta
-            if ts != NO_TIMESTAMP:
-                if ts > max_ts:
-                    max_ts, max_ts_delta = ts, offset_delta
-                if min_ts == NO_TIMESTAMP or ts < min_ts:
-                    min_ts = ts
-            found += 1
-    except (InvalidRecordError, IndexError):
+        return (True, *walk_records_python(buf, pos, end, count, BASE_TS, from_client, 0))
+    except InvalidRecordError:
         return None
-    return True, found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous
 
 
 records = st.lists(
