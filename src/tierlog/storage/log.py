@@ -43,6 +43,7 @@ from tierlog.storage.checkpoints import (
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
+from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import maybe_recompress
 from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
@@ -469,6 +470,16 @@ class UnifiedLog:
             if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
                 best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
+
+    def producer_state_horizon(self) -> int | None:
+        """The offset below which this log's producer state knows no producer (its snapshots were
+        lost; see producer_state_horizon), or None when its snapshots hold the full state."""
+        with self.lock:
+            horizon = read_horizon(self.dir, self._log_end_offset)
+            if horizon is not None and horizon <= self.log_start_offset:
+                clear_horizon(self.dir)  # nothing below the log start is needed any more
+                return None
+            return horizon
 
     def _take_producer_snapshot(self, *, sync: bool) -> None:
         path = self.producer_state.take_snapshot(sync=sync)

@@ -52,6 +52,7 @@ from tierlog.storage.producer_state import (
     ProducerStateManager,
     write_snapshot,
 )
+from tierlog.storage.producer_state_horizon import write_horizon
 
 log = logging.getLogger(__name__)
 
@@ -403,6 +404,14 @@ def rebuild_producer_state(
         for offset in offsets_to_snapshot:
             psm.update_map_end_offset(offset)
             psm.take_snapshot()
+        if last_offset > log_start_offset:
+            # Those snapshots, and every one taken from this state later, know nothing of the producers
+            # that wrote below ``last_offset``: recorded, so the tiered copy never trusts them (seed 001).
+            # An empty log (nothing to snapshot at its clean shutdown) has no such producers.
+            write_horizon(psm.log_dir, last_offset)
+            log.warning("no producer snapshot in %s after a clean shutdown: producer state starts empty at offset %d; "
+                        "snapshots covering earlier producers are rebuilt from the log before they are tiered",
+                        psm.log_dir, last_offset)
         return
 
     # If there was no producer state before a truncation, there is none after it: skip the scan.

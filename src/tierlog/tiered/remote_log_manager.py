@@ -59,6 +59,7 @@ from tierlog.storage.producer_rebuild import (
 )
 from tierlog.storage.producer_snapshot import snapshot_path
 from tierlog.storage.producer_state import read_snapshot
+from tierlog.storage.producer_state_horizon import snapshot_known_complete
 from tierlog.storage.txn_index import AbortedTxn
 from tierlog.tiered.api import (
     ZERO_TOPIC_ID,
@@ -520,15 +521,21 @@ class RemoteLogManager:
     # -- seed 001 -------------------------------------------------------------------------------
 
     def _producer_snapshot(self, state: _PartitionState, ulog: UnifiedLog, base: int, next_base: int) -> Path:
-        """The producer snapshot at the segment's end, rebuilt from the expiration window when it is
-        missing (or is an empty placeholder while the segment has idempotent batches)."""
+        """The producer snapshot at the segment's end (seed 001). The one on disk is uploaded only when
+        it is known to hold the producer state: written from a state with no recorded horizon, or one
+        whose horizon lies below every producer that can be live at the segment's end. Otherwise, or
+        when it is missing or unreadable, it is rebuilt by replaying the segments within
+        ``producer.id.expiration.ms`` before the segment's end -- so an empty file goes up only when
+        that replay finds no producer."""
         existing = ulog.producer_state.snapshot_file_for(next_base)
-        if existing is not None and existing.exists() and not _is_placeholder(existing, ulog, base):
-            return existing
         bases = [b for b in ulog.segments.base_offsets if b <= base]
         stamps = [(b, self._max_timestamp(state, ulog, b)) for b in bases]
         start = replay_window_start(stamps, stamps[-1][1], self.config.producer_id_expiration_ms,
                                     ulog.log_start_offset)
+        why = self._distrust(existing, ulog, base, start)
+        if why is None:
+            assert existing is not None
+            return existing
         # Only the segments holding offsets in [start, next_base) are opened and replayed.
         window = [ulog.segments.get(b) for i, b in enumerate(bases)
                   if (bases[i + 1] if i + 1 < len(bases) else next_base) > start]
@@ -541,9 +548,26 @@ class RemoteLogManager:
         with ulog.lock:
             shutil.move(str(built), str(target))
             ulog.producer_state.refresh_snapshots()
-        log.info("rebuilt the missing producer snapshot %s for segment %d of %s-%d from offset %d (seed 001)",
-                 target.name, base, state.tp[0], state.tp[1], start)
+        log.info("rebuilt the producer snapshot %s for segment %d of %s-%d from offset %d (seed 001): %s",
+                 target.name, base, state.tp[0], state.tp[1], start, why)
         return target
+
+    @staticmethod
+    def _distrust(existing: Path | None, ulog: UnifiedLog, base: int, window_start: int) -> str | None:
+        """Why the snapshot on disk cannot be uploaded as the segment's producer state, or None."""
+        if existing is None or not existing.exists():
+            return "it was missing"
+        try:
+            entries = read_snapshot(existing)
+        except TierlogError as e:
+            return f"it was unreadable ({e})"
+        horizon = ulog.producer_state_horizon()
+        if not snapshot_known_complete(horizon, window_start):
+            return (f"it was taken from a producer state that knows no producer below offset {horizon} "
+                    f"(its snapshots were lost), and producers from offset {window_start} on can be live")
+        if not entries and horizon is None and _legacy_placeholder(ulog, base):
+            return "it was an empty placeholder while the segment holds idempotent batches"
+        return None
 
     def _max_timestamp(self, state: _PartitionState, ulog: UnifiedLog, base: int) -> int:
         cached = state.max_timestamps.get(base)
@@ -952,14 +976,10 @@ def _next_offset_after(records: bytes, default: int) -> int:
     return default if last is None else last
 
 
-def _is_placeholder(snapshot: Path, ulog: UnifiedLog, base: int) -> bool:
+def _legacy_placeholder(ulog: UnifiedLog, base: int) -> bool:
     """An empty snapshot at the end of a segment that holds idempotent batches cannot be the true
-    state: it is the empty file a load without snapshots writes (the upgrade case of seed 001)."""
-    try:
-        if read_snapshot(snapshot):
-            return False
-    except TierlogError:
-        return True
+    state. Data dirs whose loader wrote placeholders before horizons were recorded have nothing else
+    to tell them by."""
     seg = ulog.segments.get(base)
     return any(h.producer_id >= 0 for h in iter_segment_headers(seg, base))
 

@@ -16,7 +16,7 @@ from tierlog.storage.producer_state import ProducerStateManager, read_snapshot
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered.api import IndexType, TopicIdPartition
 
-from .conftest import T0, Env, batch, tiered_config
+from .conftest import T0, Env, batch, fill, tiered_config
 
 WINDOW_MS = 20_000
 A, B, C = 100, 200, 300  # A writes early only, B always, C in the middle (inside the final window)
@@ -97,3 +97,107 @@ def test_upgrade_without_snapshots_tiers_everything_and_keeps_producer_state(
     retry = batches[24]  # C's last batch, sent again by a producer that did not see the ack
     assert psm.check_duplicate(BatchHeader(bytearray(retry))) is not None
     assert psm.last_entry(A) is None
+
+
+# -- issue 20, case 1: placeholders are known as such, whatever the newest segments hold ---------------
+
+P1, P2 = 11, 22
+
+
+def _state(path: Path) -> dict[int, tuple[int, int, int]]:
+    """Per producer: (epoch, last sequence, last offset) -- what deduplication after a restore needs."""
+    return {e.producer_id: (e.producer_epoch, e.last_seq, e.last_data_offset) for e in read_snapshot(path)}
+
+
+def test_placeholders_written_by_the_loader_are_never_uploaded(env: Env, tmp_path: Path) -> None:
+    """Every snapshot removed, restart (the loader writes empty placeholders, as Kafka's does), the
+    newest segments hold only non-idempotent batches, tiering on: every uploaded snapshot equals the
+    one a broker that never restarted wrote at the same offset, and none is empty."""
+    seqs = {P1: 0, P2: 0}
+    idempotent = []
+    for i in range(24):  # P1 and P2 alternate over several segments
+        pid = P1 if i % 2 == 0 else P2
+        idempotent.append(batch(2, ts=T0 + i * 100, producer_id=pid, producer_epoch=3, base_sequence=seqs[pid],
+                                seed=i))
+        seqs[pid] += 2
+    plain = [batch(3, ts=T0 + 5_000 + i * 100, seed=100 + i) for i in range(30)]
+
+    # The truth: the same appends into a log that is never restarted and keeps its snapshots.
+    truth = env.open_log("t-0", config=tiered_config())
+    del env.logs.logs[("t", 0)]
+    truth_dir = tmp_path / "truth-t-0"
+    for b in idempotent + plain:
+        truth.append_as_leader(b)
+    truth.flush()
+    truth_dir.mkdir()
+    for snap in truth.dir.glob("*.snapshot"):
+        truth_dir.joinpath(snap.name).write_bytes(snap.read_bytes())
+    truth.delete()
+
+    ulog = env.open_log("t-0", config=tiered_config())
+    for b in idempotent:
+        ulog.append_as_leader(b)
+    ulog.close()
+    del env.logs.logs[("t", 0)]
+    for snap in ulog.dir.glob("*.snapshot"):
+        snap.unlink()
+    ulog = env.open_log("t-0", config=tiered_config())
+    placeholders = sorted(ulog.dir.glob("*.snapshot"))
+    assert placeholders and all(not read_snapshot(p) for p in placeholders), "the loader writes empty placeholders"
+    for b in plain:
+        ulog.append_as_leader(b)
+    bases = ulog.segments.base_offsets
+    assert len(bases) >= 6
+
+    rsm = InMemoryRemoteStorageManager()
+    rlm = env.rlm(rsm)
+    assert rlm.copy_all() == len(bases) - 1
+    remote = list(rlm.rlmm.list_remote_log_segments(TIP))
+    assert len(remote) == len(bases) - 1
+    for md in remote:
+        uploaded = tmp_path / f"uploaded-{md.end_offset + 1}.snapshot"
+        with rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as f:
+            uploaded.write_bytes(f.read())
+        expected = _state(truth_dir / f"{md.end_offset + 1:020d}.snapshot")
+        assert set(expected) == {P1, P2}
+        assert _state(uploaded) == expected, f"segment [{md.start_offset}, {md.end_offset}]"
+
+
+def test_snapshots_of_a_complete_state_are_uploaded_as_they_are(env: Env) -> None:
+    """No horizon recorded: the snapshot a roll wrote is uploaded unread by any replay, even an empty
+    one of a log without idempotent producers (a replay per segment would cost a day of log each)."""
+    ulog = env.open_log("t-0", config=tiered_config())
+    fill(ulog, 30)
+    rsm = InMemoryRemoteStorageManager()
+    rlm = env.rlm(rsm)
+    rebuilt: list[int] = []
+    original = rlm._producer_snapshot
+
+    def spy(state, ulog, base, next_base):  # type: ignore[no-untyped-def]
+        before = ulog.producer_state.snapshot_file_for(next_base)
+        stamp = before.stat().st_mtime_ns if before is not None else None
+        path = original(state, ulog, base, next_base)
+        if stamp is None or path.stat().st_mtime_ns != stamp:
+            rebuilt.append(base)
+        return path
+
+    rlm._producer_snapshot = spy  # type: ignore[method-assign]
+    assert rlm.copy_all() == len(ulog.segments.base_offsets) - 1
+    assert rebuilt == []
+    assert ulog.producer_state_horizon() is None
+
+
+def test_the_horizon_goes_once_the_log_start_passes_it(env: Env) -> None:
+    ulog = env.open_log("t-0", config=tiered_config())
+    fill(ulog, 20, producer=lambda i: (P1, 0, 3 * i))
+    leo = ulog.log_end_offset
+    ulog.close()
+    del env.logs.logs[("t", 0)]
+    for snap in ulog.dir.glob("*.snapshot"):
+        snap.unlink()
+    ulog = env.open_log("t-0", config=tiered_config())
+    assert ulog.producer_state_horizon() == leo
+    fill(ulog, 10, start_ts=T0 + 50_000)
+    ulog.maybe_increment_log_start_offset(leo, "test")
+    assert ulog.producer_state_horizon() is None
+    assert not any(p.name.startswith("tierlog-producer-state") for p in ulog.dir.iterdir())
