@@ -20,6 +20,7 @@ from tierlog.storage.epoch_rebuild import cache_disagrees, open_leader_epoch_cac
 from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.listing_manifest import PartitionListing
 from tierlog.storage.log import UnifiedLog, random_roll_jitter_ms, segment_settings
+from tierlog.storage.log_restore import RESTORE_MARKER_FILE, read_restore_marker
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
 from tierlog.storage.segment import LogSegment
@@ -244,7 +245,15 @@ def load_log(
         next_offset=next_offset, producer_state=psm, leader_epoch_cache=epoch_cache, clock=clock,
         scheduler=scheduler, topic_id=topic_id,
     )
-    rebuild_producer_state(psm, segments, log_start_offset, next_offset, clock.wall_ms(), options.had_clean_shutdown)
+    # A tiered log's local start is above Kafka's log start: the snapshot there holds the producers
+    # of the remote-only segments (or of a restore from the remote tier).
+    rebuild_producer_state(psm, segments, log_start_offset, next_offset, clock.wall_ms(), options.had_clean_shutdown,
+                           keep_start_snapshot=config.remote_storage_enable)
+    if names is not None and RESTORE_MARKER_FILE in names:
+        # Only an unclean load can find it: the restart holds the log's lock until it removes it.
+        ulog.pending_restore_offset = read_restore_marker(directory)
+        log.warning("%s: a restart from the remote tier was cut short; it runs again before the partition is "
+                    "served", where)
     return ulog
 
 

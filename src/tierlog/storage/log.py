@@ -17,6 +17,7 @@ from tierlog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -144,6 +145,12 @@ class UnifiedLog:
         self.deleted = False
         #: .log sizes of segments never materialised, for :meth:`size_bytes_unloaded`.
         self._unloaded_sizes: dict[int, int] = {}
+        #: Set when a restart from the remote tier was cut short (log_restore): the remote log manager
+        #: runs it again before the partition is served.
+        self.pending_restore_offset: int | None = None
+        #: Why the partition is offline (e.g. its local log and its remote copy disagree), or None.
+        #: An offline log neither appends nor serves reads nor deletes anything: KAFKA_STORAGE_ERROR.
+        self.offline_reason: str | None = None
 
     # -- offsets --------------------------------------------------------------------------------------
 
@@ -228,6 +235,7 @@ class UnifiedLog:
         """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append)."""
         data: bytes | bytearray | memoryview = records
         config = self.config
+        self._check_online()
         headers = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT)
         # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
         # request's bytes are written as they are, behind headers patched in small copies: offsets
@@ -400,6 +408,7 @@ class UnifiedLog:
 
         Returns a file region so the broker can send it without copying it through Python."""
         end_offset = self.high_watermark if max_offset is None else max_offset
+        self._check_online()
         with self.lock:
             if start_offset == end_offset or start_offset == self._log_end_offset:
                 return FetchDataInfo(LogOffsetMetadata(start_offset), None)
@@ -470,6 +479,19 @@ class UnifiedLog:
             if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
                 best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
+
+    def _check_online(self) -> None:
+        reason = self.offline_reason
+        if reason is not None:
+            raise KafkaStorageError(f"{self.topic}-{self.partition} is offline: {reason}")
+
+    def take_offline(self, reason: str) -> None:
+        with self.lock:
+            self.offline_reason = reason
+
+    def bring_online(self) -> None:
+        with self.lock:
+            self.offline_reason = None
 
     def producer_state_horizon(self) -> int | None:
         """The offset below which this log's producer state knows no producer (its snapshots were
@@ -581,7 +603,8 @@ class UnifiedLog:
             self.recovery_point = min(self.recovery_point, target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, target_offset,
-                                   self.clock.wall_ms(), reload_from_clean_shutdown=False)
+                                   self.clock.wall_ms(), reload_from_clean_shutdown=False,
+                                   keep_start_snapshot=self.config.remote_storage_enable)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -646,6 +669,8 @@ class UnifiedLog:
     def retention_plan(self, now_ms: int, policy: RetentionPolicy | None = None) -> list[Deletion]:
         """What retention would delete now (the dry run uses this directly)."""
         with self.lock:
+            if self.offline_reason is not None:
+                return []  # its data is in question: nothing goes until the operator decides
             policy = policy if policy is not None else self.retention_policy(local=self.remote_log_enabled)
             total = self.size_bytes if policy.retention_bytes >= 0 else None
             return deletable_segments(self.segment_infos(), policy, now_ms, total)

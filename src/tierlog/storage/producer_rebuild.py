@@ -375,6 +375,8 @@ def rebuild_producer_state(
     last_offset: int,
     now_ms: int,
     reload_from_clean_shutdown: bool,
+    *,
+    keep_start_snapshot: bool = False,
 ) -> None:
     """Bring ``psm`` to ``last_offset`` (the log end offset, or the truncation point) from snapshots and
     the segments, with Kafka's ``rebuildProducerState`` semantics (KAFKA-FACTS §4.6).
@@ -389,7 +391,8 @@ def rebuild_producer_state(
 
     The loader calls it after ``psm.remove_stray_snapshots(bases)`` with ``last_offset`` = LEO and
     ``reload_from_clean_shutdown`` = whether the clean-shutdown marker was found; ``truncate_to`` calls it
-    with the truncation offset and ``reload_from_clean_shutdown=False``.
+    with the truncation offset and ``reload_from_clean_shutdown=False``. ``keep_start_snapshot``: see
+    ``ProducerStateManager.truncate_and_reload`` (tiered logs).
     """
     # hasattr, not isinstance: a runtime Protocol check costs more than the rest of a lazy load.
     segment_set: SegmentSet = (
@@ -416,7 +419,7 @@ def rebuild_producer_state(
 
     # If there was no producer state before a truncation, there is none after it: skip the scan.
     empty_before_truncation = psm.is_empty() and psm.map_end_offset >= last_offset
-    psm.truncate_and_reload(log_start_offset, last_offset, now_ms)
+    psm.truncate_and_reload(log_start_offset, last_offset, now_ms, keep_start_snapshot=keep_start_snapshot)
     if last_offset > psm.map_end_offset and not empty_before_truncation:
         snapshot_bases = set(offsets_to_snapshot)
         for segment in segment_set.from_offset(psm.map_end_offset):

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
+from tierlog._util.files import write_atomic
 from tierlog._util.varint import read_varint, read_varlong
 from tierlog.errors import (
     CorruptRecordError,
@@ -743,10 +744,17 @@ class ProducerStateManager:
         latest = self.latest_snapshot_offset
         self._last_snap_offset = log_start_offset if latest is None else latest
 
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int, *,
+                            keep_start_snapshot: bool = False) -> None:
         """Drop snapshots outside (log_start, log_end], then, unless the state already ends at the log
-        end, reload from the newest readable snapshot (the caller replays the log after it)."""
-        self._snapshots.delete_outside(log_start_offset, log_end_offset)
+        end, reload from the newest readable snapshot (the caller replays the log after it).
+
+        ``keep_start_snapshot`` keeps the one at ``log_start_offset`` too: for a tiered log that start
+        is Kafka's *local* log start, above the log start Kafka passes here, and the snapshot there
+        holds the producers of the segments that are only in the remote tier (or were restored from
+        it)."""
+        self._snapshots.delete_outside(log_start_offset - 1 if keep_start_snapshot else log_start_offset,
+                                       log_end_offset)
         if log_end_offset != self._map_end_offset:
             self._producers.clear()
             self._ongoing_txns.clear()
@@ -769,6 +777,18 @@ class ProducerStateManager:
         tier) for the next ``truncate_and_reload``."""
         self.truncate_fully_and_start_at(0)
         self.refresh_snapshots()
+
+    def install_snapshot(self, offset: int, snapshot: bytes, now_ms: int) -> int:
+        """Start over at ``offset`` with the producers of a snapshot taken there by another copy of
+        the log (the remote tier's, when a partition is restored from it): every local snapshot goes,
+        the bytes become ``<offset>.snapshot`` and are loaded, expired producers left out. Returns
+        the producers loaded; an unreadable snapshot leaves the state empty and says so."""
+        self.truncate_fully_and_start_at(offset)
+        path = snapshot_path(self.log_dir, offset)
+        write_atomic(path, snapshot)
+        self._snapshots.refresh()
+        self._load_from_snapshot(offset, now_ms)
+        return len(self._producers)
 
     def _load_from_snapshot(self, log_start_offset: int, now_ms: int) -> None:
         while (offset := self._snapshots.latest) is not None:

@@ -87,6 +87,7 @@ from tierlog.tiered.policy import (
     remote_deletable_segments,
     retry_delay_ms,
 )
+from tierlog.tiered.restore import PartitionConflictError, PartitionRestorer, RestoreAction
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,8 @@ class _PartitionState:
     copy_errors: int = 0
     #: largest timestamp per closed segment base offset, for seed 001's replay window
     max_timestamps: dict[int, int] = field(default_factory=dict)
+    #: The local log overlaps the remote end: the copy run compares that batch first (restore).
+    boundary_unchecked: bool = False
 
 
 def is_tierable(ulog: UnifiedLog, system_enable: bool) -> bool:
@@ -235,6 +238,9 @@ class RemoteLogManager:
         self._segment_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._lock = threading.RLock()
         self._tasks: list[TaskHandle] = []
+        self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self._read_segment(md, offset, n, True))
+        #: Partitions whose local log and remote copy disagree, with why: offline, never re-adopted.
+        self._conflicts: dict[TopicPartition, str] = {}
         self._closed = False
         #: The plugin's reading of its own custom metadata, for status (optional hook).
         self._uploaded_size: Callable[[bytes], int | None] | None = getattr(rsm, "uploaded_size_bytes", None)
@@ -289,6 +295,8 @@ class RemoteLogManager:
             for tp in [tp for tp in self._partitions if tp not in logs]:
                 self._release(tp, None)
                 changed = True
+            for tp in [tp for tp in self._conflicts if tp not in logs]:
+                del self._conflicts[tp]
         if changed:
             # `tierlog tier status` reads task states from the file: without this a new task showed
             # as unknown, and after a restart the previous process's stopped task and error stayed.
@@ -296,7 +304,30 @@ class RemoteLogManager:
 
     def _adopt(self, tp: TopicPartition, ulog: UnifiedLog) -> None:
         tip = TopicIdPartition(ulog.topic_id or ZERO_TOPIC_ID, tp[0], tp[1])
+        if tp in self._conflicts:
+            return  # offline until the operator decides (tierlog tier restore) and the broker restarts
+        try:
+            action = self._restorer.reconcile(tip, ulog, check_boundary=False)
+        except PartitionConflictError as e:
+            self._conflicts[tp] = str(e)
+            ulog.take_offline(str(e))
+            log.error("partition offline: %s; nothing is served, appended or deleted until the operator decides "
+                      "(docs/operations.md, 'Losing a disk')", e)
+            return
+        except Exception as e:
+            # The remote tier holds offsets the local log lacks: serving or appending now would hand
+            # them out again. Offline until a later sync pass restores it.
+            reason = f"restoring from the remote tier failed: {type(e).__name__}: {e}"
+            if ulog.offline_reason != reason:
+                log.error("%s-%d offline: %s (retried every %d ms)", tp[0], tp[1], reason,
+                          self.config.task_interval_ms, exc_info=not isinstance(e, RemoteStorageError | OSError))
+            ulog.take_offline(reason)
+            return
+        if ulog.offline_reason is not None:
+            log.info("%s-%d is online again", tp[0], tp[1])
+            ulog.bring_online()
         state = _PartitionState(tp, tip, lock=self._segments_lock(tip))
+        state.boundary_unchecked = action is RestoreAction.CHECK_BOUNDARY
         self._partitions[tp] = state
         highest = self._highest_finished_offset(tip)
         with ulog.lock:
@@ -379,7 +410,9 @@ class RemoteLogManager:
         if state.copy_stopped or state.released:
             return 0
         ulog = self.logs.get_log(*state.tp)
-        if ulog is None or ulog.deleted:
+        if ulog is None or ulog.deleted or ulog.offline_reason is not None:
+            return 0
+        if state.boundary_unchecked and not self._check_boundary(state, ulog):
             return 0
         copied = 0
         topic, partition = state.tp
@@ -428,6 +461,26 @@ class RemoteLogManager:
                           partition, base, state.consecutive_failures, e, exc_info=not expected)
                 self._record_error(state, f"{type(e).__name__}: {e}")
         return copied
+
+    def _check_boundary(self, state: _PartitionState, ulog: UnifiedLog) -> bool:
+        """The batch at the remote end, compared once with the local one at the same offsets: a log
+        written at offsets the remote tier holds (by a broker that did not know of them) goes offline
+        before anything of it is copied or served for long. False when the partition went offline."""
+        try:
+            self._restorer.reconcile(state.tip, ulog, check_boundary=True)
+        except PartitionConflictError as e:
+            self._conflicts[state.tp] = str(e)
+            ulog.take_offline(str(e))
+            state.copy_stopped = True
+            log.error("partition offline: %s; nothing is served, appended or deleted until the operator decides "
+                      "(docs/operations.md, 'Losing a disk')", e)
+            self._record_error(state, str(e))
+            return False
+        except Exception as e:
+            log.warning("could not compare %s-%d with its remote copy yet: %s", *state.tp, e)
+            return True  # the copy run goes on; the comparison is tried again next run
+        state.boundary_unchecked = False
+        return True
 
     def _delete_dangling_uploads(self, state: _PartitionState) -> None:
         for md in self.rlmm.list_remote_log_segments(state.tip):
@@ -602,7 +655,7 @@ class RemoteLogManager:
         ``wait`` nothing happens while the partition's copy run is in flight."""
         state = self._partitions.get((topic, partition))
         ulog = self.logs.get_log(topic, partition)
-        if state is None or ulog is None:
+        if state is None or ulog is None or ulog.offline_reason is not None:
             return []
         now = self._now() if now_ms is None else now_ms
         if not state.lock.acquire(blocking=wait):
@@ -878,7 +931,9 @@ class RemoteLogManager:
                 for base, _next in candidate_segments(bases, ulog.last_stable_offset, highest, local_start):
                     lag_segments += 1
                     lag_bytes += ulog.segments.get(base).size_bytes
-        task = "disabled" if state is None else ("stopped" if state.copy_stopped else "active")
+        offline = None if ulog is None else ulog.offline_reason
+        task = ("offline" if offline is not None else "disabled" if state is None
+                else "stopped" if state.copy_stopped else "active")
         return PartitionTierStatus(
             topic=tp[0], partition=tp[1], topic_id=uuid_to_base64(tip.topic_id) if tip else "",
             copy_task=task, highest_tiered_offset=highest,
@@ -886,7 +941,8 @@ class RemoteLogManager:
             local_log_start_offset=local_start, log_end_offset=leo, local_bytes=local_bytes,
             remote_bytes=sum(self.uploaded_size(m) for m in finished), remote_segments=len(finished),
             copy_lag_segments=lag_segments, copy_lag_bytes=lag_bytes,
-            last_error=state.last_error if state else None, last_error_ms=state.last_error_ms if state else None,
+            last_error=state.last_error if state and state.last_error else offline,
+            last_error_ms=state.last_error_ms if state else None,
             consecutive_failures=state.consecutive_failures if state else 0,
             segments_copied=state.segments_copied if state else 0,
             bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
