@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tierlog.errors import (
     CorruptRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     TierlogError,
     UnknownTopicOrPartitionError,
@@ -309,6 +310,11 @@ class PartitionManager:
                               spec.fetch_offset, e)
                     continue
                 result.records = intact
+            except KafkaStorageError as e:
+                # An offline partition (said at ERROR when it went offline); consumers retry.
+                result.error_code = error_code_of(e)
+                log.debug("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
+                continue
             except Exception as e:
                 result.error_code = error_code_of(e)
                 log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)

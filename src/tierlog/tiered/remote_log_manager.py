@@ -313,15 +313,18 @@ class RemoteLogManager:
             ulog.take_offline(str(e))
             log.error("partition offline: %s; nothing is served, appended or deleted until the operator decides "
                       "(docs/operations.md, 'Losing a disk')", e)
+            self._write_status()
             return
         except Exception as e:
             # The remote tier holds offsets the local log lacks: serving or appending now would hand
             # them out again. Offline until a later sync pass restores it.
             reason = f"restoring from the remote tier failed: {type(e).__name__}: {e}"
-            if ulog.offline_reason != reason:
+            first = ulog.offline_reason != reason
+            ulog.take_offline(reason)
+            if first:
                 log.error("%s-%d offline: %s (retried every %d ms)", tp[0], tp[1], reason,
                           self.config.task_interval_ms, exc_info=not isinstance(e, RemoteStorageError | OSError))
-            ulog.take_offline(reason)
+                self._write_status()
             return
         if ulog.offline_reason is not None:
             log.info("%s-%d is online again", tp[0], tp[1])
@@ -958,6 +961,10 @@ class RemoteLogManager:
                                      "consecutive_failures": s.consecutive_failures}
             for s in list(self._partitions.values())
         }
+        for (topic, partition), ulog in self.logs.all_logs().items():
+            if ulog.offline_reason is not None:
+                entries[f"{topic}-{partition}"] = {"copy_task": "offline", "last_error": ulog.offline_reason,
+                                                   "last_error_ms": None, "consecutive_failures": 0}
         try:
             write_status_file(self.status_path, {"written_ms": self._now(), "partitions": entries})
         except OSError as e:
