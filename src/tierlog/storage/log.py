@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
     CorruptIndexError,
@@ -108,20 +109,17 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
     return headers, stats
 
 
-def true_max_timestamps(headers: list[BatchHeader], stats: list[BatchStats], config: LogConfig,
-                        origin: AppendOrigin) -> list[int | None]:
-    """For each batch, the max timestamp its header must be given, or None when it already says it.
+def header_max_timestamp_fix(header: BatchHeader, stats: BatchStats) -> int | None:
+    """The max timestamp a CreateTime batch's header must be given, or None when it already says it.
 
-    Kafka's LogValidator sets a CreateTime batch's header max timestamp to its records' maximum
-    (-1 when none has a timestamp), whatever the producer wrote there: Sarama 1.22 writes -1, and
-    the time index, ListOffsets and retention all go by the header. LogAppendTime (the topic's, set
-    later, or a batch already stamped so) and a follower's copy of the leader's batches are left alone."""
-    if config.log_append_time or origin is AppendOrigin.REPLICATION:
-        return [None] * len(headers)
-    return [
-        st.max_timestamp if h.timestamp_type != LOG_APPEND_TIME and st.max_timestamp != h.max_timestamp else None
-        for h, st in zip(headers, stats, strict=True)
-    ]
+    Kafka's LogValidator sets the header max timestamp to the records' maximum (-1 when none has a
+    timestamp), whatever the producer wrote there: Sarama 1.22 writes -1, and the time index,
+    ListOffsets and retention all go by the header. A batch already stamped LogAppendTime keeps its
+    header. (The caller skips LogAppendTime topics, which stamp every header, and replication.)"""
+    true_max = stats.max_timestamp
+    if true_max == header.max_timestamp or header.timestamp_type == LOG_APPEND_TIME:
+        return None
+    return true_max
 
 
 class UnifiedLog:
@@ -272,14 +270,15 @@ class UnifiedLog:
         with self.lock:
             now_ms = self.clock.wall_ms()
             self._check_timestamps(headers, stats, now_ms, config)
-            # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
-            fixes = true_max_timestamps(headers, stats, config, origin)
+            fix_headers = not config.log_append_time and origin is not AppendOrigin.REPLICATION
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
             assigned: list[BatchHeader] = []
             pieces: list[bytes | bytearray | memoryview] = []
             view = memoryview(data)
-            for h, fix in zip(headers, fixes, strict=True):
+            # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
+            for h, st in zip(headers, stats, strict=False):  # equal lengths by construction; strict costs per append
+                fix = header_max_timestamp_fix(h, st) if fix_headers and st.max_timestamp != h.max_timestamp else None
                 if owned:
                     assert isinstance(data, bytearray)
                     set_base_offset(data, h.position, offset)
@@ -347,9 +346,10 @@ class UnifiedLog:
         """Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
         LogValidator.validateTimestamp), not the header's, which the producer may have got wrong: the
         oldest and newest record of a batch bound the rest. Records without one (-1) are not checked."""
-        if config.log_append_time:
-            return
         before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+        if config.log_append_time or (before_ms == INT64_MAX and after_ms == INT64_MAX):
+            # The defaults accept any timestamp (Kafka's long arithmetic never exceeds Long.MAX_VALUE).
+            return
         for h, st in zip(headers, stats, strict=True):
             if h.timestamp_type == LOG_APPEND_TIME:
                 continue
