@@ -5,19 +5,25 @@
 * bad input -- negative or oversized frame sizes, garbage, unknown APIs -- closes only the
   offending connection while another client carries on; an ApiVersions version the broker does not
   know is answered with v0 and UNSUPPORTED_VERSION;
-* pipelined requests are answered in order; acks=0 sends no response.
+* pipelined requests are answered in order; acks=0 sends no response;
+* a batch whose header max timestamp is -1 (Sarama 1.22) is stored with its records' maximum.
 """
 
 from __future__ import annotations
 
+import re
 import struct
+import subprocess
+import sys
 import time
 from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.conftest import BrokerProcess
 from tests.reliability.harness import RawClient as _RawClient
 from tierlog.protocol import ApiKey
-from tierlog.records import SimpleRecord, build_batch, iter_batches
+from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_batches
 
 
 def now_ms() -> int:
@@ -201,3 +207,42 @@ def test_client_vanishing_during_a_large_fetch(broker: BrokerProcess, topic_name
     assert len(values) == 3600
     client.close()
     assert "Traceback" not in broker.stderr_tail(200)
+
+
+def test_a_batch_whose_header_max_timestamp_is_minus_one_is_found_by_its_records(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Sarama 1.22 writes -1 as a batch's max timestamp, compressed or not. The broker stores the
+    records' maximum instead (issue 20), so ListOffsets by timestamp through a real client finds the
+    records and ``tierlog dump-log`` shows their CreateTime."""
+    client = RawClient(broker.port)
+    try:
+        create_topic(client, topic_name)
+        base = now_ms() - 60_000
+        timestamps = [[base + i * 1000 for i in range(5)], [base + 10_000 + i * 1000 for i in (0, 4, 2, 1, 3)]]
+        for codec, stamps in zip((CompressionType.NONE, CompressionType.GZIP), timestamps, strict=True):
+            data = build_batch([SimpleRecord(None, f"r{ts}".encode(), timestamp=ts) for ts in stamps],
+                               compression=codec, max_timestamp=-1)
+            assert BatchHeader(data).max_timestamp == -1
+            assert produce(client, topic_name, data).error_code == 0
+    finally:
+        client.close()
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic_name}-g"})
+    try:
+        asked = [base - 1, base + 2500, base + 10_000 + 1500, base + 60_000]
+        # One partition per request: librdkafka merges repeated partitions of one request.
+        found = [consumer.offsets_for_times([TopicPartition(topic_name, 0, ts)], timeout=30)[0] for ts in asked]
+        # Before every record: the first offset; then the first offset whose record is at or after
+        # the timestamp (offset 6 holds base+14000: the second batch is not in time order); after
+        # every record, none (-1).
+        assert [tp.offset for tp in found] == [0, 3, 6, -1]
+    finally:
+        consumer.close()
+
+    segment = broker.data_dir / f"{topic_name}-0" / f"{0:020d}.log"
+    dumped = subprocess.run([sys.executable, "-m", "tierlog.cli.main", "dump-log", str(segment)],
+                            capture_output=True, text=True, timeout=60)
+    assert dumped.returncode == 0, dumped.stderr
+    create_times = re.findall(r"CreateTime: (-?\d+)", dumped.stdout)
+    assert create_times == [str(base + 4000), str(base + 14_000)], dumped.stdout
+    assert dumped.stdout.count("isvalid: true") == 2, dumped.stdout

@@ -36,7 +36,15 @@ from tierlog.records.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import BatchStats, decode_batch, iter_batches, iter_records, validate_batch
+from tierlog.records.reader import (
+    BatchStats,
+    decode_batch,
+    iter_batches,
+    iter_records,
+    records_max_timestamp,
+    validate_batch,
+    walk_batch,
+)
 from tierlog.records.record import Header, Record
 
 __all__ = [
@@ -73,9 +81,11 @@ __all__ = [
     "iter_headers",
     "iter_records",
     "parse_control_record_type",
+    "records_max_timestamp",
     "set_base_offset",
     "set_log_append_time",
     "set_max_timestamp",
     "set_partition_leader_epoch",
     "validate_batch",
+    "walk_batch",
 ]

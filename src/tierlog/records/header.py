@@ -239,5 +239,16 @@ def set_max_timestamp(buf: bytearray | memoryview, position: int, timestamp_type
     _U32.pack_into(buf, position + CRC, crc)
 
 
+def set_create_time_max_timestamp(head: bytearray, body: bytes | bytearray | memoryview, max_timestamp: int) -> None:
+    """:func:`set_max_timestamp` (CreateTime) for a batch held as a copy of its 61-byte header
+    ``head`` and, elsewhere, the bytes after it: the produce path patches a copy of the header and
+    writes the request's body as it came, so the CRC is computed over the two pieces."""
+    (attributes,) = _I16.unpack_from(head, ATTRIBUTES)
+    _I16.pack_into(head, ATTRIBUTES, attributes & ~TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(head, MAX_TIMESTAMP, max_timestamp)
+    crc = crc32c(body, crc32c(memoryview(head)[CRC_START:BATCH_HEADER_SIZE]))
+    _U32.pack_into(head, CRC, crc)
+
+
 def set_log_append_time(buf: bytearray | memoryview, position: int, timestamp_ms: int) -> None:
     set_max_timestamp(buf, position, LOG_APPEND_TIME, timestamp_ms)

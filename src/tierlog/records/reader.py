@@ -8,7 +8,7 @@ from typing import cast
 
 import numpy as np
 
-from tierlog.errors import CorruptRecordError, InvalidRecordError
+from tierlog.errors import CorruptRecordError, InvalidRecordError, TierlogError
 from tierlog.records._fastwalk import walk_records
 from tierlog.records.compression import CompressionType, decompress
 from tierlog.records.header import (
@@ -212,8 +212,15 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
                 f"Invalid sequence number {header.base_sequence} in record batch with producerId "
                 f"{header.producer_id}"
             )
+    return walk_batch(header, from_client=from_client)
 
+
+def walk_batch(header: BatchHeader, *, from_client: bool = False) -> BatchStats:
+    """The record walk of :func:`validate_batch` alone: every record's structure, and the timestamps
+    the records themselves carry (decompressing if needed). No CRC or header rules, so a stored
+    batch that recovery already checked is not checked twice."""
     buf, pos, end = _records_region(header, any_buffer=True)
+    count = header.records_count
     uncompressed_size = end - pos
     fast = walk_records(np.frombuffer(buf, dtype=np.uint8), pos, end, count, header.base_timestamp, from_client)
     ok, found, walked_to, min_ts, max_ts, max_ts_delta, has_null_key, last_delta = fast
@@ -221,7 +228,7 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
         return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
     # Something is wrong (or unusual): the Python walk finds it and says exactly what.
     found, pos, min_ts, max_ts, max_ts_delta, has_null_key, previous_delta = walk_records_python(
-        buf, pos, end, count, header.base_timestamp, from_client, base_offset)
+        buf, pos, end, count, header.base_timestamp, from_client, header.base_offset)
     if found != count:
         raise _premature_eof(header, found)
     if pos != end:
@@ -232,3 +239,17 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
             f"{header.last_offset_delta}"
         )
     return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
+
+
+def records_max_timestamp(header: BatchHeader) -> int:
+    """A stored batch's max timestamp as its records give it, which is what the header should say
+    (Kafka's LogValidator sets the header from the records on append; a batch stored by an older
+    tierlog keeps whatever its producer wrote, -1 from Sarama 1.22). A LogAppendTime batch's
+    header is its timestamp. A batch whose records cannot be walked keeps its header's value: its
+    CRC was checked, so those are the bytes the producer sent and readers see."""
+    if header.timestamp_type == LOG_APPEND_TIME:
+        return header.max_timestamp
+    try:
+        return walk_batch(header).max_timestamp
+    except TierlogError:
+        return header.max_timestamp

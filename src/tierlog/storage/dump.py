@@ -40,6 +40,7 @@ from tierlog.records import (
     Record,
     decode_batch,
     parse_control_record_type,
+    records_max_timestamp,
 )
 from tierlog.records.compression import CompressionType
 from tierlog.records.header import (
@@ -552,8 +553,8 @@ class TimeIndexErrors:
 
 def time_index_errors(entries: Sequence[TimestampOffset], log: Buffer) -> TimeIndexErrors:
     """Each entry (t, o) must name a batch whose last offset is o, and t must be the largest batch
-    max timestamp up to and including that batch (what the segment indexed); timestamps must
-    increase from entry to entry."""
+    max timestamp up to and including that batch (what the segment indexed: the records' own, which
+    a header stored by an older tierlog may not say); timestamps must increase from entry to entry."""
     errors = TimeIndexErrors([], [], [])
     previous: int | None = None
     for entry in entries:
@@ -566,7 +567,7 @@ def time_index_errors(entries: Sequence[TimestampOffset], log: Buffer) -> TimeIn
     running_max = -1
     j = 0
     for h in _walk_headers(log):
-        running_max = max(running_max, h.max_timestamp)
+        running_max = max(running_max, records_max_timestamp(h))
         while j < len(order) and entries[order[j]].offset <= h.last_offset:
             found[order[j]] = (h.last_offset, running_max)
             j += 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
     CorruptIndexError,
@@ -24,14 +25,18 @@ from tierlog.errors import (
 )
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
+    CREATE_TIME,
     LOG_APPEND_TIME,
+    NO_TIMESTAMP,
     BatchHeader,
     iter_headers,
     set_base_offset,
+    set_create_time_max_timestamp,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import validate_batch
+from tierlog.records.reader import BatchStats, validate_batch
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.batch_check import BatchProblem
@@ -81,26 +86,42 @@ def random_roll_jitter_ms(config: LogConfig) -> int:
     return random.randrange(bound) if bound > 0 else 0
 
 
-def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig, from_client: bool = True) -> list[BatchHeader]:
-    """Every batch of a produce request, deep-validated before any byte of it is written."""
+def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
+                       from_client: bool = True) -> tuple[list[BatchHeader], list[BatchStats]]:
+    """Every batch of a produce request, deep-validated before any byte of it is written, with what
+    its records say (their timestamps) in the same order."""
     headers = list(iter_headers(buf))
     consumed = sum(h.size_bytes for h in headers)
     if not headers or consumed != len(buf):
         raise CorruptRecordError(
             f"the record set of {len(buf)} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
         )
+    stats: list[BatchStats] = []
     for h in headers:
         if h.size_bytes > config.max_message_bytes:
             raise RecordTooLargeError(
                 f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
             )
         # Only clients are refused control batches; the coordinator writes transaction markers.
-        validate_batch(h, from_client=from_client)
+        stats.append(validate_batch(h, from_client=from_client))
     if len(buf) > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
         )
-    return headers
+    return headers, stats
+
+
+def header_max_timestamp_fix(header: BatchHeader, stats: BatchStats) -> int | None:
+    """The max timestamp a CreateTime batch's header must be given, or None when it already says it.
+
+    Kafka's LogValidator sets the header max timestamp to the records' maximum (-1 when none has a
+    timestamp), whatever the producer wrote there: Sarama 1.22 writes -1, and the time index,
+    ListOffsets and retention all go by the header. A batch already stamped LogAppendTime keeps its
+    header. (The caller skips LogAppendTime topics, which stamp every header, and replication.)"""
+    true_max = stats.max_timestamp
+    if true_max == header.max_timestamp or header.timestamp_type == LOG_APPEND_TIME:
+        return None
+    return true_max
 
 
 class UnifiedLog:
@@ -236,7 +257,7 @@ class UnifiedLog:
         data: bytes | bytearray | memoryview = records
         config = self.config
         self._check_online()
-        headers = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT)
+        headers, stats = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT)
         # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
         # request's bytes are written as they are, behind headers patched in small copies: offsets
         # and the leader epoch lie outside the CRC, and a 1 MiB batch is not copied to change them.
@@ -257,24 +278,33 @@ class UnifiedLog:
         size = len(data)
         with self.lock:
             now_ms = self.clock.wall_ms()
-            self._check_timestamps(headers, now_ms, config)
+            self._check_timestamps(headers, stats, now_ms, config)
+            fix_headers = not config.log_append_time and origin is not AppendOrigin.REPLICATION
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
             assigned: list[BatchHeader] = []
             pieces: list[bytes | bytearray | memoryview] = []
             view = memoryview(data)
-            for h in headers:
+            # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
+            for h, st in zip(headers, stats, strict=False):  # equal lengths by construction; strict costs per append
+                fix = header_max_timestamp_fix(h, st) if fix_headers and st.max_timestamp != h.max_timestamp else None
                 if owned:
                     assert isinstance(data, bytearray)
                     set_base_offset(data, h.position, offset)
                     set_partition_leader_epoch(data, h.position, leader_epoch)
                     if config.log_append_time:
                         set_log_append_time(data, h.position, now_ms)
+                    elif fix is not None:
+                        set_max_timestamp(data, h.position, CREATE_TIME, fix)
                     assigned.append(BatchHeader(data, h.position))
                 else:
                     head = bytearray(view[h.position:h.position + BATCH_HEADER_SIZE])
                     set_base_offset(head, 0, offset)
                     set_partition_leader_epoch(head, 0, leader_epoch)
+                    if fix is not None:
+                        # Under the CRC: recomputed over the patched header and the body as it came.
+                        set_create_time_max_timestamp(
+                            head, view[h.position + BATCH_HEADER_SIZE:h.position + h.size_bytes], fix)
                     patched = BatchHeader(head, 0)
                     # The assigned fields, over the request's bytes: the body (all a reader of
                     # ``buf`` looks at) is the same, and positions stay those within the request.
@@ -320,16 +350,23 @@ class UnifiedLog:
                 log_start_offset=self.log_start_offset, records_count=count, valid_bytes=size,
             )
 
-    def _check_timestamps(self, headers: list[BatchHeader], now_ms: int, config: LogConfig) -> None:
-        if config.log_append_time:
+    def _check_timestamps(self, headers: list[BatchHeader], stats: list[BatchStats], now_ms: int,
+                          config: LogConfig) -> None:
+        """Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
+        LogValidator.validateTimestamp), not the header's, which the producer may have got wrong: the
+        oldest and newest record of a batch bound the rest. Records without one (-1) are not checked."""
+        before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+        if config.log_append_time or (before_ms == INT64_MAX and after_ms == INT64_MAX):
+            # The defaults accept any timestamp (Kafka's long arithmetic never exceeds Long.MAX_VALUE).
             return
-        for h in headers:
+        for h, st in zip(headers, stats, strict=True):
             if h.timestamp_type == LOG_APPEND_TIME:
                 continue
-            ts = h.max_timestamp
-            if ts >= 0 and (now_ms - ts > config.message_timestamp_before_max_ms
-                            or ts - now_ms > config.message_timestamp_after_max_ms):
-                raise InvalidTimestampError(f"timestamp {ts} of batch is out of the allowed range around {now_ms}")
+            for ts in (st.min_timestamp, st.max_timestamp):
+                if ts != NO_TIMESTAMP and (now_ms - ts > before_ms or ts - now_ms > after_ms):
+                    raise InvalidTimestampError(
+                        f"timestamp {ts} of a record in the batch at offset {h.base_offset} is out of range: "
+                        f"the timestamp should be within [{now_ms - before_ms}, {now_ms + after_ms}]")
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
         seg = self.active_segment

@@ -30,6 +30,7 @@ from tierlog.records.header import (
     MIN_BATCH_LENGTH,
     BatchHeader,
 )
+from tierlog.records.reader import records_max_timestamp
 from tierlog.storage import files
 from tierlog.storage.batch_check import BatchProblem, BatchWalk, CheckedBatch, VerifiedSpans
 from tierlog.storage.file_records import FileRecords, FileRegion
@@ -228,6 +229,9 @@ class LogSegment:
         #: The problem recovery stopped at, if it stopped early (the loader reports it).
         self.recovery_problem: BatchProblem | None = None
         self._index_distrusted = False
+        #: Some batch's header max timestamp disagrees with its records (stored by an older tierlog,
+        #: which kept the producer's value): timestamps then come from the records, not the headers.
+        self.headers_lie = False
         if create:
             self._max_ts_and_offset = (-1, base_offset)
             self._first_batch_timestamp_loaded = True
@@ -275,18 +279,29 @@ class LogSegment:
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
             entry = self.time_index.last_entry()
-            if entry[0] >= 0 and not self._time_entry_matches(entry[0], entry[1]):
+            if entry[0] >= 0 and not self._time_entry_matches(entry[0], entry[1], check_records=True):
                 # Retention deletes by this timestamp: one flipped byte must not make a segment
                 # look years old (or keep it forever).
                 self._rebuild_for_time_index(entry[0], entry[1])
                 assert self._max_ts_and_offset is not None
                 return self._max_ts_and_offset
+            if entry[0] < 0 and self.log.size_bytes > 0:
+                # No batch header named a timestamp: an older tierlog stored a producer's -1 (Sarama
+                # 1.22) as it came, or the records really have none. Their records decide.
+                log.info("the time index %s has no entry; deriving the timestamps of %s from its records",
+                         self.time_index_path, self.log.path)
+                self.recover(truncate=False)
+                assert self._max_ts_and_offset is not None
+                return self._max_ts_and_offset
             self._max_ts_and_offset = (entry[0], entry[1])
         return self._max_ts_and_offset
 
-    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
-        """Whether the batch a time index entry names (by its last offset) carries that largest
-        timestamp, as every entry written by an append or a recovery does."""
+    def _time_entry_matches(self, timestamp: int, offset: int, *, check_records: bool = False) -> bool:
+        """Whether the batch a time index entry names (by its last offset) has that largest timestamp,
+        as every entry written by an append or a recovery says: in its header, or -- where the header
+        lies and a recovery took it from the records -- in its records. ``check_records``: a header
+        that matches must also agree with the records (once per segment, when its largest timestamp
+        is first needed: a batch stored with a lying header is found there)."""
         try:
             found = self.translate_offset(offset)
         except (CorruptRecordError, TierlogError, OSError):
@@ -294,7 +309,15 @@ class LogSegment:
         if found is None or found.last_offset != offset:
             return False
         head = os.pread(self.log.fd, BATCH_HEADER_SIZE, found.position)
-        return len(head) == BATCH_HEADER_SIZE and BatchHeader(head, 0).max_timestamp == timestamp
+        if len(head) != BATCH_HEADER_SIZE:
+            return False
+        header_ts = BatchHeader(head, 0).max_timestamp
+        if header_ts == timestamp and not check_records:
+            return True
+        records_ts = records_max_timestamp(BatchHeader(self.log.read(found.position, found.size), 0))
+        if records_ts != header_ts:
+            self.headers_lie = True
+        return records_ts == timestamp
 
     def _rebuild_for_time_index(self, timestamp: int, offset: int) -> None:
         log.warning("the time index %s names timestamp %d at offset %d, which the batches there do not carry; "
@@ -326,9 +349,14 @@ class LogSegment:
     def first_batch_timestamp(self) -> int | None:
         if not self._first_batch_timestamp_loaded:
             first = next(self.log.iter_headers_from(0), None)
-            self._first_batch_timestamp = None if first is None else first.max_timestamp
+            self._first_batch_timestamp = None if first is None else self._batch_max_timestamp(first)
             self._first_batch_timestamp_loaded = True
         return self._first_batch_timestamp
+
+    def _batch_max_timestamp(self, header: BatchHeader) -> int:
+        """A stored batch's largest timestamp as its records say it (:func:`records_max_timestamp`);
+        ``header`` may hold only the 61 header bytes (:meth:`FileRecords.iter_headers_from`)."""
+        return records_max_timestamp(BatchHeader(self.log.read(header.position, header.size_bytes), 0))
 
     def indexes_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
@@ -624,8 +652,12 @@ class LogSegment:
         start = self.translate_offset(max(index_offset, starting_offset))
         if start is None:
             return None
+        headers_lie = self.headers_lie
         for h in self.log.iter_headers_from(start.position):
-            if h.max_timestamp >= timestamp and not h.is_control:
+            if h.is_control:
+                continue
+            # A lying header (stored by an older tierlog) may say -1 where the records hold the answer.
+            if h.max_timestamp >= timestamp or (headers_lie and self._batch_max_timestamp(h) >= timestamp):
                 full = BatchHeader(self.log.read(h.position, h.size_bytes), 0)
                 for record in decode_batch(full):
                     if record.timestamp >= timestamp and record.offset >= starting_offset:
@@ -644,6 +676,10 @@ class LogSegment:
         for an inactive segment after a clean shutdown the bytes after a flipped bit are still the
         only copy there is. ``exact_end``: the offset the data must end at, if known (a clean
         shutdown's log end offset). ``on_batch`` sees every valid batch (leader epochs, producer state).
+
+        The time index and the largest timestamp come from each batch's records, not its header: a
+        batch stored by an older tierlog keeps its producer's header value, which may be -1 or wrong.
+        The bytes are not rewritten; :attr:`headers_lie` remembers that the headers cannot be trusted.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -653,18 +689,22 @@ class LogSegment:
         last_index_entry = 0
         max_ts, offset_of_max = -1, self.base_offset
         first_ts: int | None = None
+        headers_lie = False
         problem: BatchProblem | None = None
         size = self.log.size_bytes
         if size > 0:
             with open(self.log.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
 
                 def confirmed(b: CheckedBatch) -> None:
-                    nonlocal last_index_entry, max_ts, offset_of_max, first_ts
+                    nonlocal last_index_entry, max_ts, offset_of_max, first_ts, headers_lie
                     h = BatchHeader(mm, b.position)
+                    batch_ts = records_max_timestamp(h)
+                    if batch_ts != h.max_timestamp:
+                        headers_lie = True
                     if first_ts is None:
-                        first_ts = h.max_timestamp
-                    if h.max_timestamp > max_ts:
-                        max_ts, offset_of_max = h.max_timestamp, b.last_offset
+                        first_ts = batch_ts
+                    if batch_ts > max_ts:
+                        max_ts, offset_of_max = batch_ts, b.last_offset
                     if b.position - last_index_entry > self.settings.index_interval_bytes:
                         self.offset_index.append(b.last_offset, b.position)
                         self.time_index.maybe_append(max_ts, offset_of_max)
@@ -681,6 +721,10 @@ class LogSegment:
                 if walk.first_offset is not None and walk.next_offset is not None:
                     self.verified.add(0, valid_bytes, walk.first_offset, walk.next_offset)
         self.recovery_problem = problem
+        if headers_lie:
+            log.warning("batch headers of %s carry max timestamps their records do not (written so by an older "
+                        "tierlog); its time index and largest timestamp come from the records", self.log.path)
+        self.headers_lie = headers_lie
         self.damage = None
         self.damage_reported = False
         truncated = 0

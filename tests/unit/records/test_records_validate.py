@@ -7,7 +7,16 @@ import struct
 import pytest
 
 from tierlog.errors import CorruptRecordError, InvalidRecordError
-from tierlog.records import BatchHeader, BatchStats, Record, SimpleRecord, build_batch, validate_batch
+from tierlog.records import (
+    BatchHeader,
+    BatchStats,
+    Record,
+    SimpleRecord,
+    build_batch,
+    records_max_timestamp,
+    validate_batch,
+    walk_batch,
+)
 
 from ._records_helpers import raw_batch, raw_record, recrc
 
@@ -155,3 +164,22 @@ def test_position_inside_a_larger_buffer() -> None:
     buf = bytearray(first + second)
     stats = validate_batch(BatchHeader(buf, len(first)))
     assert stats.record_count == 2 and stats.has_null_key
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("header_max", [-1, 5, 10**13])
+def test_records_max_timestamp_is_the_records_not_the_header(codec: int, header_max: int) -> None:
+    records = [SimpleRecord(None, b"v", timestamp=ts) for ts in (1000, 3000, 2000)]
+    header = BatchHeader(build_batch(records, compression=codec, max_timestamp=header_max))
+    assert header.max_timestamp == header_max
+    assert records_max_timestamp(header) == 3000
+    stats = walk_batch(header)
+    assert (stats.min_timestamp, stats.max_timestamp, stats.max_timestamp_offset_delta) == (1000, 3000, 1)
+
+
+def test_records_max_timestamp_keeps_the_header_where_it_is_the_truth_or_the_records_are_unreadable() -> None:
+    records = [SimpleRecord(None, b"v", timestamp=1000)]
+    assert records_max_timestamp(BatchHeader(build_batch(records, log_append_time_ms=5000))) == 5000
+    damaged = bytearray(build_batch(records, max_timestamp=7))
+    struct.pack_into(">i", damaged, 57, 2)  # two records declared, one there
+    assert records_max_timestamp(BatchHeader(bytes(damaged))) == 7

@@ -1,0 +1,248 @@
+"""Issue 20: a batch's max timestamp comes from its records, not from what the producer wrote in the
+header (Sarama 1.22 writes -1). On append the header is rewritten with its CRC (Kafka's
+LogValidator); data an older tierlog stored with a lying header gets its timestamps from its records
+when it is loaded (recovery, and the lazy time-index check of seed 003)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tierlog.config import LogConfig
+from tierlog.errors import InvalidTimestampError
+from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
+from tierlog.storage.dump import time_index_errors
+from tierlog.storage.index import OffsetIndex, TimeIndex
+from tierlog.storage.log import UnifiedLog
+from tierlog.testing import ManualClock
+
+from .conftest import OpenLog
+
+DAY_MS = 86_400_000
+NOW_MS = 1_700_000_000_000  # the clock fixture's time
+T0 = NOW_MS - 10 * DAY_MS
+CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
+          CompressionType.ZSTD]
+#: What a producer may write as the header's max timestamp, given the records' true maximum.
+LIES = {
+    "minus_one": lambda true_max: -1,
+    "older": lambda true_max: true_max - 5 * DAY_MS,
+    "newer": lambda true_max: true_max + 5 * DAY_MS,
+}
+BATCHES = 6
+PER_BATCH = 10
+
+
+def batch_timestamps(i: int) -> list[int]:
+    """Batch i holds records one day apart from batch i-1; within a batch the newest is in the middle,
+    so the max is neither the first nor the last record."""
+    base = T0 + i * DAY_MS
+    return [base + (j if j <= PER_BATCH // 2 else PER_BATCH - j) * 1000 for j in range(PER_BATCH)]
+
+
+def make_batch(i: int, codec: int, lie: str | None, *, base_offset: int = 0) -> bytes:
+    timestamps = batch_timestamps(i)
+    # Incompressible values: every codec gives batches of about the same size, two to a segment.
+    records = [SimpleRecord(b"k%d" % j, random.Random(i * PER_BATCH + j).randbytes(40), timestamp=ts)
+               for j, ts in enumerate(timestamps)]
+    header_max = None if lie is None else LIES[lie](max(timestamps))
+    data = build_batch(records, compression=codec, max_timestamp=header_max, base_offset=base_offset)
+    assert BatchHeader(data).max_timestamp == (max(timestamps) if lie is None else header_max)
+    return data
+
+
+def config(**overrides: int) -> LogConfig:
+    # index.interval.bytes=1: a time index entry per batch; two batches (550-580 bytes) per segment.
+    return LogConfig(**{"segment_bytes": 1400, "index_interval_bytes": 1, "retention_ms": -1, **overrides})
+
+
+def fill(log: UnifiedLog, codec: int, lie: str | None) -> None:
+    for i in range(BATCHES):
+        log.append_as_leader(make_batch(i, codec, lie))
+
+
+def stored_bytes(log: UnifiedLog) -> bytes:
+    return b"".join(seg.log.path.read_bytes()[:seg.size_bytes] for seg in log.segments)
+
+
+def stored_headers(log: UnifiedLog) -> list[BatchHeader]:
+    return list(iter_headers(stored_bytes(log)))
+
+
+def time_index_entries(log: UnifiedLog) -> list[list[tuple[int, int]]]:
+    return [[tuple(seg.time_index.entry(n)) for n in range(seg.time_index.entries)] for seg in log.segments]
+
+
+def lookups(log: UnifiedLog) -> list[tuple[int, int] | None]:
+    """ListOffsets by timestamp for a spread of targets: before every record, on and between records,
+    inside a batch past its first record, after every record."""
+    targets = [0, T0 - 1, T0, T0 + 2500, T0 + DAY_MS - 1, T0 + 3 * DAY_MS + 4500, T0 + 5 * DAY_MS + 5000,
+               T0 + 5 * DAY_MS + 5001]
+    return [log.fetch_offset_by_timestamp(t) for t in targets]
+
+
+def retention_answers(log: UnifiedLog, **overrides: int) -> list[tuple[int, str, int]]:
+    log.update_config(config(**overrides))
+    return [(d.segment.base_offset, d.reason.value, d.segment.largest_timestamp_ms)
+            for d in log.retention_plan(NOW_MS)]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: CompressionType(c).name.lower())
+@pytest.mark.parametrize("lie", list(LIES))
+def test_a_lying_header_is_stored_with_the_records_max_and_everything_follows(
+        open_log: OpenLog, codec: int, lie: str) -> None:
+    honest = open_log(config(), name="honest-0")
+    lying = open_log(config(), name="lying-0")
+    fill(honest, codec, None)
+    fill(lying, codec, lie)
+
+    # The stored header says the records' maximum, with a CRC that matches.
+    headers = stored_headers(lying)
+    assert [h.max_timestamp for h in headers] == [max(batch_timestamps(i)) for i in range(BATCHES)]
+    assert all(h.is_valid() for h in headers)
+    assert [h.compression for h in headers] == [codec] * BATCHES
+    assert stored_bytes(lying) == stored_bytes(honest)
+
+    # Time index, segment largest timestamps, ListOffsets: as for the honest producer.
+    entries = time_index_entries(lying)
+    assert entries == time_index_entries(honest)
+    assert all(entries), "every segment has time index entries"
+    assert [s.largest_timestamp for s in lying.segments] == [s.largest_timestamp for s in honest.segments]
+    assert lookups(lying) == lookups(honest)
+    assert lying.fetch_offset_by_timestamp(0) == (0, T0)  # before every record: the first offset
+    assert lying.max_timestamp_and_offset() == honest.max_timestamp_and_offset()
+
+    # The floor and time retention judge the segments by their records, as for honest batches.
+    floor = T0 + 4 * DAY_MS
+    by_floor = retention_answers(lying, retention_min_timestamp_ms=floor)
+    assert by_floor == retention_answers(honest, retention_min_timestamp_ms=floor)
+    assert [b for b, _, _ in by_floor] == [0, 2 * PER_BATCH]
+    by_time = retention_answers(lying, retention_ms=6 * DAY_MS)
+    assert by_time == retention_answers(honest, retention_ms=6 * DAY_MS)
+    assert [b for b, _, _ in by_time] == [0, 2 * PER_BATCH]
+
+
+@pytest.mark.parametrize("lie", list(LIES))
+def test_a_lying_batch_kept_as_it_came_in_a_recompressed_request_is_fixed_too(open_log: OpenLog, lie: str) -> None:
+    """compression.type=gzip: the uncompressed batch is rebuilt, the gzip one kept byte for byte; the
+    request then gets a buffer of its own, where the kept batch's header is rewritten in place."""
+    log = open_log(config(compression_type="gzip"))
+    request = make_batch(0, CompressionType.GZIP, lie) + make_batch(1, CompressionType.NONE, lie)
+    log.append_as_leader(request)
+    headers = stored_headers(log)
+    assert [h.compression for h in headers] == [CompressionType.GZIP] * 2
+    assert [h.max_timestamp for h in headers] == [max(batch_timestamps(0)), max(batch_timestamps(1))]
+    assert all(h.is_valid() for h in headers)
+    assert log.fetch_offset_by_timestamp(0) == (0, T0)
+
+
+def test_the_floor_never_deletes_new_records_whose_header_claims_they_are_old(open_log: OpenLog) -> None:
+    log = open_log(config())
+    records = [SimpleRecord(None, b"v", timestamp=NOW_MS - 1000 + j) for j in range(5)]
+    log.append_as_leader(build_batch(records, max_timestamp=1))  # the header says 1970
+    log.update_config(config(retention_min_timestamp_ms=NOW_MS - DAY_MS, retention_ms=DAY_MS))
+    assert log.delete_old_segments(NOW_MS) == []
+    assert log.log_start_offset == 0
+    assert log.active_segment.largest_timestamp == NOW_MS - 1000 + 4
+
+
+def test_minus_one_everywhere_stays_minus_one(open_log: OpenLog) -> None:
+    """Records without timestamps: the header's -1 is the truth, nothing to rewrite."""
+    log = open_log(config())
+    data = build_batch([SimpleRecord(None, b"v", timestamp=-1) for _ in range(3)])
+    log.append_as_leader(data)
+    assert stored_bytes(log)[16:] == data[16:]  # all but the base offset and leader epoch, as sent
+    assert log.fetch_offset_by_timestamp(0) is None
+
+
+@pytest.mark.parametrize("which", ["before", "after"])
+def test_each_record_timestamp_is_checked_not_only_the_header(open_log: OpenLog, clock: ManualClock,
+                                                              which: str) -> None:
+    log = open_log(config(message_timestamp_before_max_ms=3_600_000, message_timestamp_after_max_ms=3_600_000))
+    now = clock.wall_ms()
+    bad = now - 2 * 3_600_000 if which == "before" else now + 2 * 3_600_000
+    # Base timestamp (the first record) and header max are both within the hour; the second record is not.
+    records = [SimpleRecord(None, b"a", timestamp=now), SimpleRecord(None, b"b", timestamp=bad)]
+    data = build_batch(records, max_timestamp=now)
+    assert BatchHeader(data).base_timestamp == now
+    with pytest.raises(InvalidTimestampError, match=f"timestamp {bad} ") as raised:
+        log.append_as_leader(data)
+    assert raised.value.error_code == 32  # INVALID_TIMESTAMP
+    assert log.log_end_offset == 0
+    # In range, the same shape of batch is accepted.
+    log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=now),
+                                      SimpleRecord(None, b"b", timestamp=now - 1000)], max_timestamp=now))
+    assert log.log_end_offset == 2
+
+
+# -- data stored by an older tierlog, which kept the producer's header --------------------------------
+
+
+def write_old_segments(directory: Path, codec: int, lie: str, *, with_indexes: bool) -> None:
+    """What an older tierlog left: batches as the producer sent them (offsets assigned), two per
+    segment, and -- with ``with_indexes`` -- offset and time indexes built from the headers, as its
+    append path built them (the time index skips -1)."""
+    directory.mkdir(parents=True)
+    for first in range(0, BATCHES, 2):
+        base = first * PER_BATCH
+        data = b"".join(make_batch(i, codec, lie, base_offset=i * PER_BATCH) for i in (first, first + 1))
+        (directory / f"{base:020d}.log").write_bytes(data)
+        if with_indexes:
+            offsets = OffsetIndex(directory / f"{base:020d}.index", base)
+            times = TimeIndex(directory / f"{base:020d}.timeindex", base)
+            running = -1
+            for h in iter_headers(data):
+                offsets.append(h.last_offset, h.position)
+                if h.max_timestamp > running:
+                    running = h.max_timestamp
+                    times.maybe_append(running, h.last_offset)
+            offsets.trim_to_valid_size()
+            times.trim_to_valid_size()
+            offsets.close()
+            times.close()
+
+
+def expected_largest() -> list[int]:
+    return [max(batch_timestamps(i + 1)) for i in range(0, BATCHES, 2)]
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD], ids=["none", "zstd"])
+@pytest.mark.parametrize("lie", list(LIES))
+def test_recovery_takes_a_stored_segments_timestamps_from_its_records(
+        open_log: OpenLog, tmp_path: Path, codec: int, lie: str) -> None:
+    write_old_segments(tmp_path / "t-0", codec, lie, with_indexes=False)
+    before = [(tmp_path / "t-0" / f"{b * PER_BATCH:020d}.log").read_bytes() for b in range(0, BATCHES, 2)]
+    log = open_log(config(), clean=False, recovery_point=0)
+    assert [s.largest_timestamp for s in log.segments] == expected_largest()
+    assert all(s.headers_lie for s in log.segments)
+    assert all(entries for entries in time_index_entries(log))
+    assert log.fetch_offset_by_timestamp(0) == (0, T0)
+    assert log.fetch_offset_by_timestamp(T0 + 3 * DAY_MS + 4500) == (3 * PER_BATCH + 5, T0 + 3 * DAY_MS + 5000)
+    # Nothing stored was rewritten.
+    assert [(tmp_path / "t-0" / f"{b * PER_BATCH:020d}.log").read_bytes() for b in range(0, BATCHES, 2)] == before
+    # dump-log's index verification judges the rebuilt time indexes by the records as well.
+    for seg in log.segments:
+        entries = [seg.time_index.entry(n) for n in range(seg.time_index.entries)]
+        assert not time_index_errors(entries, seg.log.path.read_bytes())
+    assert [b for b, _, _ in retention_answers(log, retention_min_timestamp_ms=T0 + 4 * DAY_MS)] == [0, 2 * PER_BATCH]
+
+
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.LZ4], ids=["none", "lz4"])
+@pytest.mark.parametrize("lie", list(LIES))
+def test_the_lazy_check_takes_a_stored_segments_timestamps_from_its_records(
+        open_log: OpenLog, tmp_path: Path, codec: int, lie: str) -> None:
+    write_old_segments(tmp_path / "t-0", codec, lie, with_indexes=True)
+    log = open_log(config(), clean=True, sanity_check_all=False)
+    assert not any(s.headers_lie for s in log.segments.materialized())
+    assert [b for b, _, _ in retention_answers(log, retention_min_timestamp_ms=T0 + 4 * DAY_MS)] == [0, 2 * PER_BATCH]
+    assert [s.largest_timestamp for s in log.segments] == expected_largest()
+    assert all(s.headers_lie for s in log.segments)
+    assert log.fetch_offset_by_timestamp(0) == (0, T0)
+    assert log.fetch_offset_by_timestamp(T0 + 3 * DAY_MS + 4500) == (3 * PER_BATCH + 5, T0 + 3 * DAY_MS + 5000)
+    log.close()
+    # The time indexes were rebuilt from the records: the next start trusts them without a rebuild.
+    again = open_log(config(), clean=True, sanity_check_all=False)
+    assert [s.largest_timestamp for s in again.segments] == expected_largest()
+    assert again.fetch_offset_by_timestamp(0) == (0, T0)
