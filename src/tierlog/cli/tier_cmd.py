@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from tierlog.cli import tier_restore
 from tierlog.cli.serve import load_broker_config
 from tierlog.errors import TierlogError
 from tierlog.tiered.api import load_class
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="a log directory (repeatable); default: the config's log.dirs")
     status.add_argument("--json", action="store_true", help="one JSON object per partition")
     status.set_defaults(func=run_status)
+    tier_restore.register(tsub)
 
 
 def _uploaded_size_hook(class_name: str) -> Callable[[bytes], int | None] | None:
