@@ -85,6 +85,7 @@ class WireClient:
         version = SUPPORTED_APIS[ApiKey.API_VERSIONS].max_version
         values = {"client_software_name": "tierlog-cli", "client_software_version": "1"}
         frame = self._roundtrip(ApiKey.API_VERSIONS, version, values)
+        body: Any
         try:
             body = parse_response(ApiKey.API_VERSIONS, version, frame)[1]
         except MalformedResponseError:
@@ -106,7 +107,7 @@ class WireClient:
         theirs = self._ranges.get(api_key)
         if theirs is None or theirs[1] < ours.min_version or theirs[0] > ours.max_version:
             raise CliError(f"the broker at {self.bootstrap_server} does not support {ours.name}")
-        return min(theirs[1], ours.max_version)
+        return min(int(theirs[1]), ours.max_version)
 
     def call(self, api_key: ApiKey, values: dict[str, Any]) -> Any:
         version = self.version_for(api_key)
