@@ -281,7 +281,8 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("command", [
     ["topics", "list"], ["topics", "create", "t"], ["topics", "describe"], ["topics", "alter", "t", "--partitions", "2"],
     ["topics", "delete", "t"], ["produce", "t"], ["consume", "t"], ["groups", "list"], ["groups", "describe", "g"],
-    ["groups", "reset-offsets", "g", "--all-topics", "--to-latest"],
+    ["groups", "reset-offsets", "g", "--all-topics", "--to-latest"], ["features", "describe"],
+    ["features", "upgrade", "--metadata", "3.9-IV0"], ["features", "downgrade", "--metadata", "3.8-IV0"],
 ])
 def test_unreachable_broker_is_one_line_and_exit_1(command: list[str]) -> None:
     bootstrap = f"127.0.0.1:{_closed_port()}"
@@ -304,12 +305,13 @@ def test_usage_errors(broker: BrokerProcess, topic_name: str) -> None:
 @pytest.mark.parametrize("command", [
     [], ["topics"], ["topics", "create"], ["topics", "list"], ["topics", "describe"], ["topics", "alter"],
     ["topics", "delete"], ["produce"], ["consume"], ["groups"], ["groups", "list"], ["groups", "describe"],
-    ["groups", "reset-offsets"],
+    ["groups", "reset-offsets"], ["features"], ["features", "describe"], ["features", "upgrade"],
+    ["features", "downgrade"],
 ])
 def test_help(command: list[str]) -> None:
     done = cli(*command, "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: tierlog"), done.stdout
     if command and command[-1] in ("list", "describe", "create", "alter", "delete", "produce", "consume",
-                                   "reset-offsets"):
+                                   "reset-offsets", "upgrade", "downgrade"):
         assert "--bootstrap-server HOST:PORT" in done.stdout

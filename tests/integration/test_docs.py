@@ -101,6 +101,49 @@ def seed000(s: Session) -> list[Expectation]:
         Expectation(r"^python - <<'EOF'\nfrom confluent_kafka\.admin ", has_lines("time-based metadata snapshots off")),
         Expectation(r"^tierlog topics alter payments --config retention\.ms=3600000$"),
         Expectation(r"^sleep \d+$"),
+        *_feature_change(),
+    ]
+
+
+_DESCRIBE = re.compile(r"^Feature: metadata\.version\tSupportedMinVersion: 3\.0-IV1\tSupportedMaxVersion: 3\.9-IV0\t"
+                       r"FinalizedVersionLevel: (\S+)\tEpoch: (\d+)$")
+
+
+def _feature_change() -> list[Expectation]:
+    """Seed 000's third trigger: `features describe` before and after a downgrade (the level, and the
+    epoch that names the change's offset), the snapshot the change wrote at once (ending right after
+    that offset, with the time trigger off), a refused downgrade, and the upgrade back."""
+    epochs: list[int] = []
+
+    def describe(r: Result) -> None:
+        m = _DESCRIBE.match(r.stdout.strip())
+        assert m, r.stdout
+        assert m.group(1) == ["3.9-IV0", "3.8-IV0"][len(epochs)], r.stdout
+        epochs.append(int(m.group(2)))
+
+    def newest_snapshot(r: Result) -> None:
+        assert r.stdout.strip() == f"tierlog-data/__cluster_metadata-0/{epochs[-1] + 1:020d}-0000000000.checkpoint", \
+            (r.stdout, epochs)
+
+    def refused(r: Result) -> None:
+        assert "exit code 1" in r.stdout.splitlines(), r.stdout
+        assert "Refusing to perform the requested downgrade because it might delete metadata information." in r.stderr
+
+    def two_version_snapshots(r: Result) -> None:
+        lines = r.stdout.splitlines()
+        assert len(lines) == 2 and all("metadata snapshot written" in line for line in lines), lines
+
+    return [
+        Expectation(r"^tierlog features describe$", describe),
+        Expectation(r"^tierlog features downgrade --metadata 3\.8-IV0$", has_lines("metadata.version was downgraded to 20.")),
+        Expectation(r"^ls tierlog-data/__cluster_metadata-0/\*\.checkpoint \| tail -1$", newest_snapshot),
+        Expectation(r"^tierlog features downgrade --metadata 3\.7-IV1 \|\| echo", refused),
+        Expectation(r"^tierlog features upgrade --metadata 3\.9-IV0 --dry-run$",
+                    has_lines("metadata.version can be upgraded to 21.")),
+        Expectation(r"^tierlog features upgrade --metadata 3\.9-IV0$", has_lines("metadata.version was upgraded to 21.")),
+        Expectation(r'^grep "reason=metadata_version_changed" tierlog\.log$', two_version_snapshots),
+        Expectation(r"^tierlog metadata show --data-dir tierlog-data \| head -6$",
+                    matches(r"^  metadata\.version +21 +3\.9-IV0$")),
     ]
 
 

@@ -9,7 +9,7 @@ What a page shows is what runs, with these rewrites and nothing else:
   become free ports of the session's own, so a test never binds a port another process on this
   machine may hold;
 * ``tierlog serve`` gets ``--override listeners=PLAINTEXT://127.0.0.1:<port>`` for the same reason;
-* the client commands that talk to a broker (``tierlog topics|produce|consume|groups``) get
+* the client commands that talk to a broker (``tierlog topics|produce|consume|groups|features``) get
   ``--bootstrap-server 127.0.0.1:<port>``, which a reader leaves at its default.
 
 Each session runs in its own temporary directory in which ``.venv`` is a link to the repository's
@@ -42,7 +42,7 @@ NON_COMMAND_LANGUAGES = frozenset({"text", "properties", "mermaid"})
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-_CLIENT_COMMAND = re.compile(r"\btierlog((?:\s+--log-\S+\s+\S+)*)\s+(topics\s+\S+|groups\s+\S+|produce|consume)\b")
+_CLIENT_COMMAND = re.compile(r"\btierlog((?:\s+--log-\S+\s+\S+)*)\s+(topics\s+\S+|groups\s+\S+|features\s+\S+|produce|consume)\b")
 _SERVE = re.compile(r"\btierlog((?:\s+--log-\S+\s+\S+)*)\s+serve\b")
 
 

@@ -21,6 +21,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.topics_cmd",
     "tierlog.cli.clients_cmd",
     "tierlog.cli.groups_cmd",
+    "tierlog.cli.features_cmd",
 )
 
 

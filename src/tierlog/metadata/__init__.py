@@ -4,8 +4,6 @@ single-node controller that validates commands and appends their records."""
 
 from tierlog.metadata.configs import LIVE_METADATA_KEYS, AlterConfigOp, AlterConfigOpType
 from tierlog.metadata.controller import (
-    LATEST_METADATA_VERSION,
-    MIN_METADATA_VERSION,
     PRODUCER_ID_BLOCK_SIZE,
     Controller,
     ControllerSettings,
@@ -26,6 +24,17 @@ from tierlog.metadata.errors import (
     NotControllerError,
     TopicExistsError,
     UnsupportedVersionError,
+)
+from tierlog.metadata.features import (
+    LATEST_METADATA_VERSION,
+    MIN_METADATA_VERSION,
+    SUPPORTED_FEATURES,
+    FeatureUpdate,
+    MetadataVersion,
+    UpgradeType,
+    advertised_supported_features,
+    metadata_version_name,
+    parse_metadata_version,
 )
 from tierlog.metadata.image import (
     EMPTY_IMAGE,
@@ -62,6 +71,7 @@ __all__ = [
     "METADATA_VERSION_FEATURE",
     "MIN_METADATA_VERSION",
     "PRODUCER_ID_BLOCK_SIZE",
+    "SUPPORTED_FEATURES",
     "AlterConfigOp",
     "AlterConfigOpType",
     "BrokerRegistration",
@@ -69,6 +79,7 @@ __all__ = [
     "Controller",
     "ControllerSettings",
     "CreateTopicResult",
+    "FeatureUpdate",
     "InconsistentMetadataLogError",
     "InvalidPartitionsError",
     "InvalidReplicationFactorError",
@@ -84,6 +95,7 @@ __all__ = [
     "MetadataProvenance",
     "MetadataRecord",
     "MetadataReplayError",
+    "MetadataVersion",
     "NotControllerError",
     "PartitionImage",
     "ProducerIdsBlock",
@@ -96,6 +108,8 @@ __all__ = [
     "TopicExistsError",
     "TopicImage",
     "UnsupportedVersionError",
+    "UpgradeType",
+    "advertised_supported_features",
     "decode_record",
     "encode_record",
     "image_records",
@@ -103,6 +117,8 @@ __all__ = [
     "load_readonly",
     "load_snapshot",
     "metadata_log_dir",
+    "metadata_version_name",
+    "parse_metadata_version",
     "plan_snapshot_retention",
     "replay_records",
     "resolve_metadata_dir",

@@ -33,9 +33,15 @@ from tierlog.metadata.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
-    InvalidUpdateVersionError,
     NotControllerError,
     TopicExistsError,
+)
+from tierlog.metadata.features import (
+    LATEST_METADATA_VERSION,
+    FeatureUpdate,
+    UpgradeType,
+    metadata_version_name,
+    plan_feature_updates,
 )
 from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage, MetadataProvenance, TopicImage
 from tierlog.metadata.metadata_log import (
@@ -70,9 +76,6 @@ from tierlog.storage.checkpoints import ONE_UUID, ZERO_UUID, random_uuid
 
 log = logging.getLogger(__name__)
 
-#: metadata.version levels this controller reads and writes (Kafka 3.0-IV1 = 1 … 3.9-IV0 = 21).
-MIN_METADATA_VERSION = 1
-LATEST_METADATA_VERSION = 21
 PRODUCER_ID_BLOCK_SIZE = 1000
 MAX_TOPIC_NAME_LENGTH = 249
 #: One command's partitions must fit one metadata batch; this keeps it well inside 8 MiB.
@@ -496,26 +499,31 @@ class Controller:
         self._after_commit()
         return ProducerIdsBlock(broker_id, first, PRODUCER_ID_BLOCK_SIZE)
 
-    def set_metadata_version(self, level: int, *, allow_unsafe_downgrade: bool = False,
-                             validate_only: bool = False) -> None:
+    def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False) -> None:
+        """UpdateFeatures: every update is applied, in one batch, or none (InvalidUpdateVersionError
+        names the first one refused). A metadata.version change triggers a snapshot (seed 000)."""
         with self._lock:
             self._ensure_active()
-            if not MIN_METADATA_VERSION <= level <= LATEST_METADATA_VERSION:
-                raise InvalidUpdateVersionError(
-                    f"Invalid update version {level} for feature metadata.version: this controller supports "
-                    f"{MIN_METADATA_VERSION}-{LATEST_METADATA_VERSION}"
-                )
-            current = self._image.metadata_version
-            if current == level:
+            image = self._image
+            records = plan_feature_updates(image.features, updates, self.settings.node_id)
+            if validate_only or not records:
                 return
-            if current is not None and level < current and not allow_unsafe_downgrade:
-                raise InvalidUpdateVersionError(
-                    f"Invalid metadata.version {level}: refusing to downgrade from {current} because it might "
-                    "delete metadata information"
-                )
-            if not validate_only:
-                self._commit([FeatureLevelRecord(METADATA_VERSION_FEATURE, level)])
+            for r in records:
+                old = image.features.get(r.name, 0)
+                if r.name == METADATA_VERSION_FEATURE and old != r.feature_level:
+                    log.info("%s metadata.version from %s to %s", "upgrading" if r.feature_level > old else "downgrading",
+                             metadata_version_name(old), metadata_version_name(r.feature_level))
+            self._commit(records)
         self._after_commit()
+
+    def set_metadata_version(self, level: int, *, allow_unsafe_downgrade: bool = False,
+                             validate_only: bool = False) -> None:
+        """One metadata.version update: an upgrade, or a safe downgrade (unsafe with
+        ``allow_unsafe_downgrade``), under the rules of :meth:`update_features`."""
+        current = self._image.metadata_version or 0
+        kind = (UpgradeType.UPGRADE if level >= current else
+                UpgradeType.UNSAFE_DOWNGRADE if allow_unsafe_downgrade else UpgradeType.SAFE_DOWNGRADE)
+        self.update_features([FeatureUpdate(METADATA_VERSION_FEATURE, level, kind)], validate_only=validate_only)
 
     def register_broker(self, broker_id: int, incarnation_id: bytes, endpoints: Sequence[BrokerEndpoint] = (),
                         rack: str | None = None, features: Sequence[BrokerFeature] = ()) -> int:

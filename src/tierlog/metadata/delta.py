@@ -65,6 +65,10 @@ class MetadataDelta:
         #: True once metadata.version moved from one level to another (not on its first setting).
         self.metadata_version_changed = False
         self.records_replayed = 0
+        self.feature_records_replayed = 0
+        #: The offset of the last batch that held a FeatureLevelRecord, when the replayer knows it;
+        #: otherwise the image's last offset stands for it (see MetadataImage.features_epoch).
+        self.features_epoch: int | None = None
         self._replayers: dict[type[MetadataRecord], Callable[[Any], None]] = {
             TopicRecord: self._replay_topic,
             PartitionRecord: self._replay_partition,
@@ -160,6 +164,7 @@ class MetadataDelta:
             current[r.name] = r.value
 
     def _replay_feature_level(self, r: FeatureLevelRecord) -> None:
+        self.feature_records_replayed += 1
         if self._features is None:
             self._features = dict(self.image.features)
         previous = self._features.get(r.name)
@@ -245,8 +250,15 @@ class MetadataDelta:
                 else:
                     merged.pop(key, None)
             configs = MappingProxyType(merged)
+        provenance = self._provenance or image.provenance
+        features_epoch = image.features_epoch
+        if self.features_epoch is not None:
+            features_epoch = self.features_epoch
+        elif self.feature_records_replayed:
+            features_epoch = provenance.last_offset
         return MetadataImage(
-            provenance=self._provenance or image.provenance,
+            provenance=provenance,
+            features_epoch=features_epoch,
             features=image.features if self._features is None else MappingProxyType(dict(self._features)),
             brokers=image.brokers if self._brokers is None else MappingProxyType(dict(self._brokers)),
             topics_by_id=topics_by_id,

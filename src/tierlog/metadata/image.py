@@ -139,6 +139,12 @@ class MetadataImage:
     #: "" for the cluster-wide default. Only non-empty maps are kept.
     configs: Mapping[ConfigKey, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     producer_ids: ProducerIdsImage = ProducerIdsImage()
+    #: The metadata log offset of the last batch that set a feature level: ApiVersions'
+    #: FinalizedFeaturesEpoch, as Kafka's controller reports it (FeaturesPublisher). An image loaded
+    #: from a snapshot has the snapshot's last offset, as in Kafka; -1 when no feature is set. Not
+    #: part of equality: it says how the image was reached, and a snapshot plus its tail is the same
+    #: image as the whole log replayed.
+    features_epoch: int = field(default=-1, compare=False)
 
     @property
     def metadata_version(self) -> int | None:

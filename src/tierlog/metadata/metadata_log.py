@@ -107,9 +107,12 @@ def _replay_batches(image: MetadataImage, batches: Iterator[BatchHeader], result
         if h.is_control:
             last = h
             continue
+        features_before = delta.feature_records_replayed
         for rec in decode_batch(h):
             delta.replay_value(rec.value)
             result.tail_records += 1
+        if delta.feature_records_replayed != features_before:
+            delta.features_epoch = h.last_offset
         result.tail_bytes += h.size_bytes
         append_ms = h.max_timestamp
         oldest = result.oldest_tail_append_time_ms

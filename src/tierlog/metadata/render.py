@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-from tierlog.metadata.image import MetadataImage, uuid_to_string
+from tierlog.metadata.features import metadata_version_name
+from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage, uuid_to_string
 from tierlog.metadata.records import ConfigResourceType
 
 
@@ -38,9 +39,11 @@ def render_image(image: MetadataImage, *, topics: Sequence[str] | None = None) -
         f"Metadata image: offsets < {p.end_offset} (last offset {p.last_offset}, epoch {p.last_epoch}, "
         f"last record appended {_when(p.last_append_time_ms)})",
         "",
-        f"Features ({len(image.features)})",
+        f"Features ({len(image.features)}; finalized features epoch {image.features_epoch})",
     ]
-    out += table(["NAME", "LEVEL"], [(n, image.features[n]) for n in sorted(image.features)])
+    out += table(["NAME", "LEVEL", "VERSION"],
+                 [(n, image.features[n], metadata_version_name(image.features[n]) if n == METADATA_VERSION_FEATURE else "-")
+                  for n in sorted(image.features)])
     out += ["", f"Brokers ({len(image.brokers)})"]
     out += table(
         ["ID", "EPOCH", "INCARNATION", "RACK", "FENCED", "ENDPOINTS"],

@@ -72,6 +72,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
 
 
@@ -120,6 +121,7 @@ _SPECS = (
     ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    ApiSpec(ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
 )
 
@@ -177,12 +179,19 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 def api_versions_response(
-    api_version: int, *, error_code: int = 0, throttle_time_ms: int = 0
+    api_version: int,
+    *,
+    error_code: int = 0,
+    throttle_time_ms: int = 0,
+    supported_features: Mapping[str, tuple[int, int]] | None = None,
+    finalized_features: Mapping[str, int] | None = None,
+    finalized_features_epoch: int = -1,
 ) -> ResponseBody:
-    """The ApiVersions response body listing every supported API with its advertised range.
-
-    No features (v3+ ``supported_features``/``finalized_features``) are advertised: tierlog has
-    none of Kafka's feature levels, and clients treat their absence as the lowest level.
+    """The ApiVersions response body listing every supported API with its advertised range, and
+    (v3+, tagged fields) the broker's features, written as Kafka's ApiVersionsResponse.Builder writes
+    them: a supported feature whose minimum is 0 is left out below v4 (older clients cannot read it,
+    KAFKA-17492), a finalized feature at level 0 is left out, and a finalized level is its own
+    minimum and maximum. ZkMigrationReady stays false: only a ZooKeeper-migrating controller sets it.
     """
     # Imported here because tierlog.protocol.build imports this module.
     from tierlog.protocol.build import build_response
@@ -192,11 +201,21 @@ def api_versions_response(
         for spec in _SPECS
         for low, high in (spec.advertised_versions,)
     ]
-    return build_response(
-        ApiKey.API_VERSIONS,
-        api_version,
-        {"error_code": error_code, "api_keys": api_keys, "throttle_time": throttle_time_ms},
-    )
+    values: dict[str, Any] = {"error_code": error_code, "api_keys": api_keys, "throttle_time": throttle_time_ms}
+    if api_version >= 3 and error_code == 0:
+        values["supported_features"] = [
+            {"name": name, "min_version": low, "max_version": high}
+            for name, (low, high) in sorted((supported_features or {}).items())
+            if api_version >= 4 or low != 0
+        ]
+        values["finalized_features"] = [
+            {"name": name, "min_version_level": level, "max_version_level": level}
+            for name, level in sorted((finalized_features or {}).items())
+            if level != 0
+        ]
+        values["finalized_features_epoch"] = finalized_features_epoch
+        values["zk_migration_ready"] = False
+    return build_response(ApiKey.API_VERSIONS, api_version, values)
 
 
 def unsupported_api_versions_body() -> ApiVersionsResponseV0:

@@ -17,6 +17,7 @@ from tierlog.metadata.errors import (
     NotControllerError,
     TopicExistsError,
 )
+from tierlog.metadata.features import FeatureUpdate
 from tierlog.metadata.image import MetadataImage
 from tierlog.metadata.records import ConfigResourceType
 from tierlog.records import iter_headers
@@ -82,7 +83,9 @@ def test_create_topic_is_one_atomic_batch(env: Env) -> None:
          ConfigError, 40),
         (lambda c: c.set_metadata_version(0), InvalidUpdateVersionError, 95),
         (lambda c: c.set_metadata_version(99), InvalidUpdateVersionError, 95),
-        (lambda c: c.set_metadata_version(20), InvalidUpdateVersionError, 95),  # a downgrade
+        (lambda c: c.set_metadata_version(16), InvalidUpdateVersionError, 95),  # a downgrade across 3.7-IV2
+        (lambda c: c.update_features([FeatureUpdate("metadata.version", 20)]), InvalidUpdateVersionError, 95),
+        (lambda c: c.update_features([FeatureUpdate("no.such.feature", 1)]), InvalidUpdateVersionError, 95),
     ],
 )
 def test_validation_errors(env: Env, call, error: type[TierlogError], code: int) -> None:  # type: ignore[no-untyped-def]

@@ -41,7 +41,7 @@ ADVERTISED = {key: spec.advertised_versions for key, spec in SUPPORTED_APIS.item
 
 def test_the_table_is_the_brief() -> None:
     assert set(SUPPORTED_APIS) == {
-        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 32, 33, 37, 42, 44, 60
+        0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 32, 33, 37, 42, 44, 57, 60
     }
     assert 71 not in SUPPORTED_APIS and 72 not in SUPPORTED_APIS  # never the telemetry APIs
     assert SUPPORTED_APIS[0].min_version == 3  # record batch v2 only
@@ -90,6 +90,26 @@ def test_api_versions_response_lists_exactly_the_table(version: int) -> None:
     listed = {entry.api_key: (entry.min_version, entry.max_version) for entry in body.api_keys}
     assert listed == ADVERTISED
     assert body.error_code == 0
+
+
+def test_api_versions_features_are_written_as_kafka_writes_them() -> None:
+    features = {"supported_features": {"metadata.version": (1, 21), "group.version": (0, 1)},
+                "finalized_features": {"metadata.version": 20, "group.version": 0}, "finalized_features_epoch": 42}
+    v4 = api_versions_response(4, **features)
+    assert {(f.name, f.min_version, f.max_version) for f in v4.supported_features} == {
+        ("metadata.version", 1, 21), ("group.version", 0, 1)}
+    # A finalized level is its own min and max; level 0 is not finalized.
+    assert [(f.name, f.min_version_level, f.max_version_level) for f in v4.finalized_features] == [
+        ("metadata.version", 20, 20)]
+    assert (v4.finalized_features_epoch, v4.zk_migration_ready) == (42, False)
+    # Below v4 a supported feature with minimum 0 is left out (KAFKA-17492).
+    v3 = api_versions_response(3, **features)
+    assert [f.name for f in v3.supported_features] == ["metadata.version"]
+    assert v3.finalized_features_epoch == 42
+    # No features on an error, nor (no such fields) below v3.
+    failed = api_versions_response(4, error_code=42, **features)
+    assert failed.supported_features == () and failed.finalized_features_epoch == -1
+    assert not hasattr(api_versions_response(2, **features), "supported_features")
 
 
 def test_api_versions_request_validation_follows_kafka() -> None:
