@@ -253,3 +253,32 @@ def test_restored_from_s3(tmp_path: Path, topic_name: str) -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def tierlog(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tierlog.cli.main", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_tier_restore_moves_a_partition_to_another_disk_from_the_remote_tier(tmp_path: Path, topic_name: str) -> None:
+    first, second = tmp_path / "data", tmp_path / "second"
+    broker = BrokerProcess(first, {**FAST, "log.dirs": f"{first},{second}"}).start()
+    try:
+        topic = topic_name
+        values, writer = fill(broker, topic)
+        local = next(d for d in (first, second) if (d / f"{topic}-0").is_dir())
+        other = second if local == first else first
+        dirs = f"log.dirs={first},{second}"
+        refused = tierlog("tier", "restore", f"{topic}-0", "--override", dirs)
+        assert refused.returncode == 1 and "lock" in refused.stderr.lower(), refused.stderr  # the broker runs
+        assert broker.stop() == 0
+        done = tierlog("tier", "restore", f"{topic}-0", "--override", dirs, "--log-dir", str(other))
+        assert done.returncode == 0, done.stderr
+        assert "is kept as" in done.stdout
+        assert [p.name.endswith("-stray") for p in local.iterdir() if p.name.startswith(topic)] == [True]
+        broker.start()
+        check_restored(broker, topic, values, writer)
+        assert (other / f"{topic}-0" / "partition.metadata").exists()
+    finally:
+        if broker.alive():
+            broker.stop()

@@ -48,7 +48,7 @@ def run_restore(args: argparse.Namespace) -> int:
         with ExitStack() as locks:
             for d in dirs:
                 if d.is_dir():
-                    locks.enter_context(DirLock(d).acquire())
+                    locks.enter_context(DirLock(d))
             name = files.topic_partition_dir_name(topic, partition)
             current = [d / name for d in dirs if (d / name).is_dir()]
             for old in current:
