@@ -173,7 +173,7 @@ def seed001(s: Session) -> list[Expectation]:
         Expectation(r"^ls tierlog-data/invoices-0/$", lambda r: _no_snapshots(r)),
         Expectation(r"^tierlog topics alter invoices --config remote\.storage\.enable=true$"),
         Expectation(r"^sleep \d+$"),
-        Expectation(r'^grep "rebuilt the missing producer snapshot"', _rebuilt_both),
+        Expectation(r'^grep "rebuilt the producer snapshot"', _rebuilt_both),
         Expectation(r"^tierlog tier status$", tier_row("invoices-0", **{"TIERED-TO": "159", "SEGMENTS": "2", "LAG-SEGMENTS": "0"}),
                     eventually=True),
         Expectation(r"^tierlog dump-log tierlog-data-remote/.*/00000000000000000080-\*\.snapshot$", _four_producers),
@@ -189,8 +189,9 @@ def _no_snapshots(r: Result) -> None:
 
 
 def _rebuilt_both(r: Result) -> None:
-    found = re.findall(r"rebuilt the missing producer snapshot (\d{20})\.snapshot for segment (\d+) of invoices-0 "
-                       r"from offset 0 \(seed 001\)", r.stdout)
+    found = re.findall(r"rebuilt the producer snapshot (\d{20})\.snapshot for segment (\d+) of invoices-0 "
+                       r"from offset 0 \(seed 001\): it was taken from a producer state that knows no producer below "
+                       r"offset 200", r.stdout)
     assert found == [("00000000000000000080", "0"), ("00000000000000000160", "80")], found
 
 
@@ -323,6 +324,14 @@ def operations(s: Session) -> list[Expectation]:
         Expectation(r"^sleep \d+$"),
         Expectation(r"^tierlog tier status$", tier_row("audit-0", **{"TIERED-TO": "249", "SEGMENTS": "5", "LAG-SEGMENTS": "0"}),
                     eventually=True),
+        Expectation(r"^tierlog tier status \| grep audit-0$", matches(r"^audit-0 +active +249 ")),
+        Expectation(r"^rm -r tierlog-data/audit-0$"),
+        Expectation(r'^grep "restored from the remote tier" tierlog\.log$',
+                    matches(r"audit-0 restored from the remote tier: the local log held nothing; it now starts at "
+                            r"offset 250 after the remote tier's end offset 249")),
+        Expectation(r"^tierlog consume audit --offset 150 --max-messages 100 .*\| wc -l$", lines_count(100)),
+        Expectation(r'^seq 1 3 \| sed "s/\^/after-/" \| tierlog produce audit$'),
+        Expectation(r"^tierlog consume audit --offset 250 --max-messages 1 ", has_lines("Offset:250\tafter-1")),
         Expectation(r"^tierlog tier status --json$", matches(r'"highest_tiered_offset": 249, .*"topic": "audit"')),
         Expectation(r"^tierlog metadata snapshot --data-dir tierlog-data --output-dir tierlog-backups$",
                     matches(r"^wrote tierlog-backups/\d{20}-\d{10}\.checkpoint ")),
