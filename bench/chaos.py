@@ -7,7 +7,8 @@ Sections (``--only`` picks some):
            commits intact.
   damage   ``--damage-rounds`` rounds of byte flips and truncations in segments, indexes, producer
            snapshots, checkpoints and metadata snapshots after a clean shutdown or a SIGKILL.
-  remote   a flaky remote storage plugin and an S3 server killed during copies.
+  remote   a flaky remote storage plugin, an S3 server killed during copies, and ``--delete-rounds``
+           rounds of seed 002 uploads whose plugin deletes fail (retried, or given up and settled).
   hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
            clients, ``--connections`` connections at once.
   load     ``--load-connections`` concurrent connections over ``--load-partitions`` partitions (RSS).
@@ -96,6 +97,7 @@ def summary_table(summary: dict[str, object]) -> str:
 
 
 def remote(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.remote_deletes import run_failing_deletes
     from tests.reliability.remote_faults import run_flaky_plugin, run_s3_kills
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
@@ -105,11 +107,16 @@ def remote(args: argparse.Namespace, work: Path) -> Section:
     s3 = run_s3_kills(work / "remote-s3", seconds=args.remote_seconds, partitions=3, rate=1500, s3_kills=12,
                       s3_freezes=6, s3_down_s=(0.3, 2.0), final_outage_s=10.0, broker_kills=4,
                       converge_timeout_s=180, seed=seed, progress=True)
+    deletes = run_failing_deletes(work / "remote-deletes", rounds=args.delete_rounds, partitions=3, max_attempts=5,
+                                  seed=seed, progress=True)
     body = (f"Fault phase {args.remote_seconds:.0f} s per scenario, 3 partitions, 1,500 records/s, seed {seed}.\n\n"
             f"### Flaky plugin (errors, timeouts, partial writes in copy, fetch and delete)\n\n"
             f"{summary_table(flaky.summary())}\n\n"
-            f"### S3 (moto) SIGKILLed and frozen during copies and deletes\n\n{summary_table(s3.summary())}")
-    return Section("remote", "Remote tier faults", body, flaky.ok and s3.ok)
+            f"### S3 (moto) SIGKILLed and frozen during copies and deletes\n\n{summary_table(s3.summary())}\n\n"
+            f"### Failing deletes of seed 002's refused uploads ({args.delete_rounds} rounds, 3 partitions, 5 "
+            f"attempts; deletes fail 1-4 times then succeed, or always: given up, then tier retry-delete)\n\n"
+            f"{summary_table(deletes.summary())}")
+    return Section("remote", "Remote tier faults", body, flaky.ok and s3.ok and deletes.ok)
 
 
 def _broker(work: Path, name: str, overrides: dict[str, str]) -> Any:
@@ -235,6 +242,7 @@ def main() -> int:
     p.add_argument("--rate", type=int, default=3000, help="crash: records produced per second")
     p.add_argument("--damage-rounds", type=int, default=40)
     p.add_argument("--remote-seconds", type=float, default=120.0, help="remote: fault phase of each scenario")
+    p.add_argument("--delete-rounds", type=int, default=10, help="remote: rounds of failing seed 002 deletes")
     p.add_argument("--fuzz-inputs", type=int, default=100_000)
     p.add_argument("--connections", type=int, default=2000)
     p.add_argument("--load-connections", type=int, default=1000)

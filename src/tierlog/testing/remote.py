@@ -483,7 +483,7 @@ class BucketedRemoteStorageManager:
     others get the bare ``bucket=<i>;``), ``buckets.delete.failures`` (deletes of each segment that
     fail before one succeeds; -1: none ever does), ``buckets.control.file`` (optional JSON
     ``{"delete_failures": N}``, re-read at each delete, overriding the property), ``buckets.log.file``
-    (one line per delete call: ``<segment id> <custom metadata hex or -> ok|fail``).
+    (one line per delete call: ``<segment id> <custom metadata hex or -> ok|fail <monotonic ms>``).
     """
 
     def __init__(self) -> None:
@@ -578,7 +578,8 @@ class BucketedRemoteStorageManager:
                 custom = "-" if metadata.custom_metadata is None else metadata.custom_metadata.hex()
                 fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
-                    os.write(fd, f"{sid.id_str} {custom} {'ok' if ok else 'fail'}\n".encode())
+                    os.write(fd, f"{sid.id_str} {custom} {'ok' if ok else 'fail'} {time.monotonic_ns() // 1_000_000}\n"
+                             .encode())
                 finally:
                     os.close(fd)
 
