@@ -8,7 +8,8 @@ Sections (``--only`` picks some):
   damage   ``--damage-rounds`` rounds of byte flips and truncations in segments, indexes, producer
            snapshots, checkpoints and metadata snapshots after a clean shutdown or a SIGKILL.
   remote   a flaky remote storage plugin and an S3 server killed during copies; partitions wiped and
-           restored from the remote tier, ``--restore-rounds`` rounds.
+           restored from the remote tier, ``--restore-rounds`` rounds; ``--delete-rounds`` rounds of
+           seed 002 uploads whose plugin deletes fail (retried, or given up and settled).
   hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
            clients, ``--connections`` connections at once.
   load     ``--load-connections`` concurrent connections over ``--load-partitions`` partitions (RSS).
@@ -97,6 +98,7 @@ def summary_table(summary: dict[str, object]) -> str:
 
 
 def remote(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.remote_deletes import run_failing_deletes
     from tests.reliability.remote_faults import run_flaky_plugin, run_s3_kills
     from tests.reliability.restore_rounds import run_restore_rounds
 
@@ -109,13 +111,18 @@ def remote(args: argparse.Namespace, work: Path) -> Section:
                       converge_timeout_s=180, seed=seed, progress=True)
     restore = run_restore_rounds(work / "remote-restore", rounds=args.restore_rounds, partitions=3,
                                  records_per_round=3000, seed=seed, progress=True)
+    deletes = run_failing_deletes(work / "remote-deletes", rounds=args.delete_rounds, partitions=3, max_attempts=5,
+                                  seed=seed, progress=True)
     body = (f"Fault phase {args.remote_seconds:.0f} s per scenario, 3 partitions, 1,500 records/s, seed {seed}.\n\n"
             f"### Flaky plugin (errors, timeouts, partial writes in copy, fetch and delete)\n\n"
             f"{summary_table(flaky.summary())}\n\n"
             f"### S3 (moto) SIGKILLed and frozen during copies and deletes\n\n{summary_table(s3.summary())}\n\n"
             f"### Partitions wiped and restored from the remote tier ({args.restore_rounds} rounds)\n\n"
-            f"{summary_table(restore.summary())}")
-    return Section("remote", "Remote tier faults", body, flaky.ok and s3.ok and restore.ok)
+            f"{summary_table(restore.summary())}\n\n"
+            f"### Failing deletes of seed 002's refused uploads ({args.delete_rounds} rounds, 3 partitions, 5 "
+            f"attempts; deletes fail 1-4 times then succeed, or always: given up, then tier retry-delete)\n\n"
+            f"{summary_table(deletes.summary())}")
+    return Section("remote", "Remote tier faults", body, flaky.ok and s3.ok and restore.ok and deletes.ok)
 
 
 def _broker(work: Path, name: str, overrides: dict[str, str]) -> Any:
@@ -243,6 +250,7 @@ def main() -> int:
     p.add_argument("--remote-seconds", type=float, default=120.0, help="remote: fault phase of each scenario")
     p.add_argument("--restore-rounds", type=int, default=20,
                    help="remote: rounds of partitions wiped and restored from the remote tier")
+    p.add_argument("--delete-rounds", type=int, default=10, help="remote: rounds of failing seed 002 deletes")
     p.add_argument("--fuzz-inputs", type=int, default=100_000)
     p.add_argument("--connections", type=int, default=2000)
     p.add_argument("--load-connections", type=int, default=1000)

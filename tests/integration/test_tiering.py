@@ -8,7 +8,10 @@ default), so only the topic opts in.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -217,3 +220,81 @@ def test_restoring_an_older_metadata_backup_keeps_newer_topics_data(tier_broker:
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     assert _low_watermark(admin, topic, OffsetSpec.latest()) == 0  # a new, empty log
     assert len(values) == 2000
+
+
+# -- seed 002: an upload whose custom metadata is over the limit, and a delete that keeps failing ----
+
+
+def _tier(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tierlog.cli.main", "tier", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_seed002_delete_that_keeps_failing_is_given_up_shown_by_tier_status_and_retried_by_hand(
+        tmp_path: Path) -> None:
+    """The bucketed test plugin (seed 002's own example) returns 200 bytes of custom metadata for
+    topic "over", which the broker refuses (limit 128): the upload is to be deleted, but the
+    plugin's deletes fail, so the broker retries with backoff, gives up, and says so; topic "under"
+    goes on tiering. ``tier retry-delete`` then deletes it with the broker stopped."""
+    remote, control, deletes_log = tmp_path / "remote", tmp_path / "control.json", tmp_path / "deletes.log"
+    control.write_text(json.dumps({"delete_failures": -1}))
+    plugin = {
+        "remote.log.storage.manager.class.name": "tierlog.testing.remote.BucketedRemoteStorageManager",
+        "rsm.config.dir": str(remote), "rsm.config.buckets.pad.topics": "over",
+        "rsm.config.buckets.custom.metadata.bytes": "200", "rsm.config.buckets.control.file": str(control),
+        "rsm.config.buckets.log.file": str(deletes_log),
+    }
+    overrides = {**FAST_TIERING, **plugin, "remote.log.manager.delete.retry.max.attempts": "3",
+                 "remote.log.manager.delete.retry.backoff.max.ms": "1000"}
+    broker = BrokerProcess(tmp_path / "data", overrides).start()
+    data = broker.data_dir
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        config = {"segment.bytes": "16384", "retention.ms": "-1", "remote.storage.enable": "true"}
+        futures = admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1, config=config)
+                                       for t in ("over", "under")])
+        for f in futures.values():
+            f.result(30)
+        base_ts = int(time.time() * 1000)
+        _produce(broker.bootstrap, "over", 0, 1000, base_ts)
+        _produce(broker.bootstrap, "under", 0, 1000, base_ts)
+
+        def given_up() -> bool:
+            return "remote delete given up" in broker.log_path.read_text()
+
+        _wait("the broker to give up the delete", given_up)
+        lines = [line.split()[:3] for line in deletes_log.read_text().splitlines()]
+        [segment_id] = {sid for sid, _, _ in lines}
+        # Three attempts (the one at the limit check and two retries), each handed the 200 bytes.
+        assert [outcome for _, _, outcome in lines] == ["fail"] * 3
+        [custom] = {bytes.fromhex(c) for _, c, _ in lines}
+        assert len(custom) == 200 and custom.startswith(b"bucket=")
+        error_line = next(line for line in broker.log_path.read_text().splitlines() if "remote delete given up" in line)
+        assert f"segment_id={segment_id} topic=over partition=0 start_offset=0" in error_line and " ERROR " in error_line
+
+        _produce(broker.bootstrap, "under", 1000, 1000, base_ts)  # "under" goes on tiering meanwhile
+        status = _tier("status", "--data-dir", str(data))
+        assert status.returncode == 0, status.stderr
+        out = status.stdout.splitlines()
+        rows = {line.split()[0]: line.split() for line in out[1:] if line.startswith(("over-0", "under-0"))}
+        assert rows["over-0"][1] == "stopped" and rows["under-0"][1] == "active" and int(rows["under-0"][6]) > 0
+        at = out.index("remote deletes given up: 1 segments left in the remote tier (tierlog tier retry-delete / "
+                       "forget-delete SEGMENT-ID, broker stopped)")
+        assert out[at + 2].split()[:4] == [segment_id, "over-0", out[at + 2].split()[2], "3"]
+        assert any(p.is_file() for p in remote.rglob("over-0-*/*"))
+
+        # Not while the broker runs: it holds the data directory.
+        refused = _tier("retry-delete", "--data-dir", str(data), "--", segment_id)
+        assert refused.returncode == 1 and "in use by another process" in refused.stderr
+    finally:
+        assert broker.stop() == 0
+
+    control.write_text(json.dumps({"delete_failures": 0}))  # the store works again
+    args = [f"--override={k}={v}" for k, v in plugin.items()]
+    done = _tier("retry-delete", *args, "--data-dir", str(data), "--", segment_id)
+    assert done.returncode == 0, done.stderr
+    assert f"custom metadata: {custom.hex()}" in done.stdout
+    assert deletes_log.read_text().splitlines()[-1].split()[:3] == [segment_id, custom.hex(), "ok"]
+    assert not [p for p in remote.rglob("over-0-*/*") if p.is_file()]
+    status = _tier("status", "--data-dir", str(data))
+    assert status.returncode == 0 and "given up" not in status.stdout

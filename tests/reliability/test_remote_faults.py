@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.remote_deletes import run_failing_deletes
 from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
 from tests.reliability.s3_server import JournaledS3Server
 
@@ -83,3 +84,15 @@ def test_the_s3_server_keeps_what_it_acknowledged_across_sigkill(tmp_path: Path)
             assert s3.get_object(Bucket="kept", Key=f"r{round_}/000-x.log")["Body"].read() == b"rewritten"
     finally:
         server.stop()
+
+
+def test_failing_deletes_of_refused_uploads_are_retried_or_given_up_and_settled(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 32)
+    result = run_failing_deletes(tmp_path / "deletes", rounds=2, partitions=2, max_attempts=3, seed=seed)
+    about = f"seed {seed}: {result.summary()}"
+    assert result.ok, about
+    assert result.recovering_rounds == 1 and result.recovered == 2 and result.orphan_objects == [], about
+    assert result.give_ups_expected == 2 and result.give_ups_logged == 2 and result.give_ups_in_metric == 2, about
+    assert result.give_ups_in_status == 2 and result.settled_by_retry_delete == 2, about
+    assert result.attempts_without_custom_metadata == 0 and result.delete_attempts >= 2 * 2 + 2 * 3, about
+    assert result.under_segments_copied > 0 and result.leftover_metadata == [], about

@@ -314,6 +314,16 @@ BROKER_KEYS: list[ConfigKey] = [
             group="tiered"),
     _broker("remote.log.manager.task.interval.ms", Type.LONG, 30000,
             "How often the copy and expiry passes of the remote tier run.", validator=at_least(1), group="tiered"),
+    _broker("remote.log.manager.delete.retry.max.attempts", Type.INT, 10,
+            "Attempts (the first included) to delete a remote segment whose delete failed, e.g. an upload "
+            "seed 002 undoes, before the broker gives up: the leftover is then reported (tierlog tier status, "
+            "tierlog_remote_delete_given_up_segments, an ERROR line) until tierlog tier retry-delete or "
+            "forget-delete settles it, or a restart starts the attempts afresh.",
+            validator=at_least(1), group="tiered"),
+    _broker("remote.log.manager.delete.retry.backoff.max.ms", Type.LONG, 3600000,
+            "Longest wait between two attempts to delete a remote segment; the wait starts at "
+            "remote.log.manager.task.interval.ms (the expiration pass that retries runs that often) and "
+            "doubles after each failed attempt.", validator=at_least(1), group="tiered"),
     _broker("remote.log.index.file.cache.total.size.bytes", Type.LONG, 1073741824,
             "The size bound of the local cache of remote index files.", validator=at_least(1), group="tiered"),
     _broker("metrics.listener", Type.STRING, None,

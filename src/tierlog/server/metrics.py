@@ -208,8 +208,17 @@ class BrokerCollector(Collector):
                                          "the remote tier.", labels=labels)
         remote_segments = GaugeMetricFamily("tierlog_remote_log_segments", "Segments of a partition in the "
                                             "remote tier.", labels=labels)
+        deletes_pending = GaugeMetricFamily(
+            "tierlog_remote_delete_pending_segments", "Remote segments whose delete failed and is retried with "
+            "backoff (DELETE_SEGMENT_STARTED).", labels=labels)
+        deletes_given_up = GaugeMetricFamily(
+            "tierlog_remote_delete_given_up_segments", "Remote segments whose delete this process gave up on "
+            "after remote.log.manager.delete.retry.max.attempts: their objects stay in the remote tier until "
+            "tierlog tier retry-delete or forget-delete.", labels=labels)
         for s in rlm.status():
             tp = _labels(s.topic, s.partition)
+            deletes_pending.add_metric(tp, s.deletes_pending)
+            deletes_given_up.add_metric(tp, s.deletes_given_up)
             lag_segments.add_metric(tp, s.copy_lag_segments)
             lag_bytes.add_metric(tp, s.copy_lag_bytes)
             copied_bytes.add_metric(tp, s.bytes_copied)
@@ -219,7 +228,7 @@ class BrokerCollector(Collector):
             remote_bytes.add_metric(tp, s.remote_bytes)
             remote_segments.add_metric(tp, s.remote_segments)
         yield from (lag_segments, lag_bytes, copied_bytes, copied_segments, errors, stopped, remote_bytes,
-                    remote_segments)
+                    remote_segments, deletes_pending, deletes_given_up)
 
     # -- metadata -------------------------------------------------------------------------------
 

@@ -465,3 +465,124 @@ class FaultInjectingRemoteStorageManager:
     def close(self) -> None:
         if self.delegate is not None:
             self.delegate.close()
+
+
+# -- seed 002's bucket example ------------------------------------------------------------------------
+
+
+class BucketedRemoteStorageManager:
+    """Seed 002's own example of custom metadata, as a plugin a test (or ``tierlog serve``) loads:
+    each upload goes to one of several "buckets" picked at random (each a directory served by the
+    real local-directory plugin), and the custom metadata the copy returns says which one, padded to
+    a configurable size. Fetch and delete find the objects only through it: without the custom
+    metadata they fail. Deletes can be made to fail, to exercise the broker's retries.
+
+    Properties (``rsm.config.`` removed): ``dir`` (required; buckets are ``bucket-<i>`` under it),
+    ``buckets.count`` (3), ``buckets.custom.metadata.bytes`` (200: the padded size),
+    ``buckets.pad.topics`` (comma-separated topics whose custom metadata is padded; unset: all, the
+    others get the bare ``bucket=<i>;``), ``buckets.delete.failures`` (deletes of each segment that
+    fail before one succeeds; -1: none ever does), ``buckets.control.file`` (optional JSON
+    ``{"delete_failures": N}``, re-read at each delete, overriding the property), ``buckets.log.file``
+    (one line per delete call: ``<segment id> <custom metadata hex or -> ok|fail <monotonic ms>``).
+    """
+
+    def __init__(self) -> None:
+        self.buckets: list[RemoteStorageManager] = []
+        self.custom_metadata_bytes = 200
+        self.pad_topics: set[str] | None = None
+        self.delete_failures = 0
+        self.control_path: Path | None = None
+        self.log_path: Path | None = None
+        #: Per segment: the custom metadata the copy returned, and (custom metadata, succeeded) of
+        #: each delete call, for tests in the same process.
+        self.returned: dict[RemoteLogSegmentId, bytes] = {}
+        self.delete_calls: list[tuple[RemoteLogSegmentId, bytes | None, bool]] = []
+        self._failed: dict[RemoteLogSegmentId, int] = {}
+        self._rng = random.Random()
+        self._lock = threading.Lock()
+
+    def configure(self, props: Mapping[str, str]) -> None:
+        base = props.get("dir")
+        if not base:
+            raise RemoteStorageError("the bucketed test plugin needs rsm.config.dir")
+        count = int(props.get("buckets.count", "3"))
+        rest = {k: v for k, v in props.items() if not k.startswith("buckets.") and k != "dir"}
+        rest.setdefault("fsync", "false")
+        self.buckets = [load_remote_storage_manager("tierlog.tiered.backends.local.LocalDirectoryRemoteStorageManager",
+                                                    {**rest, "dir": str(Path(base) / f"bucket-{i}")})
+                        for i in range(count)]
+        self.custom_metadata_bytes = int(props.get("buckets.custom.metadata.bytes", "200"))
+        topics = props.get("buckets.pad.topics")
+        self.pad_topics = None if topics is None else {t.strip() for t in topics.split(",") if t.strip()}
+        self.delete_failures = int(props.get("buckets.delete.failures", "0"))
+        control, log_file = props.get("buckets.control.file"), props.get("buckets.log.file")
+        self.control_path = Path(control) if control else None
+        self.log_path = Path(log_file) if log_file else None
+
+    def _custom(self, metadata: RemoteLogSegmentMetadata, bucket: int) -> bytes:
+        bare = b"bucket=%d;" % bucket
+        if self.pad_topics is not None and metadata.topic_id_partition.topic not in self.pad_topics:
+            return bare
+        return bare.ljust(self.custom_metadata_bytes, b".")
+
+    def _bucket(self, metadata: RemoteLogSegmentMetadata) -> RemoteStorageManager:
+        custom = metadata.custom_metadata
+        if custom is None or not custom.startswith(b"bucket="):
+            raise RemoteStorageError(f"no custom metadata for {metadata.segment_id}: cannot tell which bucket "
+                                     "holds it")
+        return self.buckets[int(custom[len(b"bucket="):custom.index(b";")])]
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        with self._lock:
+            bucket = self._rng.randrange(len(self.buckets))
+        self.buckets[bucket].copy_log_segment_data(metadata, segment_data)
+        custom = self._custom(metadata, bucket)
+        with self._lock:
+            self.returned[metadata.segment_id] = custom
+        return custom
+
+    def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        return self._bucket(metadata).fetch_log_segment(metadata, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self._bucket(metadata).fetch_index(metadata, index_type)
+
+    def _failures_wanted(self) -> int:
+        if self.control_path is not None:
+            try:
+                return int(json.loads(self.control_path.read_text()).get("delete_failures", self.delete_failures))
+            except (OSError, ValueError):
+                pass  # absent or mid-replace: the property
+        return self.delete_failures
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        sid = metadata.segment_id
+        wanted = self._failures_wanted()
+        with self._lock:
+            failed = self._failed.get(sid, 0)
+            fail = wanted < 0 or failed < wanted
+            if fail:
+                self._failed[sid] = failed + 1
+        ok = False
+        try:
+            bucket = self._bucket(metadata)
+            if fail:
+                raise RemoteStorageError(f"injected delete failure {failed + 1} of {sid}")
+            bucket.delete_log_segment_data(metadata)
+            ok = True
+        finally:
+            with self._lock:
+                self.delete_calls.append((sid, metadata.custom_metadata, ok))
+            if self.log_path is not None:
+                custom = "-" if metadata.custom_metadata is None else metadata.custom_metadata.hex()
+                fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    os.write(fd, f"{sid.id_str} {custom} {'ok' if ok else 'fail'} {time.monotonic_ns() // 1_000_000}\n"
+                             .encode())
+                finally:
+                    os.close(fd)
+
+    def close(self) -> None:
+        for bucket in self.buckets:
+            bucket.close()

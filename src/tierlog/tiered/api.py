@@ -130,10 +130,16 @@ class RemoteLogSegmentMetadataUpdate:
     state: RemoteLogSegmentState
     broker_id: int
     custom_metadata: bytes | None = None
+    #: Seed 002: custom metadata the plugin returned over the limit, kept with DELETE_SEGMENT_STARTED
+    #: only so that every attempt to delete the upload can hand it back (see
+    #: :attr:`RemoteLogSegmentMetadata.rejected_custom_metadata`).
+    rejected_custom_metadata: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             raise ValueError("an update cannot move a segment to COPY_SEGMENT_STARTED; add the metadata instead")
+        if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            raise ValueError("rejected custom metadata goes only with DELETE_SEGMENT_STARTED")
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,16 @@ class RemoteLogSegmentMetadata:
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     #: KIP-917: opaque bytes the plugin returned from the copy; interpreted only by the plugin.
     custom_metadata: bytes | None = field(default=None, repr=False)
+    #: Seed 002: the custom metadata the plugin returned for this upload that exceeded
+    #: ``remote.log.metadata.custom.metadata.max.bytes``. Never the segment's custom metadata (the
+    #: segment never becomes COPY_SEGMENT_FINISHED); kept while the segment is
+    #: DELETE_SEGMENT_STARTED only so that each attempt to delete the upload hands it to the plugin,
+    #: which may need it to find its objects (:meth:`for_plugin_delete`).
+    rejected_custom_metadata: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            raise ValueError("rejected custom metadata goes only with DELETE_SEGMENT_STARTED")
         if self.start_offset < 0:
             raise ValueError(f"start offset {self.start_offset} is negative")
         if self.end_offset < self.start_offset:
@@ -171,8 +185,21 @@ class RemoteLogSegmentMetadata:
         """Kafka's ``createWithUpdates``: the update's broker, time, custom metadata and state."""
         if update.segment_id != self.segment_id:
             raise ValueError(f"update for {update.segment_id} applied to {self.segment_id}")
+        rejected = None
+        if update.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
+            # A repeated DELETE_SEGMENT_STARTED (a retry) keeps what the first one carried.
+            rejected = (update.rejected_custom_metadata if update.rejected_custom_metadata is not None
+                        else self.rejected_custom_metadata)
         return replace(self, broker_id=update.broker_id, event_timestamp_ms=update.event_timestamp_ms,
-                       custom_metadata=update.custom_metadata, state=update.state)
+                       custom_metadata=update.custom_metadata, state=update.state,
+                       rejected_custom_metadata=rejected)
+
+    def for_plugin_delete(self) -> RemoteLogSegmentMetadata:
+        """The metadata to hand to the plugin's delete: with the rejected custom metadata (seed 002)
+        as its custom metadata when there is one, as Kafka builds it for its one delete attempt."""
+        if self.rejected_custom_metadata is None:
+            return self
+        return replace(self, custom_metadata=self.rejected_custom_metadata, rejected_custom_metadata=None)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,25 @@ def retry_delay_ms(consecutive_failures: int, interval_ms: int, max_delay_ms: in
     return min(cap, interval_ms << min(consecutive_failures - 1, 30))
 
 
+@dataclass(frozen=True)
+class DeleteRetryPolicy:
+    """How a failed remote segment delete is retried (every DELETE_SEGMENT_STARTED record the
+    expiration pass finds): ``max_attempts`` attempts in all, the first included, the waits between
+    them starting at ``initial_delay_ms`` and doubling up to ``max_delay_ms``."""
+
+    max_attempts: int = 10
+    initial_delay_ms: int = 30000
+    max_delay_ms: int = 3600000
+
+
+def next_delete_attempt_ms(failed_attempts: int, now_ms: int, policy: DeleteRetryPolicy) -> int | None:
+    """When to try a remote delete again after its ``failed_attempts``-th failed attempt, made at
+    ``now_ms``; None once the attempts are used up (the broker gives up and reports the leftover)."""
+    if failed_attempts >= policy.max_attempts:
+        return None
+    return now_ms + retry_delay_ms(failed_attempts, policy.initial_delay_ms, policy.max_delay_ms)
+
+
 class RemoteDeletionReason(enum.Enum):
     LOG_START_OFFSET = "log_start_offset"
     TIMESTAMP_FLOOR = "timestamp_floor"

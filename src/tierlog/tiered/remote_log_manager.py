@@ -18,12 +18,20 @@ Copy protocol for one segment (what makes a crash or a store outage safe):
    seed 001) and the leader-epoch checkpoint;
 3. on failure the upload is deleted (DELETE_SEGMENT_STARTED, plugin delete, DELETE_SEGMENT_FINISHED);
    if even that fails, the record stays in DELETE_SEGMENT_STARTED and the expiration pass retries it;
-4. custom metadata over the limit (seed 002): delete as in 3, never FINISHED, stop the copy task;
+4. custom metadata over the limit (seed 002): delete as in 3, never FINISHED, stop the copy task; the
+   oversize custom metadata goes with DELETE_SEGMENT_STARTED (as ``rejected_custom_metadata``, never
+   the segment's custom metadata) so every retry of the delete hands it to the plugin;
 5. otherwise COPY_SEGMENT_FINISHED with the custom metadata, and only then the log's
    ``highest_offset_in_remote_storage`` moves, which is what lets local retention delete the local copy.
 
 A COPY_SEGMENT_STARTED record that is not being copied (a crash between 1 and 5) is a dangling upload
-and is deleted at the start of the partition's next copy run. Deleting a deleted topic's remote data
+and is deleted at the start of the partition's next copy run.
+
+A failed delete of any kind leaves DELETE_SEGMENT_STARTED; the expiration pass retries it with capped
+exponential backoff (:func:`~tierlog.tiered.policy.next_delete_attempt_ms`) up to
+``remote.log.manager.delete.retry.max.attempts`` attempts in this process, then gives up: an ERROR
+line, the status file (``tierlog tier status``) and the metrics report the leftover until
+``tierlog tier retry-delete`` / ``forget-delete`` settle it or a restart starts the attempts afresh. Deleting a deleted topic's remote data
 waits until no copy of the partition is in flight: a copy finishing after the listing would leave
 objects that belong to no segment.
 """
@@ -81,9 +89,11 @@ from tierlog.tiered.api import (
 from tierlog.tiered.index_cache import CACHE_DIR_NAME, RemoteIndexCache
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.policy import (
+    DeleteRetryPolicy,
     RemoteDeletionReason,
     RemoteRetentionPolicy,
     candidate_segments,
+    next_delete_attempt_ms,
     remote_deletable_segments,
     retry_delay_ms,
 )
@@ -98,7 +108,9 @@ STATUS_FILE_NAME = "tier-status"
 PROGRESS_INTERVAL_S = 10.0
 _STATUS_HEADER = struct.Struct(">4sHI")
 _STATUS_MAGIC = b"TLTS"
-_STATUS_VERSION = 1
+#: Version 2 added "deletes" (the remote deletes given up); version 1 files still read.
+_STATUS_VERSION = 2
+_STATUS_VERSIONS_READ = (1, 2)
 # Bytes of a batch header a remote read needs to decide whether to skip the batch: base offset,
 # length, and (at byte 23) the last offset delta.
 _SKIP_HEADER = struct.Struct(">qi11xi")
@@ -130,6 +142,15 @@ class RemoteLogManagerConfig:
     #: shared scheduler (retention, flushes, checkpoints, the metadata log). Kafka's
     #: remote.log.manager.copier.thread.pool.size plays this part there.
     worker_threads: int = 4
+    #: Attempts (the first included) at a failed remote delete before giving up, and the longest
+    #: wait between two; the first wait is the task interval.
+    delete_retry_max_attempts: int = 10
+    delete_retry_backoff_max_ms: int = 3600000
+
+    @property
+    def delete_retry_policy(self) -> DeleteRetryPolicy:
+        return DeleteRetryPolicy(self.delete_retry_max_attempts, self.task_interval_ms,
+                                 self.delete_retry_backoff_max_ms)
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> RemoteLogManagerConfig:
@@ -140,6 +161,8 @@ class RemoteLogManagerConfig:
             index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
             producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
             broker_id=config.node_id,
+            delete_retry_max_attempts=config.get_int("remote.log.manager.delete.retry.max.attempts"),
+            delete_retry_backoff_max_ms=config.get_int("remote.log.manager.delete.retry.backoff.max.ms"),
         )
 
 
@@ -167,6 +190,31 @@ class PartitionTierStatus:
     bytes_copied: int = 0
     #: Failed runs of the copy task in this process (the seed 002 stop included).
     copy_errors: int = 0
+    #: Segments in DELETE_SEGMENT_STARTED whose remote delete is still to be (re)tried.
+    deletes_pending: int = 0
+    #: Segments whose remote delete this process gave up on: their objects stay in the remote tier
+    #: until ``tierlog tier retry-delete`` or ``forget-delete`` (or a restart retries them).
+    deletes_given_up: int = 0
+
+
+@dataclass
+class FailedRemoteDelete:
+    """A remote segment whose delete failed: what is retried when, or that it was given up."""
+
+    segment_id: str
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    attempts: int
+    last_attempt_ms: int
+    last_error: str
+    #: When the expiration pass tries again; None once given up.
+    next_attempt_ms: int | None
+
+    @property
+    def given_up(self) -> bool:
+        return self.next_attempt_ms is None
 
 
 @dataclass(frozen=True)
@@ -242,6 +290,8 @@ class RemoteLogManager:
         #: Partitions whose local log and remote copy disagree, with why: offline, never re-adopted.
         self._conflicts: dict[TopicPartition, str] = {}
         self._closed = False
+        #: Remote deletes that failed in this process, by segment id (see _delete_failed).
+        self._failed_deletes: dict[RemoteLogSegmentId, FailedRemoteDelete] = {}
         #: The plugin's reading of its own custom metadata, for status (optional hook).
         self._uploaded_size: Callable[[bytes], int | None] | None = getattr(rsm, "uploaded_size_bytes", None)
 
@@ -532,11 +582,12 @@ class RemoteLogManager:
         limit = self.config.custom_metadata_max_bytes
         if custom is not None and len(custom) > limit:
             # Seed 002: the plugin gets its custom metadata back for the delete (it may say where
-            # the data went); it is not stored, and the segment never becomes FINISHED.
+            # the data went), and for every retry of it: it is kept with DELETE_SEGMENT_STARTED
+            # only, never as the segment's custom metadata, and the segment never becomes FINISHED.
             log.error("custom metadata of %d bytes for segment %d of %s-%d exceeds "
                       "remote.log.metadata.custom.metadata.max.bytes=%d; deleting the uploaded data",
                       len(custom), base, state.tp[0], state.tp[1], limit)
-            self._delete_remote_segment(md, best_effort=True, plugin_custom_metadata=custom)
+            self._delete_remote_segment(md, best_effort=True, rejected_custom_metadata=custom)
             raise CustomMetadataSizeLimitExceededError(
                 f"custom metadata of {len(custom)} bytes for segment [{base}, {next_base - 1}] exceeds the "
                 f"limit of {limit} bytes (remote.log.metadata.custom.metadata.max.bytes)")
@@ -550,29 +601,76 @@ class RemoteLogManager:
                  md.segment_size_in_bytes, md.segment_id.id_str, time.monotonic() - started)
 
     def _delete_remote_segment(self, md: RemoteLogSegmentMetadata, *, best_effort: bool,
-                               plugin_custom_metadata: bytes | None = None) -> bool:
+                               rejected_custom_metadata: bytes | None = None) -> bool:
         """DELETE_SEGMENT_STARTED, plugin delete, DELETE_SEGMENT_FINISHED. A failed plugin delete
-        leaves DELETE_SEGMENT_STARTED for the expiration pass to retry: never an orphan."""
+        leaves DELETE_SEGMENT_STARTED for the expiration pass to retry: never an orphan.
+        ``rejected_custom_metadata`` (seed 002) is recorded with DELETE_SEGMENT_STARTED, so this
+        attempt and every retry hand it to the plugin."""
         broker = self.config.broker_id
         if md.state is not S.DELETE_SEGMENT_STARTED:
-            self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                md.segment_id, self._now(), S.DELETE_SEGMENT_STARTED, broker, md.custom_metadata))
+            update = RemoteLogSegmentMetadataUpdate(md.segment_id, self._now(), S.DELETE_SEGMENT_STARTED, broker,
+                                                    md.custom_metadata, rejected_custom_metadata)
+            self.rlmm.update_remote_log_segment_metadata(update)
+            md = md.create_with_updates(update)
         self.index_cache.remove(md.segment_id)
-        target = md if plugin_custom_metadata is None else RemoteLogSegmentMetadata(
-            md.segment_id, md.start_offset, md.end_offset, md.max_timestamp_ms, md.broker_id,
-            md.event_timestamp_ms, md.segment_size_in_bytes, md.segment_leader_epochs, md.state,
-            plugin_custom_metadata)
         try:
-            self.rsm.delete_log_segment_data(target)
+            self.rsm.delete_log_segment_data(md.for_plugin_delete())
         except Exception as e:
+            self._delete_failed(md, e)
             if not best_effort:
                 raise
-            log.warning("could not delete remote segment %s (retried by the expiration pass): %s",
-                        md.segment_id, e)
             return False
         self.rlmm.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             md.segment_id, self._now(), S.DELETE_SEGMENT_FINISHED, broker, md.custom_metadata))
+        self._delete_succeeded(md)
         return True
+
+    def _delete_failed(self, md: RemoteLogSegmentMetadata, error: Exception) -> None:
+        """Count the failed attempt and decide the next (policy.next_delete_attempt_ms); the last
+        allowed attempt gives up with an ERROR line and a status file naming the leftover."""
+        now = self._now()
+        tip = md.topic_id_partition
+        with self._lock:
+            previous = self._failed_deletes.get(md.segment_id)
+            attempts = 1 if previous is None else previous.attempts + 1
+            next_ms = next_delete_attempt_ms(attempts, now, self.config.delete_retry_policy)
+            entry = FailedRemoteDelete(md.segment_id.id_str, tip.topic, tip.partition, md.start_offset,
+                                       md.end_offset, attempts, now, f"{type(error).__name__}: {error}", next_ms)
+            self._failed_deletes[md.segment_id] = entry
+        if next_ms is not None:
+            log.warning("remote delete failed segment_id=%s topic=%s partition=%d start_offset=%d end_offset=%d "
+                        "attempt=%d next_attempt_in_ms=%d error=%s", entry.segment_id, tip.topic, tip.partition,
+                        md.start_offset, md.end_offset, attempts, next_ms - now, entry.last_error)
+            return
+        if previous is not None and previous.given_up:
+            return  # reported already (a topic deletion retrying it)
+        log.error("remote delete given up segment_id=%s topic=%s partition=%d start_offset=%d end_offset=%d "
+                  "after %d attempts: its objects stay in the remote tier (tierlog tier retry-delete or "
+                  "forget-delete %s, docs/operations.md); last error: %s", entry.segment_id, tip.topic,
+                  tip.partition, md.start_offset, md.end_offset, attempts, entry.segment_id, entry.last_error)
+        self._write_status()
+
+    def _delete_succeeded(self, md: RemoteLogSegmentMetadata) -> None:
+        with self._lock:
+            previous = self._failed_deletes.pop(md.segment_id, None)
+        if previous is not None:
+            log.info("remote delete succeeded segment_id=%s topic=%s partition=%d after %d failed attempts",
+                     previous.segment_id, previous.topic, previous.partition, previous.attempts)
+            if previous.given_up:
+                self._write_status()
+
+    def _delete_due(self, md: RemoteLogSegmentMetadata, now_ms: int) -> bool:
+        """Whether the expiration pass retries this DELETE_SEGMENT_STARTED segment now: at once when
+        this process never tried it (a crash or restart left it), never once given up."""
+        with self._lock:
+            entry = self._failed_deletes.get(md.segment_id)
+        return entry is None or (entry.next_attempt_ms is not None and now_ms >= entry.next_attempt_ms)
+
+    def failed_deletes(self) -> list[FailedRemoteDelete]:
+        """The remote deletes that failed in this process and are not done, oldest segment first."""
+        with self._lock:
+            entries = list(self._failed_deletes.values())
+        return sorted(entries, key=lambda e: (e.topic, e.partition, e.start_offset, e.segment_id))
 
     # -- seed 001 -------------------------------------------------------------------------------
 
@@ -675,8 +773,10 @@ class RemoteLogManager:
         try:
             segments = list(self.rlmm.list_remote_log_segments(state.tip))
             for md in segments:
-                if md.state is S.DELETE_SEGMENT_STARTED:
-                    self._delete_remote_segment(md, best_effort=False)
+                # Failed deletes, retried with backoff until given up; one still failing does not
+                # hold up the others or retention (it stays DELETE_SEGMENT_STARTED).
+                if md.state is S.DELETE_SEGMENT_STARTED and self._delete_due(md, now):
+                    self._delete_remote_segment(md, best_effort=True)
             finished = [m for m in segments if m.state is S.COPY_SEGMENT_FINISHED]
             if not finished:
                 return []
@@ -921,8 +1021,12 @@ class RemoteLogManager:
 
     def _status_of(self, tp: TopicPartition, ulog: UnifiedLog | None, state: _PartitionState | None,
                    tip: TopicIdPartition | None) -> PartitionTierStatus:
-        finished = [] if tip is None else [m for m in self.rlmm.list_remote_log_segments(tip)
-                                           if m.state is S.COPY_SEGMENT_FINISHED]
+        listed = [] if tip is None else list(self.rlmm.list_remote_log_segments(tip))
+        finished = [m for m in listed if m.state is S.COPY_SEGMENT_FINISHED]
+        deleting = [m.segment_id for m in listed if m.state is S.DELETE_SEGMENT_STARTED]
+        with self._lock:
+            given_up = sum(1 for sid in deleting
+                           if (e := self._failed_deletes.get(sid)) is not None and e.given_up)
         highest = max((m.end_offset for m in finished), default=-1)
         lag_segments = lag_bytes = local_bytes = 0
         local_start = leo = None
@@ -949,6 +1053,7 @@ class RemoteLogManager:
             consecutive_failures=state.consecutive_failures if state else 0,
             segments_copied=state.segments_copied if state else 0,
             bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
+            deletes_pending=len(deleting) - given_up, deletes_given_up=given_up,
         )
 
     def _write_status(self) -> None:
@@ -965,8 +1070,11 @@ class RemoteLogManager:
             if ulog.offline_reason is not None:
                 entries[f"{topic}-{partition}"] = {"copy_task": "offline", "last_error": ulog.offline_reason,
                                                    "last_error_ms": None, "consecutive_failures": 0}
+        # Only the given-up deletes: those still retried are DELETE_SEGMENT_STARTED in the metadata.
+        deletes = [asdict(e) for e in self.failed_deletes() if e.given_up]
         try:
-            write_status_file(self.status_path, {"written_ms": self._now(), "partitions": entries})
+            write_status_file(self.status_path, {"written_ms": self._now(), "partitions": entries,
+                                                 "deletes": deletes})
         except OSError as e:
             log.warning("could not write %s: %s", self.status_path, e)
 
@@ -989,7 +1097,7 @@ def read_status_file(path: Path) -> dict[str, object] | None:
         return None
     magic, version, crc = _STATUS_HEADER.unpack_from(data)
     body = data[_STATUS_HEADER.size:]
-    if magic != _STATUS_MAGIC or version != _STATUS_VERSION or crc32c(body) != crc:
+    if magic != _STATUS_MAGIC or version not in _STATUS_VERSIONS_READ or crc32c(body) != crc:
         return None
     loaded = json.loads(body)
     return loaded if isinstance(loaded, dict) else None
@@ -1056,6 +1164,17 @@ def default_local_remote_dir(log_dir: Path) -> Path:
     return log_dir.parent / f"{log_dir.name}-remote"
 
 
+def remote_storage_manager_from_config(config: BrokerConfig) -> RemoteStorageManager:
+    """The configured plugin, configured as the broker configures it (also for the offline
+    ``tierlog tier retry-delete``)."""
+    class_name = config.get_str("remote.log.storage.manager.class.name")
+    props = plugin_properties(config.plugin_props, config.get_str("remote.log.storage.manager.impl.prefix"),
+                              config.node_id)
+    if class_name.endswith("LocalDirectoryRemoteStorageManager"):
+        props.setdefault("dir", str(default_local_remote_dir(config.log_dirs[0].resolve())))
+    return load_remote_storage_manager(class_name, props)
+
+
 def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: Clock = SYSTEM_CLOCK,
                               scheduler: Scheduler | None = None) -> RemoteLogManager | None:
     """The broker's remote log manager, or None when ``remote.log.storage.system.enable`` is false.
@@ -1064,12 +1183,7 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     if not rlm_config.system_enable:
         return None
     first_dir = config.log_dirs[0].resolve()
-    class_name = config.get_str("remote.log.storage.manager.class.name")
-    props = plugin_properties(config.plugin_props, config.get_str("remote.log.storage.manager.impl.prefix"),
-                              config.node_id)
-    if class_name.endswith("LocalDirectoryRemoteStorageManager"):
-        props.setdefault("dir", str(default_local_remote_dir(first_dir)))
-    rsm = load_remote_storage_manager(class_name, props)
+    rsm = remote_storage_manager_from_config(config)
     metadata_dir = first_dir / METADATA_DIR_NAME
     rlmm = FileRemoteLogMetadataManager(metadata_dir)
     # Threads of its own beside a broker's thread pool; a test's manual scheduler drives both.

@@ -5,6 +5,12 @@ Kafka's RemoteLogMetadataSerde, so the durable store could be replayed into Kafk
 
 apiKeys 0..2 are Kafka's; :class:`RemoteLogStartOffset` (tierlog's own: the log start offset a
 DeleteRecords moved, which retention applies to remote segments) uses 10000 like every tierlog type.
+
+Tagged field 10000 of the segment metadata and update records (tierlog's own, added after the first
+release; tagged fields are how Kafka's flexible versions add optional fields without a version bump:
+a reader that does not know the tag skips it, so older tierlog and Kafka's serde read these records,
+and records without it read as before): the custom metadata a plugin returned over the limit,
+carried by DELETE_SEGMENT_STARTED only (seed 002; see ``RemoteLogSegmentMetadata.rejected_custom_metadata``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ SEGMENT_METADATA_API_KEY = 0
 SEGMENT_UPDATE_API_KEY = 1
 PARTITION_DELETE_API_KEY = 2
 LOG_START_OFFSET_API_KEY = 10000
+REJECTED_CUSTOM_METADATA_TAG = 10000
 
 
 @dataclass(frozen=True)
@@ -93,14 +100,25 @@ def _read_nullable_bytes(r: Reader) -> bytes | None:
     return bytes(r.buf[start : r.pos])
 
 
+def _read_rejected(r: Reader) -> bytes | None:
+    """The record's tagged section (unknown tags skipped), and the rejected custom metadata in it."""
+    data = r.tagged_fields().get(REJECTED_CUSTOM_METADATA_TAG)
+    return None if data is None else bytes(data)
+
+
 def _frame(w: Writer, api_key: int) -> None:
     w.uvarint(FRAME_VERSION)
     w.uvarint(api_key)
     w.uvarint(0)
 
 
+def _rejected_tag(data: bytes | None) -> dict[int, bytes] | None:
+    return None if data is None else {REJECTED_CUSTOM_METADATA_TAG: data}
+
+
 def encode(record: RemoteLogMetadataRecord) -> bytes:
     w = Writer()
+    tags: dict[int, bytes] | None = None
     if isinstance(record, RemoteLogSegmentMetadata):
         _frame(w, SEGMENT_METADATA_API_KEY)
         _write_segment_id(w, record.segment_id)
@@ -117,6 +135,7 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         w.i32(record.segment_size_in_bytes)
         _write_nullable_bytes(w, record.custom_metadata)
         w.i8(int(record.state))
+        tags = _rejected_tag(record.rejected_custom_metadata)
     elif isinstance(record, RemoteLogSegmentMetadataUpdate):
         _frame(w, SEGMENT_UPDATE_API_KEY)
         _write_segment_id(w, record.segment_id)
@@ -124,6 +143,7 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         w.i64(record.event_timestamp_ms)
         _write_nullable_bytes(w, record.custom_metadata)
         w.i8(int(record.state))
+        tags = _rejected_tag(record.rejected_custom_metadata)
     elif isinstance(record, RemotePartitionDeleteMetadata):
         _frame(w, PARTITION_DELETE_API_KEY)
         _write_tip(w, record.topic_id_partition)
@@ -135,7 +155,7 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         _write_tip(w, record.topic_id_partition)
         w.i64(record.log_start_offset)
         w.i64(record.event_timestamp_ms)
-    w.tagged_fields()
+    w.tagged_fields(tags)
     return bytes(w.buf)
 
 
@@ -160,13 +180,16 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             size = r.i32()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
+            rejected = _read_rejected(r)
             record = RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs),
-                                              state, custom)
+                                              state, custom, rejected)
         elif api_key == SEGMENT_UPDATE_API_KEY:
             sid = _read_segment_id(r)
             broker, event_ts = r.i32(), r.i64()
             custom = _read_nullable_bytes(r)
-            record = RemoteLogSegmentMetadataUpdate(sid, event_ts, RemoteLogSegmentState(r.i8()), broker, custom)
+            state = RemoteLogSegmentState(r.i8())
+            rejected = _read_rejected(r)
+            record = RemoteLogSegmentMetadataUpdate(sid, event_ts, state, broker, custom, rejected)
         elif api_key == PARTITION_DELETE_API_KEY:
             tip = _read_tip(r)
             broker, event_ts = r.i32(), r.i64()
@@ -176,7 +199,8 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             record = RemoteLogStartOffset(tip, r.i64(), r.i64())
         else:
             raise SerdeError(f"unknown remote log metadata apiKey {api_key}")
-        r.tagged_fields()
+        if api_key not in (SEGMENT_METADATA_API_KEY, SEGMENT_UPDATE_API_KEY):
+            r.tagged_fields()
         r.expect_end("remote log metadata record")
     except SerdeError:
         raise

@@ -4,11 +4,12 @@ running broker (it only reads) and on a stopped one.
 The durable remote log metadata gives the highest tiered offset and the remote bytes; the partition
 directories give the local bytes and the copy lag (closed segments above the highest tiered offset);
 the broker's status file gives what only the running process knows (a copy task stopped by seed 002,
-the last error)."""
+the last error, the remote deletes it gave up on)."""
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_log_manager import (
     METADATA_DIR_NAME,
     STATUS_FILE_NAME,
+    FailedRemoteDelete,
     PartitionTierStatus,
     read_status_file,
 )
@@ -37,6 +39,33 @@ def _local_segments(part_dir: Path) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+def _given_up(persisted: dict[str, object], store: FileRemoteLogMetadataManager) -> list[FailedRemoteDelete]:
+    """The deletes the broker gave up on that are still DELETE_SEGMENT_STARTED (one settled since,
+    by ``tier retry-delete``/``forget-delete`` or a later broker, is gone from the metadata)."""
+    started = {m.segment_id.id_str for tip in store.partitions() for m in store.list_remote_log_segments(tip)
+               if m.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED}
+    raw = persisted.get("deletes", [])
+    out = []
+    for entry in raw if isinstance(raw, list) else []:
+        try:
+            failed = FailedRemoteDelete(**entry)
+        except TypeError:
+            continue  # written by another version
+        if failed.segment_id in started:
+            out.append(failed)
+    return out
+
+
+def given_up_deletes(log_dirs: Sequence[Path]) -> list[FailedRemoteDelete]:
+    """The remote deletes the broker gave up on and nothing has settled since (``tier status``)."""
+    first = Path(log_dirs[0])
+    store = FileRemoteLogMetadataManager(first / METADATA_DIR_NAME, read_only=True)
+    try:
+        return _given_up(read_status_file(first / METADATA_DIR_NAME / STATUS_FILE_NAME) or {}, store)
+    finally:
+        store.close()
+
+
 def offline_status(log_dirs: Sequence[Path],
                    uploaded_size: Callable[[bytes], int | None] | None = None) -> list[PartitionTierStatus]:
     """Status of every partition that has local data with tiering history or remote segments."""
@@ -46,6 +75,7 @@ def offline_status(log_dirs: Sequence[Path],
     tasks = persisted.get("partitions", {})
     assert isinstance(tasks, dict)
     tips: dict[tuple[str, int], TopicIdPartition] = {(t.topic, t.partition): t for t in store.partitions()}
+    given_up = Counter((d.topic, d.partition) for d in _given_up(persisted, store))
     local: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for d in log_dirs:
         if not Path(d).is_dir():
@@ -77,8 +107,9 @@ def offline_status(log_dirs: Sequence[Path],
         if tp not in tips and task is None:
             continue  # never tiered
         tip = tips.get(tp)
-        finished = [] if tip is None else [m for m in store.list_remote_log_segments(tip)
-                                           if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        listed = [] if tip is None else list(store.list_remote_log_segments(tip))
+        finished = [m for m in listed if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        deleting = sum(1 for m in listed if m.state is RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
         highest = max((m.end_offset for m in finished), default=-1)
         segs = local.get(tp, [])
         closed = segs[:-1]
@@ -96,6 +127,7 @@ def offline_status(log_dirs: Sequence[Path],
             copy_lag_segments=len(lag), copy_lag_bytes=sum(s for _, s in lag),
             last_error=info.get("last_error"), last_error_ms=info.get("last_error_ms"),
             consecutive_failures=int(info.get("consecutive_failures", 0) or 0),
+            deletes_pending=deleting - given_up[tp], deletes_given_up=given_up[tp],
         ))
     store.close()
     return out

@@ -169,3 +169,93 @@ def test_damage_is_an_error_not_silent_loss(tmp_path: Path) -> None:
     snap.write_bytes(bytes(data))
     with pytest.raises(RemoteLogMetadataCorruptError):
         FileRemoteLogMetadataManager(tmp_path)
+
+
+# -- seed 002: the rejected custom metadata kept for the delete's retries ------------------------------
+
+
+def test_rejected_custom_metadata_is_tagged_field_10000_of_the_update() -> None:
+    sid = RemoteLogSegmentId(TopicIdPartition(b"\x11" * 16, "ab", 7), b"\x22" * 16)
+    encoded = serde.encode(RemoteLogSegmentMetadataUpdate(sid, 0x0102, S.DELETE_SEGMENT_STARTED, 3, None,
+                                                          b"\xaa" * 200))
+    old_layout = (b"\x01\x01\x00" + b"\x03ab" + b"\x11" * 16 + struct.pack(">i", 7) + b"\x00"
+                  + b"\x22" * 16 + b"\x00" + struct.pack(">iq", 3, 0x0102) + b"\x00" + b"\x02")
+    # One tagged field: tag 10000 (uvarint 0x90 0x4e), 200 bytes (uvarint 0xc8 0x01).
+    assert encoded == old_layout + b"\x01\x90\x4e\xc8\x01" + b"\xaa" * 200
+    assert serde.decode(old_layout + b"\x00") == RemoteLogSegmentMetadataUpdate(sid, 0x0102, S.DELETE_SEGMENT_STARTED, 3)
+    # A tag this version does not know is skipped (tagged fields are for exactly that).
+    assert serde.decode(old_layout + b"\x01\x05\x02zz") == serde.decode(old_layout + b"\x00")
+
+
+def test_rejected_custom_metadata_goes_only_with_delete_segment_started() -> None:
+    sid = RemoteLogSegmentId(TIP, b"\x03" * 16)
+    with pytest.raises(ValueError):
+        RemoteLogSegmentMetadataUpdate(sid, 1, S.COPY_SEGMENT_FINISHED, 1, None, b"x")
+    with pytest.raises(ValueError):
+        RemoteLogSegmentMetadata(sid, 0, 9, 0, 1, 0, 10, (), S.COPY_SEGMENT_FINISHED, None, b"x")
+    m = md(0, 9)
+    started = m.create_with_updates(RemoteLogSegmentMetadataUpdate(m.segment_id, 1, S.DELETE_SEGMENT_STARTED, 1,
+                                                                   None, b"big"))
+    assert started.custom_metadata is None and started.rejected_custom_metadata == b"big"
+    assert started.for_plugin_delete().custom_metadata == b"big"
+    # A repeated DELETE_SEGMENT_STARTED keeps it; the segment never shows it as its custom metadata.
+    again = started.create_with_updates(RemoteLogSegmentMetadataUpdate(m.segment_id, 2, S.DELETE_SEGMENT_STARTED, 1))
+    assert again.rejected_custom_metadata == b"big" and again.custom_metadata is None
+
+
+def rejected_of(store: FileRemoteLogMetadataManager) -> list[tuple[int, RemoteLogSegmentState, bytes | None, bytes | None]]:
+    return [(m.start_offset, m.state, m.custom_metadata, m.rejected_custom_metadata)
+            for m in store.list_remote_log_segments(TIP)]
+
+
+@pytest.mark.parametrize("snapshot_every", [1000, 3, 1])
+def test_rejected_custom_metadata_survives_restart_and_snapshots(tmp_path: Path, snapshot_every: int) -> None:
+    store = FileRemoteLogMetadataManager(tmp_path, snapshot_every=snapshot_every)
+    segs = populate(store)
+    over = md(900, 999)
+    store.add_remote_log_segment_metadata(over)
+    store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+        over.segment_id, 10, S.DELETE_SEGMENT_STARTED, 1, None, b"bucket=2;" + b"." * 300))
+    for _ in range(4):  # entries after it, so every snapshot cadence folds it into a snapshot
+        store.update_remote_log_segment_metadata(update(segs[2], S.COPY_SEGMENT_FINISHED, b"c200"))
+    before = rejected_of(store)
+    assert before[-1] == (900, S.DELETE_SEGMENT_STARTED, None, b"bucket=2;" + b"." * 300)
+    assert store.remote_log_segment_metadata(TIP, 950) is None
+    store.close()
+    again = FileRemoteLogMetadataManager(tmp_path, snapshot_every=snapshot_every)
+    assert rejected_of(again) == before
+    assert (tmp_path / SNAPSHOT_NAME).exists() == (snapshot_every < 1000)
+    again.take_snapshot()
+    again.close()
+    assert rejected_of(FileRemoteLogMetadataManager(tmp_path, read_only=True)) == before
+
+
+def _old_segment_record(tip: TopicIdPartition, uuid: bytes, start: int, end: int) -> bytes:
+    """A COPY_SEGMENT_STARTED segment record byte for byte as the first release wrote it."""
+    return (b"\x01\x00\x00" + bytes([len(tip.topic) + 1]) + tip.topic.encode() + tip.topic_id
+            + struct.pack(">i", tip.partition) + b"\x00" + uuid + b"\x00"
+            + struct.pack(">qqiqq", start, end, 1, 1000, 5) + b"\x02" + struct.pack(">iq", 0, start) + b"\x00"
+            + struct.pack(">i", end - start + 1) + b"\x00" + b"\x00" + b"\x00")
+
+
+def _old_update_record(tip: TopicIdPartition, uuid: bytes, state: RemoteLogSegmentState) -> bytes:
+    return (b"\x01\x01\x00" + bytes([len(tip.topic) + 1]) + tip.topic.encode() + tip.topic_id
+            + struct.pack(">i", tip.partition) + b"\x00" + uuid + b"\x00" + struct.pack(">iq", 1, 9)
+            + b"\x00" + bytes([int(state)]) + b"\x00")
+
+
+def test_a_directory_written_before_the_tagged_field_still_loads(tmp_path: Path) -> None:
+    from tierlog._util.crc import crc32c
+
+    a, b = b"\x0a" * 16, b"\x0b" * 16
+    entries = [_old_segment_record(TIP, a, 0, 99), _old_update_record(TIP, a, S.COPY_SEGMENT_FINISHED),
+               _old_segment_record(TIP, b, 100, 199), _old_update_record(TIP, b, S.DELETE_SEGMENT_STARTED)]
+    journal = b"TLRJ" + struct.pack(">H", 1) + b"".join(struct.pack(">II", len(e), crc32c(e)) + e for e in entries)
+    (tmp_path / "journal-00000000000000000000.log").write_bytes(journal)
+    store = FileRemoteLogMetadataManager(tmp_path)
+    assert rejected_of(store) == [(0, S.COPY_SEGMENT_FINISHED, None, None), (100, S.DELETE_SEGMENT_STARTED, None, None)]
+    # and carries on appending in the same journal
+    store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+        RemoteLogSegmentId(TIP, b), 10, S.DELETE_SEGMENT_FINISHED, 1))
+    store.close()
+    assert [m.start_offset for m in FileRemoteLogMetadataManager(tmp_path).list_remote_log_segments(TIP)] == [0]

@@ -10,9 +10,11 @@ from tierlog.tiered.api import (
     TopicIdPartition,
 )
 from tierlog.tiered.policy import (
+    DeleteRetryPolicy,
     RemoteDeletionReason,
     RemoteRetentionPolicy,
     candidate_segments,
+    next_delete_attempt_ms,
     remote_deletable_segments,
     retry_delay_ms,
 )
@@ -83,3 +85,12 @@ def test_walk_stops_at_the_first_segment_kept() -> None:
     out_of_order = [seg(0, 9, 1000), seg(10, 19, 9000), seg(20, 29, 1000)]
     assert reasons(remote_deletable_segments(out_of_order, RemoteRetentionPolicy(retention_ms=1000), 5000, 0)) == [
         (0, R.TIME)]
+
+
+def test_failed_delete_retries_back_off_to_a_cap_and_end_after_max_attempts() -> None:
+    policy = DeleteRetryPolicy(max_attempts=6, initial_delay_ms=1000, max_delay_ms=5000)
+    now = 1_000_000
+    assert [next_delete_attempt_ms(n, now, policy) for n in range(1, 7)] == [
+        now + 1000, now + 2000, now + 4000, now + 5000, now + 5000, None]
+    assert next_delete_attempt_ms(9, now, policy) is None
+    assert next_delete_attempt_ms(1, now, DeleteRetryPolicy(max_attempts=1)) is None  # the first was the only one

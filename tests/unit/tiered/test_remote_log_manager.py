@@ -373,6 +373,9 @@ def test_interrupted_remote_delete_is_retried_no_orphans(env: Env) -> None:
     assert rlm.expire_partition("t", 0) == []
     assert rlm.status()[0].last_error is not None
     assert next(m.state for m in segments(rlm)) is S.DELETE_SEGMENT_STARTED
+    rlm.expire_partition("t", 0)  # retried with backoff: not before one task interval went by
+    assert next(m.state for m in segments(rlm)) is S.DELETE_SEGMENT_STARTED and inner.objects != {}
+    env.clock.advance(1000)
     rlm.expire_partition("t", 0)
     assert segments(rlm) == [] and inner.objects == {}
 

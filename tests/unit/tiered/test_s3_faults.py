@@ -66,6 +66,7 @@ def test_server_stopped_mid_upload_loses_nothing_and_leaves_no_orphans(
 
     own_moto.start()
     for _ in range(3):  # a pooled connection to the old server may fail once
+        env.clock.advance(4000)  # failed deletes are retried with backoff (1 s interval, doubling)
         rlm.expire_all()
         rlm.copy_all()
         if len(list(rlm.rlmm.list_remote_log_segments(TIP))) == len(bases) - 1:
