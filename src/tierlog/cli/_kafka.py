@@ -207,3 +207,12 @@ def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
             return 130
 
     return run
+
+
+def add_wire_options(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-server and --timeout for commands that speak the protocol themselves (cli/_wire.py,
+    imported only when such a command runs: it pulls in the protocol codec)."""
+    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+                        help=f"the broker to talk to (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"give up on the broker or a request after this long (default {DEFAULT_TIMEOUT_S:g})")

@@ -7,13 +7,12 @@ each request at the highest version both sides support.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import socket
 import struct
 from typing import Any
 
-from tierlog.cli._kafka import DEFAULT_BOOTSTRAP, DEFAULT_TIMEOUT_S, CliError, _positive_float
+from tierlog.cli._kafka import CliError
 from tierlog.protocol import (
     SUPPORTED_APIS,
     ApiKey,
@@ -25,13 +24,6 @@ from tierlog.protocol import (
 
 _SIZE = struct.Struct(">i")
 UNSUPPORTED_VERSION = 35
-
-
-def add_wire_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help=f"the broker to talk to (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"give up on the broker or a request after this long (default {DEFAULT_TIMEOUT_S:g})")
 
 
 class WireClient:

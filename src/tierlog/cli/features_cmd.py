@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tierlog.cli._kafka import CliError, command, fail
-from tierlog.cli._wire import WireClient, add_wire_options
+from tierlog.cli._kafka import CliError, add_wire_options, command, fail
 from tierlog.metadata import (
     METADATA_VERSION_FEATURE,
     UpgradeType,
     metadata_version_name,
     parse_metadata_version,
 )
-from tierlog.protocol import ApiKey
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +72,8 @@ def describe_lines(api_versions: Any) -> list[str]:
 
 @command
 def run_describe(args: argparse.Namespace) -> int:
+    from tierlog.cli._wire import WireClient  # the protocol codec only when it is used
+
     with WireClient(args.bootstrap_server, args.timeout) as client:
         for line in describe_lines(client.api_versions):
             print(line)
@@ -82,6 +82,9 @@ def run_describe(args: argparse.Namespace) -> int:
 
 @command
 def run_update(args: argparse.Namespace) -> int:
+    from tierlog.cli._wire import WireClient
+    from tierlog.protocol import ApiKey
+
     try:
         level = parse_metadata_version(args.metadata).level
     except ValueError as e:
