@@ -270,7 +270,8 @@ def seed003(s: Session) -> list[Expectation]:
     return [
         *broker_lifecycle(s),
         Expectation(r"^tierlog topics create clicks "),
-        Expectation(r"^for i in \$\(seq 1 20\); do seq 1 50 \| kcat -P -b 127\.0\.0\.1:9092 -t clicks -X linger\.ms=50; done$"),
+        Expectation(r"^for i in \$\(seq 1 20\); do seq 1 50 \| kcat -P -b 127\.0\.0\.1:9092 -t clicks -X linger\.ms=2000 "
+                    r"-X batch\.num\.messages=50; done$"),
         Expectation(r"^ls tierlog-data/clicks-0/\*\.log \| wc -l$", lines_count(10)),
         Expectation(r'^grep "loaded \.\* logs" tierlog\.log$', startup),
         Expectation(r"^sleep \d+$"),
