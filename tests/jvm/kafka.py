@@ -184,6 +184,7 @@ class KafkaBroker:
     def start(self) -> KafkaBroker:
         if not (self.home / "server.properties").exists():
             self.format()
+        seen = self.log_path.stat().st_size if self.log_path.exists() else 0  # a restart appends
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         cmd = java_command("kafka.Kafka", [str(self.home / "server.properties")], heap=self.heap,
                            log4j=self.home / "log4j2.properties")
@@ -195,7 +196,7 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"Kafka exited {self.proc.returncode} while starting:\n{self.log_tail()}")
-            if "Kafka Server started" in self._log_text():
+            if "Kafka Server started" in self._log_text()[seen:]:
                 return self
             time.sleep(0.2)
         self.kill()
@@ -203,7 +204,7 @@ class KafkaBroker:
 
     def _log_text(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")
+            return self.log_path.read_bytes().decode(errors="replace")
         except FileNotFoundError:
             return ""
 
