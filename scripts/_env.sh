@@ -31,6 +31,11 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 # (tests/jvm/, marker `jvm`) and bench/vs_kafka.py. Fetched once into build/ (ignored by git, kept between
 # runs); Maven's own cache (~/.m2) makes a refetch cheap. TIERLOG_NEED_KAFKA_JARS=0 skips it.
 if [ "${TIERLOG_NEED_KAFKA_JARS:-1}" = 1 ] && command -v java >/dev/null 2>&1; then
+  # The Java test programs in tests/jvm/java/ are compiled at test time: they need a JDK's javac.
+  if ! command -v javac >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless) >/dev/null 2>&1 \
+      || echo "warning: could not install a JDK with apt-get; the jvm tests that compile Java will say so" >&2
+  fi
   if ! command -v mvn >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven) >/dev/null 2>&1 \
       || echo "warning: could not install maven with apt-get; the jvm tests will say so" >&2
