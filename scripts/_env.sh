@@ -27,3 +27,30 @@ if [ "${TIERLOG_NEED_JAVA:-1}" = 1 ] && ! command -v java >/dev/null 2>&1; then
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+# Apache Kafka's jars (and Spark's Kafka source), for the tests that hold tierlog against Kafka itself
+# (tests/jvm/, marker `jvm`) and bench/vs_kafka.py. Fetched once into build/ (ignored by git, kept between
+# runs); Maven's own cache (~/.m2) makes a refetch cheap. TIERLOG_NEED_KAFKA_JARS=0 skips it.
+if [ "${TIERLOG_NEED_KAFKA_JARS:-1}" = 1 ] && command -v java >/dev/null 2>&1; then
+  # The Java test programs in tests/jvm/java/ are compiled at test time: they need a JDK's javac.
+  if ! command -v javac >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless) >/dev/null 2>&1 \
+      || echo "warning: could not install a JDK with apt-get; the jvm tests that compile Java will say so" >&2
+  fi
+  if ! command -v mvn >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven) >/dev/null 2>&1 \
+      || echo "warning: could not install maven with apt-get; the jvm tests will say so" >&2
+  fi
+  mkdir -p build
+  for pom in tests/jvm/pom.xml tests/jvm/spark/pom.xml; do
+    out=$(sed -n 's#.*<outputDirectory>${project.basedir}/[./]*/\(build/[a-z-]*\)</outputDirectory>.*#\1#p' "$pom")
+    stamp_jars="$out/.fetched"
+    if [ ! -f "$stamp_jars" ] || [ "$pom" -nt "$stamp_jars" ]; then
+      if command -v mvn >/dev/null 2>&1 && rm -rf "$out" \
+          && mvn -q -B -f "$pom" dependency:copy-dependencies >/dev/null 2>build/mvn-fetch.log; then
+        touch "$stamp_jars"
+      else
+        echo "warning: could not fetch the jars of $pom (see build/mvn-fetch.log); the jvm tests will say so" >&2
+      fi
+    fi
+  done
+fi
