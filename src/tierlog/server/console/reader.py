@@ -296,7 +296,7 @@ def group(ctx: BrokerContext, sampler: Sampler, group_id: str, page: int) -> dic
             "protocol": g.protocol_name if g else None, "leader": g.leader_id if g else None,
             "members": member_rows, "lag_page": views.paginate(rows, page, LAG_ROWS_PER_PAGE),
             "total_lag": sum(r.lag or 0 for r in rows),
-            "spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
+            "lag_spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
             "sample_interval_ms": sampler.interval_ms}
 
 
