@@ -18,6 +18,13 @@ if [ "${TIERLOG_NEED_KCAT:-1}" = 1 ] && ! command -v kcat >/dev/null 2>&1; then
       || echo "warning: could not install kcat with apt-get; kcat tests will say so" >&2
   fi
 fi
+# The web console's browser tests drive headless Chromium (Debian's chromium and chromium-driver).
+if [ "${TIERLOG_NEED_CHROMIUM:-1}" = 1 ] && ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+      || echo "warning: could not install chromium with apt-get; the console's browser tests will say so" >&2
+  fi
+fi
 # The Spark pipeline runs on a JVM: Java 17 (pyspark 4 needs 17 or newer).
 if [ "${TIERLOG_NEED_JAVA:-1}" = 1 ] && ! command -v java >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -5,7 +5,7 @@ jobs carry over from one command to the next exactly as in the reader's terminal
 What a page shows is what runs, with these rewrites and nothing else:
 
 * the well-known ports a page uses — ``127.0.0.1:9092`` (the default bootstrap address),
-  ``127.0.0.1:9404`` (a metrics listener) and ``127.0.0.1:5000`` / ``-p 5000`` (a local S3 server) —
+  ``127.0.0.1:9404`` (a metrics listener), ``127.0.0.1:9405`` (the web console) and ``127.0.0.1:5000`` / ``-p 5000`` (a local S3 server) —
   become free ports of the session's own, so a test never binds a port another process on this
   machine may hold;
 * ``tierlog serve`` gets ``--override listeners=PLAINTEXT://127.0.0.1:<port>`` for the same reason;
@@ -174,7 +174,7 @@ def free_port(taken: Iterable[int] = ()) -> int:
 
 
 #: The ports pages may name, each replaced by a free port of the session.
-WELL_KNOWN_PORTS = (9092, 9404, 5000)
+WELL_KNOWN_PORTS = (9092, 9404, 9405, 5000)
 
 
 def rewrite(command: str, ports: dict[int, int]) -> str:

@@ -31,7 +31,8 @@ CROSS_KEY_RULES: tuple[str, ...] = (
     "-1 (unbounded) only while the total retention is unbounded too.",
     "`group.min.session.timeout.ms` is at most `group.max.session.timeout.ms`.",
     "Every listener name in `advertised.listeners` is one of `listeners`.",
-    "`metrics.listener` does not take the port of a listener on the same address.",
+    "`metrics.listener` does not take the port of a listener on the same address; `console.listener` "
+    "takes neither a listener's port nor the metrics endpoint's.",
     "A topic key (`retention.ms`) in a broker config is an error that names its broker-wide default "
     "(`log.retention.ms`); keys starting `rsm.config.` or `rlmm.config.` are passed to the plugins unchecked.",
 )
@@ -251,15 +252,18 @@ class BrokerConfig:
             if name not in names:
                 raise ConfigError("advertised.listeners", f"listener name {name} is not one of listeners "
                                                           f"({', '.join(names) or 'none'})")
-        metrics = self.get_optional_str("metrics.listener")
-        if not metrics:
-            return
-        m_host, m_port = HostPort.split(metrics)
         wildcard = {"", "0.0.0.0", "::"}
-        for name, host, port in listeners:
-            if port == m_port != 0 and (host == m_host or host in wildcard or m_host in wildcard):
-                raise ConfigError("metrics.listener", f"port {port} is already taken by listener {name}; "
-                                                      "give the metrics endpoint a port of its own")
+        taken = [(f"listener {name}", host, port) for name, host, port in listeners]
+        for key, what in (("metrics.listener", "metrics endpoint"), ("console.listener", "console")):
+            address = self.get_optional_str(key)
+            if not address:
+                continue
+            m_host, m_port = HostPort.split(address)
+            for name, host, port in taken:
+                if port == m_port != 0 and (host == m_host or host in wildcard or m_host in wildcard):
+                    raise ConfigError(key, f"port {port} is already taken by {name}; give the {what} a port of "
+                                           "its own")
+            taken.append((key, m_host, m_port))
 
 
 def _reject_topic_keys(props: Mapping[str, object]) -> None:

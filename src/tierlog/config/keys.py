@@ -330,6 +330,11 @@ BROKER_KEYS: list[ConfigKey] = [
             "Where the Prometheus metrics endpoint listens, e.g. http://127.0.0.1:9404 (served at /metrics; "
             "port 0 takes a free port, and the broker prints the bound address as 'tierlog metrics on URL'); "
             "off unless set.", importance=M, validator=HostPort(http=True), dynamic=False, group="operations"),
+    _broker("console.listener", Type.STRING, None,
+            "Where the read-only web console listens, e.g. http://127.0.0.1:9405 (port 0 takes a free port, "
+            "and the broker prints the bound address as 'tierlog console on URL'); off unless set. It has no "
+            "authentication of its own, like the metrics endpoint: bind it to a trusted address.",
+            importance=M, validator=HostPort(http=True), dynamic=False, group="operations"),
     # Keys of Kafka's shipped server.properties (KRaft and ZooKeeper modes) that mean nothing to a
     # single-node broker: accepted and ignored, so switching a config over needs no edits.
     _compat("process.roles", Type.LIST, (), validator=one_of("broker", "controller")),

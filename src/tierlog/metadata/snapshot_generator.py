@@ -46,6 +46,10 @@ class SnapshotMetrics:
     snapshot_failures: int = 0
     last_snapshot_write_duration_ms: float = 0.0
     bytes_since_last_snapshot: int = 0
+    #: Append time of the oldest record not in the latest snapshot (seed 000's interval runs from it).
+    oldest_unsnapshotted_append_time_ms: int | None = None
+    #: Why each snapshot this process wrote was taken, by its end offset (the web console shows it).
+    reason_by_end_offset: dict[int, SnapshotReason] = field(default_factory=dict)
 
     def latest_snapshot_age_ms(self, now_ms: int) -> int:
         return -1 if self.latest_snapshot_generated_ms < 0 else max(0, now_ms - self.latest_snapshot_generated_ms)
@@ -71,7 +75,8 @@ class SnapshotGenerator:
         self.bytes_since_last_snapshot = load.tail_bytes
         self.oldest_unsnapshotted_append_time_ms = load.oldest_tail_append_time_ms
         self.metadata_version_changed = load.metadata_version_changed
-        self.metrics = SnapshotMetrics(bytes_since_last_snapshot=load.tail_bytes)
+        self.metrics = SnapshotMetrics(bytes_since_last_snapshot=load.tail_bytes,
+                                       oldest_unsnapshotted_append_time_ms=load.oldest_tail_append_time_ms)
         latest = mlog.latest_snapshot()
         if latest is not None:
             self.metrics.latest_snapshot_size_bytes = latest.size_bytes
@@ -87,6 +92,7 @@ class SnapshotGenerator:
                 self.oldest_unsnapshotted_append_time_ms = append_time_ms
             self.metadata_version_changed = self.metadata_version_changed or metadata_version_changed
             self.metrics.bytes_since_last_snapshot = self.bytes_since_last_snapshot
+            self.metrics.oldest_unsnapshotted_append_time_ms = self.oldest_unsnapshotted_append_time_ms
 
     def check(self, now_ms: int, settings: SnapshotSettings) -> SnapshotReason | None:
         with self._state:
@@ -110,6 +116,7 @@ class SnapshotGenerator:
             self.oldest_unsnapshotted_append_time_ms = None
             self.metadata_version_changed = False
             self.metrics.bytes_since_last_snapshot = 0
+            self.metrics.oldest_unsnapshotted_append_time_ms = None
             return pending
 
     def _restore(self, pending: PendingSnapshot) -> None:
@@ -121,6 +128,7 @@ class SnapshotGenerator:
                 self.oldest_unsnapshotted_append_time_ms = oldest
             self.metadata_version_changed = self.metadata_version_changed or pending.metadata_version_changed
             self.metrics.bytes_since_last_snapshot = self.bytes_since_last_snapshot
+            self.metrics.oldest_unsnapshotted_append_time_ms = self.oldest_unsnapshotted_append_time_ms
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -143,6 +151,9 @@ class SnapshotGenerator:
             m.latest_snapshot_end_offset = snap.snapshot_id.end_offset
             m.latest_snapshot_generated_ms = self._clock.wall_ms()
             m.snapshots_generated[pending.reason] += 1
+            m.reason_by_end_offset[snap.snapshot_id.end_offset] = pending.reason
+            if len(m.reason_by_end_offset) > 1000:  # a long-running broker: keep the recent ones
+                del m.reason_by_end_offset[min(m.reason_by_end_offset)]
             log.info("metadata snapshot written file=%s end_offset=%d size_bytes=%d reason=%s duration_ms=%.1f",
                      snap.path.name, snap.snapshot_id.end_offset, snap.size_bytes, pending.reason.value,
                      m.last_snapshot_write_duration_ms)

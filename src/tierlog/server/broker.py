@@ -29,6 +29,7 @@ from tierlog.errors import ConfigError, TierlogError
 from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
+from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
 from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
@@ -115,6 +116,8 @@ class Broker:
         queued_max = config.get_int("queued.max.request.bytes")
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
+        #: The web console, when ``console.listener`` is set (started last, stopped first).
+        self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self.ctx: BrokerContext | None = None
         self.listeners: list[BoundListener] = []
@@ -210,6 +213,10 @@ class Broker:
         metrics_address = config.get_optional_str("metrics.listener")
         if metrics_address:
             await asyncio.to_thread(self.metrics.start_endpoint, metrics_address)
+        console_address = config.get_optional_str("console.listener")
+        if console_address:
+            self.console = Console(ctx, self.metrics.requests)
+            await asyncio.to_thread(self.console.start, console_address)
         await asyncio.to_thread(_warm_up)
         # Everything alive now (modules, kio schemas, numba's compiled code, loaded logs) lives as long
         # as the broker. A full collection walks all of it -- about 40 ms here, which stalls every
@@ -239,6 +246,8 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        if self.console is not None:
+            await asyncio.to_thread(self.console.close)
         await asyncio.to_thread(self.metrics.close)
         if self._idle_task is not None:
             self._idle_task.cancel()
@@ -326,6 +335,8 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
     if broker.metrics.url is not None:
         # Before the listener lines, so whoever waits for those has this one too.
         print(f"tierlog metrics on {broker.metrics.url}", flush=True)
+    if broker.console is not None and broker.console.url is not None:
+        print(f"tierlog console on {broker.console.url}", flush=True)
     for b in bound:
         # Tests and scripts find the port (which may have been 0) in this line.
         print(f"tierlog listening on {b.host}:{b.port}", flush=True)

@@ -78,6 +78,16 @@ class RequestMetrics:
                 self._children[api_key] = children
         return children
 
+    def totals(self) -> dict[str, tuple[float, float, float]]:
+        """(bytes received, bytes sent, requests) so far per API name, for the console's sparklines."""
+        out: dict[str, list[float]] = {}
+        for i, family in enumerate((self._received, self._sent, self._requests)):
+            for metric in family.collect():
+                for sample in metric.samples:
+                    if sample.name.endswith("_total"):
+                        out.setdefault(sample.labels["api"], [0.0, 0.0, 0.0])[i] = sample.value
+        return {api: (v[0], v[1], v[2]) for api, v in out.items()}
+
     def request_done(self, api_key: int, bytes_in: int, bytes_out: int, seconds: float) -> None:
         received, sent, requests, latency = self._for(api_key)
         received.inc(bytes_in)

@@ -195,6 +195,8 @@ class PartitionTierStatus:
     #: Segments whose remote delete this process gave up on: their objects stay in the remote tier
     #: until ``tierlog tier retry-delete`` or ``forget-delete`` (or a restart retries them).
     deletes_given_up: int = 0
+    #: Seed 001: producer snapshots this process rebuilt before uploading a segment.
+    producer_snapshots_rebuilt: int = 0
 
 
 @dataclass
@@ -245,6 +247,7 @@ class _PartitionState:
     max_timestamps: dict[int, int] = field(default_factory=dict)
     #: The local log overlaps the remote end: the copy run compares that batch first (restore).
     boundary_unchecked: bool = False
+    producer_snapshots_rebuilt: int = 0
 
 
 def is_tierable(ulog: UnifiedLog, system_enable: bool) -> bool:
@@ -702,6 +705,7 @@ class RemoteLogManager:
         with ulog.lock:
             shutil.move(str(built), str(target))
             ulog.producer_state.refresh_snapshots()
+        state.producer_snapshots_rebuilt += 1
         log.info("rebuilt the producer snapshot %s for segment %d of %s-%d from offset %d (seed 001): %s",
                  target.name, base, state.tp[0], state.tp[1], start, why)
         return target
@@ -1019,6 +1023,21 @@ class RemoteLogManager:
                 out.append(self._status_of((tip.topic, tip.partition), None, None, tip))
         return out
 
+    def partition_status(self, topic: str, partition: int) -> PartitionTierStatus | None:
+        """The status of one partition (the web console pages through partitions), None if never tiered."""
+        tp = (topic, partition)
+        ulog = self.logs.get_log(topic, partition)
+        state = self._partitions.get(tp)
+        tip = state.tip if state is not None else self._tip_for(topic, partition)
+        if state is None and tip is None and (ulog is None or not ulog.config.remote_storage_enable):
+            return None
+        return self._status_of(tp, ulog, state, tip)
+
+    def remote_segments(self, topic: str, partition: int) -> list[RemoteLogSegmentMetadata]:
+        """Every remote segment's metadata of a partition, whatever its state, oldest first."""
+        tip = self._tip_for(topic, partition)
+        return [] if tip is None else list(self.rlmm.list_remote_log_segments(tip))
+
     def _status_of(self, tp: TopicPartition, ulog: UnifiedLog | None, state: _PartitionState | None,
                    tip: TopicIdPartition | None) -> PartitionTierStatus:
         listed = [] if tip is None else list(self.rlmm.list_remote_log_segments(tip))
@@ -1054,6 +1073,7 @@ class RemoteLogManager:
             segments_copied=state.segments_copied if state else 0,
             bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
             deletes_pending=len(deleting) - given_up, deletes_given_up=given_up,
+            producer_snapshots_rebuilt=state.producer_snapshots_rebuilt if state else 0,
         )
 
     def _write_status(self) -> None:

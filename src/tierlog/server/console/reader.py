@@ -1,0 +1,409 @@
+"""What each console page shows, read from the broker's in-memory state.
+
+Called on the console's HTTP threads, never on the event loop. Each read takes a log's lock only
+for the few fields it copies; the group coordinator's maps are copied (they change on the event
+loop) and read from the copy. Nothing here opens a Kafka connection, and nothing loads a segment a
+lazy start left alone (seed 003).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import tierlog
+from tierlog.records import decode_batch, iter_headers
+from tierlog.server.console import views
+from tierlog.server.console.sampler import Sampler
+from tierlog.server.handlers.configs import ConfigSource, topic_config_entries
+from tierlog.storage import files
+from tierlog.storage.log import UnifiedLog
+from tierlog.storage.retention import SegmentInfo, deletable_segments
+from tierlog.tiered.api import RemoteLogSegmentState
+
+if TYPE_CHECKING:
+    from tierlog.server.context import BrokerContext
+
+T = TypeVar("T")
+
+TOPICS_PER_PAGE = 50
+PARTITIONS_PER_PAGE = 20
+TIER_ROWS_PER_PAGE = 50
+GROUPS_PER_PAGE = 50
+LAG_ROWS_PER_PAGE = 100
+MAX_MESSAGES = 50
+MAX_MESSAGE_READ_BYTES = 1 << 20
+
+SOURCE_NAMES = {
+    ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
+    ConfigSource.DYNAMIC_BROKER_CONFIG: "broker (dynamic)",
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "cluster default (dynamic)",
+    ConfigSource.STATIC_BROKER_CONFIG: "broker",
+    ConfigSource.DEFAULT_CONFIG: "default",
+}
+
+
+class NotFound(Exception):
+    """The page names a topic, partition or group the broker does not have (HTTP 404)."""
+
+
+def _copied(read: Callable[[], T]) -> T:
+    """``read()`` of a map the event loop may resize meanwhile: retried until it copies cleanly."""
+    for _ in range(100):
+        try:
+            return read()
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return read()
+
+
+# -- overview -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogDirRow:
+    path: str
+    partitions: int
+    tierlog_bytes: int
+    used_bytes: int
+    free_bytes: int
+    total_bytes: int
+
+
+def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -> dict[str, Any]:
+    now = ctx.clock.wall_ms()
+    manager = ctx.log_manager
+    logs = manager.all_logs()
+    by_dir: dict[str, list[UnifiedLog]] = {}
+    local_bytes = 0
+    for ulog in logs.values():
+        by_dir.setdefault(str(ulog.dir.parent), []).append(ulog)
+    dirs = []
+    for d in manager.log_dirs:
+        usage = shutil.disk_usage(d)
+        in_dir = by_dir.get(str(d), [])
+        size = sum(u.size_bytes_unloaded() for u in in_dir if not u.deleted)
+        local_bytes += size
+        dirs.append(LogDirRow(str(d), len(in_dir), size, usage.used, usage.free, usage.total))
+    image = ctx.image
+    topics = sorted(image.topics_by_name.values(), key=lambda t: t.name)
+    topic_page = views.paginate(topics, page, TOPICS_PER_PAGE)
+    topic_rows = []
+    for t in topic_page.items:
+        size = 0
+        for p in t.partitions:
+            found = logs.get((t.name, p))
+            if found is not None:
+                size += found.size_bytes_unloaded()
+        topic_rows.append({"name": t.name, "partitions": t.num_partitions, "local_bytes": size,
+                           "remote": image.topic_configs(t.name).get("remote.storage.enable") == "true"})
+    samples = sampler.throughput()
+    produce = views.rates([(t, p) for t, p, _ in samples])
+    fetch = views.rates([(t, f) for t, _, f in samples])
+    tiers = sampler.tiers()
+    controller = ctx.controller
+    return {
+        "node_id": ctx.node_id, "cluster_id": ctx.cluster_id, "version": tierlog.__version__,
+        "uptime_ms": now - started_ms, "log_dirs": dirs, "topic_count": len(topics),
+        "partition_count": sum(t.num_partitions for t in topics), "local_bytes": local_bytes,
+        "tiers": tiers, "tiers_age_ms": None if tiers is None else now - tiers.taken_ms,
+        "remote_enabled": ctx.remote_log_manager is not None,
+        "produce": views.sparkline([r for _, r in produce]), "fetch": views.sparkline([r for _, r in fetch]),
+        "sample_interval_ms": sampler.interval_ms, "samples": len(samples),
+        "lazy_checked": manager.lazy_checked_segments, "unchecked": manager.unchecked_segments(),
+        "snapshot_age_ms": controller.latest_snapshot_age_ms, "topics": topic_rows, "topic_page": topic_page,
+    }
+
+
+# -- topic --------------------------------------------------------------------------------------------
+
+
+def _local_segments(ulog: UnifiedLog) -> tuple[list[views.SegmentState], int]:
+    """The local segments without loading an untouched one (its size from the file, its timestamp
+    unknown), and the log's size."""
+    out: list[views.SegmentState] = []
+    unloaded: list[int] = []
+    with ulog.lock:
+        bases = ulog.segments.base_offsets
+        for i, base in enumerate(bases):
+            end = bases[i + 1] if i + 1 < len(bases) else ulog.log_end_offset
+            if ulog.segments.is_materialized(base):
+                seg = ulog.segments.get(base)
+                ts = seg.largest_timestamp if seg.checked else None
+                out.append(views.SegmentState(base, end, seg.size_bytes, ts, True, False, not seg.checked))
+            else:
+                unloaded.append(len(out))
+                out.append(views.SegmentState(base, end, 0, None, True, False, True))
+    for i in unloaded:
+        s = out[i]
+        try:
+            size = files.log_file(ulog.dir, s.base_offset).stat().st_size
+        except FileNotFoundError:
+            size = 0
+        out[i] = views.SegmentState(s.base_offset, s.end_offset, size, None, True, False, True)
+    return out, sum(s.size_bytes for s in out)
+
+
+def _retention_plan(ulog: UnifiedLog, local: list[views.SegmentState], total_bytes: int, now_ms: int) -> list[int]:
+    """Base offsets the next local retention pass deletes, computed as retention does but stopping
+    at the first segment whose timestamp is unknown without loading it (retention would load it)."""
+    with ulog.lock:
+        if ulog.offline_reason is not None:
+            return []
+        policy = ulog.retention_policy(local=ulog.remote_log_enabled)
+    infos = []
+    for i, s in enumerate(local):
+        if s.largest_timestamp_ms is None:
+            break
+        infos.append(SegmentInfo(s.base_offset, s.end_offset, s.size_bytes, s.largest_timestamp_ms,
+                                 i == len(local) - 1))
+    return [d.segment.base_offset for d in deletable_segments(infos, policy, now_ms, total_bytes)]
+
+
+def _remote_segments(ctx: BrokerContext, topic: str, partition: int) -> list[views.SegmentState]:
+    rlm = ctx.remote_log_manager
+    if rlm is None:
+        return []
+    return [views.SegmentState(m.start_offset, m.end_offset + 1, m.segment_size_in_bytes, m.max_timestamp_ms,
+                               False, True)
+            for m in rlm.remote_segments(topic, partition) if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def topic(ctx: BrokerContext, name: str, page: int) -> dict[str, Any]:
+    image = ctx.image
+    t = image.topics_by_name.get(name)
+    if t is None:
+        raise NotFound(f"no topic {name}")
+    now = ctx.clock.wall_ms()
+    configs = [{"name": e["name"], "value": e["value"], "source": SOURCE_NAMES.get(ConfigSource(e["config_source"]),
+                                                                                   "unknown")}
+               for e in topic_config_entries(ctx, image.topic_configs(name))]
+    part_page = views.paginate(sorted(t.partitions), page, PARTITIONS_PER_PAGE)
+    parts: list[dict[str, Any]] = []
+    for p in part_page.items:
+        ulog = ctx.log_manager.get_log(name, p)
+        if ulog is None:
+            parts.append({"partition": p, "missing": True})
+            continue
+        local, size = _local_segments(ulog)
+        remote = _remote_segments(ctx, name, p)
+        doomed = _retention_plan(ulog, local, size, now)
+        with ulog.lock:
+            config = ulog.config
+            row: dict[str, Any] = {"partition": p, "missing": False, "log_start_offset": ulog.log_start_offset,
+                   "log_end_offset": ulog.log_end_offset, "last_stable_offset": ulog.last_stable_offset,
+                   "offline": ulog.offline_reason}
+        row.update(local_bytes=size, remote_bytes=sum(s.size_bytes for s in remote),
+                   remote_start=min((s.base_offset for s in remote), default=None),
+                   timeline=views.segment_timeline(views.merge_segments(local, remote), now_ms=now,
+                                                   retention_ms=config.retention_ms,
+                                                   floor_ms=config.retention_min_timestamp_ms, doomed=doomed),
+                   doomed=len(doomed))
+        parts.append(row)
+    return {"name": name, "topic_id": t.topic_id_string, "partition_count": t.num_partitions, "configs": configs,
+            "partitions": parts, "part_page": part_page, "now_ms": now}
+
+
+# -- tiering ------------------------------------------------------------------------------------------
+
+
+def tiering(ctx: BrokerContext, sampler: Sampler, page: int) -> dict[str, Any]:
+    rlm = ctx.remote_log_manager
+    if rlm is None:
+        return {"enabled": False}
+    listed = sampler.tier_partitions()
+    tier_page = views.paginate(listed, page, TIER_ROWS_PER_PAGE)
+    limit = rlm.config.custom_metadata_max_bytes
+    rows = []
+    for topic_name, partition in tier_page.items:
+        status = rlm.partition_status(topic_name, partition)
+        if status is None:
+            continue
+        segments = rlm.remote_segments(topic_name, partition)
+        custom = [len(m.custom_metadata) for m in segments
+                  if m.custom_metadata is not None and m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+        rejected = [len(m.rejected_custom_metadata) for m in segments if m.rejected_custom_metadata is not None]
+        rows.append({"s": status, "custom_max": max(custom, default=None), "rejected": rejected,
+                     "over_limit": bool(rejected) or any(n > limit for n in custom)})
+    return {"enabled": True, "rows": rows, "tier_page": tier_page, "limit": limit, "tiers": sampler.tiers()}
+
+
+# -- consumer groups ----------------------------------------------------------------------------------
+
+
+def _end_offsets(ctx: BrokerContext, tps: Any) -> dict[tuple[str, int], int]:
+    out = {}
+    for tp in tps:
+        ulog = ctx.log_manager.get_log(*tp)
+        if ulog is not None:
+            out[tp] = ulog.log_end_offset
+    return out
+
+
+def group_lags(ctx: BrokerContext) -> dict[str, int]:
+    """Every group's total lag (the sampler's input)."""
+    coordinator = ctx.groups
+    if coordinator is None:
+        return {}
+    offsets = _copied(lambda: {g: dict(o) for g, o in list(coordinator.offsets.items())})
+    return {g: views.total_lag({tp: v.offset for tp, v in committed.items()}, _end_offsets(ctx, committed))
+            for g, committed in offsets.items()}
+
+
+def groups(ctx: BrokerContext, sampler: Sampler, page: int) -> dict[str, Any]:
+    coordinator = ctx.groups
+    live = {} if coordinator is None else _copied(lambda: {g.group_id: g for g in coordinator.list_groups()})
+    committed = {} if coordinator is None else _copied(lambda: {g: len(o) for g, o in list(coordinator.offsets.items())})
+    names = sorted(set(live) | set(committed))
+    group_page = views.paginate(names, page, GROUPS_PER_PAGE)
+    rows = []
+    for g in group_page.items:
+        group = live.get(g)
+        history = sampler.group_lag(g)
+        rows.append({"id": g, "state": group.state.value if group else "Empty",
+                     "members": len(group.members) if group else 0,
+                     "protocol": group.protocol_name if group else None, "partitions": committed.get(g, 0),
+                     "lag": history[-1][1] if history else None,
+                     "spark": views.sparkline([float(v) for _, v in history], 160, 24)})
+    return {"rows": rows, "group_page": group_page}
+
+
+def group(ctx: BrokerContext, sampler: Sampler, group_id: str, page: int) -> dict[str, Any]:
+    coordinator = ctx.groups
+    if coordinator is None:
+        raise NotFound(f"no group {group_id}")
+    g = coordinator.describe(group_id)
+    committed_values = _copied(lambda: dict(coordinator.offsets.get(group_id, {})))
+    if g is None and not committed_values:
+        raise NotFound(f"no group {group_id}")
+    members = [] if g is None else _copied(lambda: list(g.members.values()))
+    owners: dict[tuple[str, int], str] = {}
+    member_rows = []
+    for m in members:
+        assigned = views.decode_consumer_assignment(m.assignment) if m.protocol_type == "consumer" else []
+        for topic_name, partitions in assigned:
+            for p in partitions:
+                owners[(topic_name, p)] = m.member_id
+        member_rows.append({"member_id": m.member_id, "instance": m.group_instance_id, "client_id": m.client_id,
+                            "host": m.client_host, "assignment": assigned})
+    committed = {tp: v.offset for tp, v in committed_values.items()}
+    rows = views.lag_rows(committed, _end_offsets(ctx, set(committed) | set(owners)), owners)
+    history = sampler.group_lag(group_id)
+    return {"id": group_id, "state": g.state.value if g else "Empty", "generation": g.generation_id if g else None,
+            "protocol": g.protocol_name if g else None, "leader": g.leader_id if g else None,
+            "members": member_rows, "lag_page": views.paginate(rows, page, LAG_ROWS_PER_PAGE),
+            "total_lag": sum(r.lag or 0 for r in rows),
+            "lag_spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
+            "sample_interval_ms": sampler.interval_ms}
+
+
+# -- messages -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class MessageQuery:
+    topic: str
+    partition: int = 0
+    offset: int | None = None
+    timestamp_ms: int | None = None
+    count: int = 10
+    fmt: str = "text"
+    max_bytes: int = 64 * 1024
+
+
+@dataclass
+class MessageResult:
+    query: MessageQuery
+    start_offset: int | None = None
+    #: "local" or "remote": where the records were read from.
+    tier: str | None = None
+    records: list[views.RecordRow] = field(default_factory=list)
+    error: str | None = None
+    log_start_offset: int | None = None
+    log_end_offset: int | None = None
+
+
+def messages(ctx: BrokerContext, q: MessageQuery) -> MessageResult:
+    q.count = min(max(1, q.count), MAX_MESSAGES)
+    q.max_bytes = min(max(1024, q.max_bytes), MAX_MESSAGE_READ_BYTES)
+    result = MessageResult(q)
+    ulog = ctx.log_manager.get_log(q.topic, q.partition)
+    if ulog is None:
+        raise NotFound(f"no partition {q.topic}-{q.partition}")
+    rlm = ctx.remote_log_manager
+    result.log_start_offset = ulog.log_start_offset
+    result.log_end_offset = ulog.log_end_offset
+    if rlm is not None:
+        remote_start = rlm.remote_log_start_offset(q.topic, q.partition)
+        if remote_start is not None:
+            result.log_start_offset = min(remote_start, ulog.log_start_offset)
+    start = q.offset
+    if q.timestamp_ms is not None:
+        found = None
+        if rlm is not None:
+            found = rlm.find_offset_by_timestamp(q.topic, q.partition, q.timestamp_ms)
+        if found is None:
+            found = ulog.fetch_offset_by_timestamp(q.timestamp_ms)
+        if found is None:
+            result.error = f"no record at or after timestamp {q.timestamp_ms}"
+            return result
+        start = found[0]
+    if start is None:
+        start = result.log_start_offset
+    result.start_offset = start
+    data: bytes | None
+    if start < ulog.log_start_offset:
+        data = None if rlm is None else rlm.read(q.topic, q.partition, start, q.max_bytes)
+        result.tier = "remote"
+    else:
+        data = ulog.read_bytes(start, q.max_bytes) if start < ulog.log_end_offset else b""
+        result.tier = "local"
+    if data is None:
+        result.error = f"offset {start} is not in the log [{result.log_start_offset}, {result.log_end_offset})"
+        return result
+    for header in iter_headers(data):
+        if header.is_control:
+            continue
+        for record in decode_batch(header):
+            if record.offset < start:
+                continue
+            size = len(record.key or b"") + len(record.value or b"")
+            result.records.append(views.RecordRow(
+                record.offset, record.timestamp, views.render_bytes(record.key, q.fmt),
+                views.render_bytes(record.value, q.fmt),
+                [(hk, views.render_bytes(hv, q.fmt)) for hk, hv in record.headers], size))
+            if len(result.records) >= q.count:
+                return result
+    return result
+
+
+# -- metadata -----------------------------------------------------------------------------------------
+
+
+def metadata(ctx: BrokerContext) -> dict[str, Any]:
+    controller = ctx.controller
+    mlog = controller.metadata_log
+    m = controller.metrics
+    reasons = dict(m.reason_by_end_offset)
+    snaps = []
+    for s in reversed(mlog.snapshots()):
+        try:
+            written_ms = int(os.stat(s.path).st_mtime * 1000)
+        except FileNotFoundError:
+            continue  # removed by snapshot retention meanwhile
+        reason = reasons.get(s.snapshot_id.end_offset)
+        snaps.append({"end_offset": s.snapshot_id.end_offset, "epoch": s.snapshot_id.epoch, "size_bytes": s.size_bytes,
+                      "written_ms": written_ms, "file": s.path.name,
+                      "reason": reason.value if reason else "unknown (written before this start)"})
+    settings = controller.effective_snapshot_settings()
+    due = views.next_snapshot_due(m.bytes_since_last_snapshot, m.oldest_unsnapshotted_append_time_ms,
+                                  settings.max_record_bytes_between_snapshots, settings.max_snapshot_interval_ms)
+    image = controller.image
+    return {"log_start_offset": mlog.log_start_offset, "log_end_offset": mlog.log_end_offset,
+            "image_offset": image.provenance.last_offset, "snapshots": snaps, "settings": settings, "due": due,
+            "bytes_since": m.bytes_since_last_snapshot, "failures": m.snapshot_failures,
+            "counts": {r.value: n for r, n in m.snapshots_generated.items()}, "now_ms": ctx.clock.wall_ms(),
+            "features": dict(image.features)}
