@@ -1,0 +1,197 @@
+"""Transactions end to end with confluent-kafka (librdkafka): a transactional producer's commits and
+aborts seen through read_committed consumers, transactional offsets (send_offsets_to_transaction)
+visible only once committed, zombie fencing of two producers sharing a transactional.id, a
+transaction left open past its timeout aborted by the broker, state surviving restarts, and Kafka's
+error codes for requests that make no sense."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .conftest import BrokerProcess
+
+TXN_OVERRIDES = {
+    "transaction.state.log.num.partitions": "3",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+}
+
+
+@pytest.fixture
+def txn_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data", TXN_OVERRIDES).start()
+    yield b
+    if b.alive():
+        assert b.stop() == 0, b.stderr_tail()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(30)
+
+
+def txn_producer(bootstrap: str, txn_id: str, **extra: object) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **extra})
+    p.init_transactions(30)
+    return p
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed",
+             expect: int | None = None, timeout_s: float = 30) -> list[bytes]:
+    """Every record up to the end offsets the consumer sees (the LSO for read_committed)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        tps = [TopicPartition(topic, p, 0) for p in range(partitions)]
+        ends = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+        c.assign(tps)
+        got: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+            positions = c.position([TopicPartition(topic, p) for p in range(partitions)])
+            done = all(pos.offset >= end for pos, end in zip(positions, ends, strict=True))
+            if done and (expect is None or len(got) >= expect):
+                break
+        return got
+    finally:
+        c.close()
+
+
+def test_commit_and_abort_seen_by_read_committed(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    create_topic(bs, "orders")
+    p = txn_producer(bs, "tx-orders")
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("orders", value=f"aborted-{i}".encode(), partition=i % 2)
+    p.flush(10)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce("orders", value=f"committed-{i}".encode(), partition=i % 2)
+    p.commit_transaction(30)
+    committed = sorted(f"committed-{i}".encode() for i in range(10))
+    assert sorted(read_all(bs, "orders", 2, expect=10)) == committed
+    everything = read_all(bs, "orders", 2, "read_uncommitted", expect=20)
+    assert len(everything) == 20  # read_uncommitted sees the aborted records (markers are never records)
+    # The state is in __transaction_state and the markers in the logs: a restart changes nothing.
+    txn_broker.restart()
+    assert sorted(read_all(txn_broker.bootstrap, "orders", 2, expect=10)) == committed
+    p2 = txn_producer(txn_broker.bootstrap, "tx-orders")  # the id is known: same producer id, next epoch
+    p2.begin_transaction()
+    p2.produce("orders", value=b"after-restart", partition=0)
+    p2.commit_transaction(30)
+    assert sorted(read_all(txn_broker.bootstrap, "orders", 2, expect=11)) == sorted([*committed, b"after-restart"])
+
+
+def test_open_transaction_holds_the_lso_and_offsets_commit_with_it(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    create_topic(bs, "in", 1)
+    create_topic(bs, "out", 1)
+    p = txn_producer(bs, "tx-eos")
+    p.begin_transaction()
+    p.produce("out", value=b"o1", partition=0)
+    p.flush(10)
+    # Open: read_committed sees the LSO stop before it, read_uncommitted sees the record.
+    c = Consumer({"bootstrap.servers": bs, "group.id": "eos-group", "isolation.level": "read_committed",
+                  "enable.auto.commit": False})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("out", 0), timeout=10)[1] == 0
+        assert read_all(bs, "out", 1, "read_uncommitted", expect=1) == [b"o1"]
+        meta = c.consumer_group_metadata()
+        p.send_offsets_to_transaction([TopicPartition("in", 0, 42)], meta, 30)
+        # Pending until the transaction commits: librdkafka fetches with require_stable and retries on
+        # UNSTABLE_OFFSET_COMMIT, so while the transaction is open the call cannot complete.
+        with pytest.raises(KafkaException) as pending:
+            c.committed([TopicPartition("in", 0)], timeout=2)
+        assert pending.value.args[0].code() == KafkaError._TIMED_OUT
+        p.commit_transaction(30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            committed = c.committed([TopicPartition("in", 0)], timeout=10)
+            if committed[0].offset == 42:
+                break
+            time.sleep(0.1)
+        assert committed[0].offset == 42
+        assert read_all(bs, "out", 1, expect=1) == [b"o1"]
+    finally:
+        c.close()
+    # Aborted offsets are dropped.
+    p.begin_transaction()
+    p.produce("out", value=b"o2", partition=0)
+    c2 = Consumer({"bootstrap.servers": bs, "group.id": "eos-group", "enable.auto.commit": False})
+    try:
+        p.send_offsets_to_transaction([TopicPartition("in", 0, 99)], c2.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+        assert c2.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 42
+    finally:
+        c2.close()
+    txn_broker.restart()  # committed and aborted offsets read back from __consumer_offsets as they were
+    c3 = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": "eos-group", "enable.auto.commit": False})
+    try:
+        assert c3.committed([TopicPartition("in", 0)], timeout=10)[0].offset == 42
+    finally:
+        c3.close()
+
+
+def test_zombie_producer_is_fenced(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    create_topic(bs, "zombies", 1)
+    old = txn_producer(bs, "tx-shared")
+    old.begin_transaction()
+    old.produce("zombies", value=b"zombie", partition=0)
+    old.flush(10)
+    # A second instance with the same id: its init aborts the old one's open transaction.
+    new = txn_producer(bs, "tx-shared")
+    new.begin_transaction()
+    new.produce("zombies", value=b"live", partition=0)
+    new.commit_transaction(30)
+    with pytest.raises(KafkaException) as raised:
+        old.produce("zombies", value=b"zombie-2", partition=0)
+        old.commit_transaction(30)
+    error = raised.value.args[0]
+    assert error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                             KafkaError.INVALID_PRODUCER_EPOCH), error
+    assert read_all(bs, "zombies", 1, expect=1) == [b"live"]
+
+
+def test_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    create_topic(bs, "slow", 1)
+    p = txn_producer(bs, "tx-slow", **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce("slow", value=b"never", partition=0)
+    p.flush(10)
+    c = Consumer({"bootstrap.servers": bs, "group.id": "lso", "isolation.level": "read_committed"})
+    try:
+        deadline = time.monotonic() + 30
+        lso = 0
+        while time.monotonic() < deadline:
+            lso = c.get_watermark_offsets(TopicPartition("slow", 0), timeout=10)[1]
+            if lso >= 2:  # the record and the broker's ABORT marker
+                break
+            time.sleep(0.1)
+        assert lso == 2
+    finally:
+        c.close()
+    assert read_all(bs, "slow", 1) == []
+    with pytest.raises(KafkaException):
+        p.commit_transaction(10)
+
+
+def test_transaction_timeout_above_the_maximum_is_refused(txn_broker: BrokerProcess) -> None:
+    p = Producer({"bootstrap.servers": txn_broker.bootstrap, "transactional.id": "tx-long",
+                  "transaction.timeout.ms": 3_600_000})
+    with pytest.raises(KafkaException) as raised:
+        p.init_transactions(20)
+    assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
