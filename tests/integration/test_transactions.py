@@ -6,6 +6,9 @@ error codes for requests that make no sense."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -195,3 +198,41 @@ def test_transaction_timeout_above_the_maximum_is_refused(txn_broker: BrokerProc
     with pytest.raises(KafkaException) as raised:
         p.init_transactions(20)
     assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def tierlog(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tierlog.cli.main", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(txn_broker: BrokerProcess) -> None:
+    bs = txn_broker.bootstrap
+    create_topic(bs, "hanging", 1)
+    p = txn_producer(bs, "tx-cli")
+    p.begin_transaction()
+    p.produce("hanging", value=b"stuck", partition=0)
+    p.flush(10)
+    listed = tierlog("transactions", "list", "--bootstrap-server", bs, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert {"transactional_id": "tx-cli", "producer_id": rows[0]["producer_id"], "state": "Ongoing"} in rows
+    only_empty = tierlog("transactions", "list", "--bootstrap-server", bs, "--state", "Empty", "--json")
+    assert "tx-cli" not in only_empty.stdout
+    described = tierlog("transactions", "describe", "tx-cli", "--bootstrap-server", bs, "--json")
+    assert described.returncode == 0, described.stderr
+    info = json.loads(described.stdout)
+    assert (info["state"], info["partitions"], info["producer_epoch"]) == ("Ongoing", ["hanging-0"], 0)
+    missing = tierlog("transactions", "describe", "nobody", "--bootstrap-server", bs)
+    assert missing.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in missing.stderr
+    aborted = tierlog("transactions", "abort", "--bootstrap-server", bs, "--topic", "hanging", "--partition", "0",
+                      "--start-offset", "0")
+    assert aborted.returncode == 0, aborted.stderr
+    c = Consumer({"bootstrap.servers": bs, "group.id": "cli-lso", "isolation.level": "read_committed"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("hanging", 0), timeout=10)[1] == 2  # record + ABORT
+    finally:
+        c.close()
+    assert read_all(bs, "hanging", 1) == []
+    wrong = tierlog("transactions", "abort", "--bootstrap-server", bs, "--topic", "hanging", "--partition", "0",
+                    "--start-offset", "7")
+    assert wrong.returncode != 0 and "no open transaction starts at offset 7" in wrong.stderr

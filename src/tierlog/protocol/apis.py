@@ -70,6 +70,7 @@ class ApiKey(IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -135,6 +136,7 @@ _SPECS = (
     # EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not implemented: v4 is the top.
     ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 4),
     ApiSpec(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5),
+    ApiSpec(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2),
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),
     ApiSpec(ApiKey.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0),
     ApiSpec(ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2),

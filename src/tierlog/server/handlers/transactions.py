@@ -195,7 +195,29 @@ async def handle_describe_producers(ctx: BrokerContext, request: ParsedRequest, 
     return build_response(ApiKey.DESCRIBE_PRODUCERS, request.api_version, {"topics": topics})
 
 
+async def handle_write_txn_markers(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    txn = coordinator(ctx)
+    image = ctx.image
+    out = []
+    for m in request.body.markers:
+        topics = []
+        for t in m.topics:
+            results = []
+            for p in t.partition_indexes:
+                topic = image.topics_by_name.get(t.name)
+                if topic is None or int(p) not in topic.partitions:
+                    code = Code.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    code = await txn.write_marker(t.name, int(p), m.producer_id, m.producer_epoch,
+                                                  m.coordinator_epoch, m.transaction_result)
+                results.append({"partition_index": p, "error_code": code})
+            topics.append({"name": t.name, "partitions": results})
+        out.append({"producer_id": m.producer_id, "topics": topics})
+    return build_response(ApiKey.WRITE_TXN_MARKERS, request.api_version, {"markers": out})
+
+
 HANDLERS = {
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
     ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
     ApiKey.END_TXN: handle_end_txn,

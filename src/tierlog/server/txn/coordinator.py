@@ -448,11 +448,12 @@ class TransactionCoordinator:
 
     # -- administration --------------------------------------------------------------------------
 
-    async def abort_hanging(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                            coordinator_epoch: int) -> int:
-        """Write an ABORT marker for a producer's open transaction on one partition (what
-        ``kafka-transactions.sh abort`` asks the partition leader for with WriteTxnMarkers)."""
-        marker = EndTransactionMarker(ControlRecordType.ABORT, coordinator_epoch)
+    async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> int:
+        """WriteTxnMarkers for one partition: what ``kafka-transactions.sh abort`` sends the leader of
+        a partition with a hanging transaction (one no coordinator will end)."""
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        marker = EndTransactionMarker(kind, coordinator_epoch)
         batch = build_end_txn_marker_batch(marker, producer_id=producer_id, producer_epoch=producer_epoch,
                                            timestamp_ms=self.now_ms())
         [result] = await self.io.run(self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
@@ -460,5 +461,5 @@ class TransactionCoordinator:
         if result.error_code == Code.NONE:
             self.partitions.waiters.notify([(topic, partition)])
             if topic == CONSUMER_OFFSETS_TOPIC:
-                self.groups.complete_txn_offsets(producer_id, partition, False)
+                self.groups.complete_txn_offsets(producer_id, partition, commit)
         return result.error_code
