@@ -236,3 +236,40 @@ def test_cli_lists_describes_and_aborts_a_hanging_transaction(txn_broker: Broker
     wrong = tierlog("transactions", "abort", "--bootstrap-server", bs, "--topic", "hanging", "--partition", "0",
                     "--start-offset", "7")
     assert wrong.returncode != 0 and "no open transaction starts at offset 7" in wrong.stderr
+
+
+def test_read_committed_from_the_remote_tier(tmp_path: Path) -> None:
+    """Transactions whose data moved to the remote tier (local segments deleted): a read_committed
+    consumer from offset 0 gets the aborted transactions from the uploaded .txnindex files, or from
+    the local ones when an ABORT marker is still local."""
+    broker = BrokerProcess(tmp_path / "data", {**TXN_OVERRIDES, "remote.log.manager.task.interval.ms": "200",
+                                               "log.retention.check.interval.ms": "200",
+                                               "log.segment.delete.delay.ms": "0"}).start()
+    try:
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.create_topics([NewTopic("tiered-txn", 1, 1, config={
+            "segment.bytes": "16384", "retention.ms": "-1", "remote.storage.enable": "true",
+            "local.retention.bytes": "1"})])["tiered-txn"].result(30)
+        p = txn_producer(bs, "tx-tiered")
+        committed: list[bytes] = []
+        for round_ in range(24):
+            p.begin_transaction()
+            values = [f"r{round_}-{i}-".encode() + b"x" * 200 for i in range(40)]
+            for v in values:
+                p.produce("tiered-txn", value=v, partition=0)
+            if round_ % 2:
+                p.commit_transaction(30)
+                committed += values
+            else:
+                p.flush(10)
+                p.abort_transaction(30)
+        part = tmp_path / "data" / "tiered-txn-0"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and min(int(f.stem) for f in part.glob("*.log")) < 600:
+            time.sleep(0.1)
+        assert min(int(f.stem) for f in part.glob("*.log")) >= 600, "segments were not tiered and deleted"
+        got = read_all(bs, "tiered-txn", 1, expect=len(committed), timeout_s=60)
+        assert sorted(got) == sorted(committed)
+    finally:
+        assert broker.stop() == 0, broker.stderr_tail()
