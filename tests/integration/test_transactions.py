@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,14 @@ TXN_OVERRIDES = {
     "transaction.state.log.num.partitions": "3",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
 }
+
+
+def metric(broker: BrokerProcess, line_start: str) -> float:
+    """The value of the first metrics line starting with ``line_start``."""
+    url = next(line.split()[-1] for line in broker.stdout_lines if line.startswith("tierlog metrics on "))
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return float(next(line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(line_start)))
 
 
 @pytest.fixture
@@ -168,7 +177,15 @@ def test_zombie_producer_is_fenced(txn_broker: BrokerProcess) -> None:
     assert read_all(bs, "zombies", 1, expect=1) == [b"live"]
 
 
-def test_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess) -> None:
+def test_transaction_open_past_its_timeout_is_aborted(tmp_path: Path) -> None:
+    txn_broker = BrokerProcess(tmp_path / "data", {**TXN_OVERRIDES, "metrics.listener": "127.0.0.1:0"}).start()
+    try:
+        check_timeout_abort(txn_broker)
+    finally:
+        assert txn_broker.stop() == 0, txn_broker.stderr_tail()
+
+
+def check_timeout_abort(txn_broker: BrokerProcess) -> None:
     bs = txn_broker.bootstrap
     create_topic(bs, "slow", 1)
     p = txn_producer(bs, "tx-slow", **{"transaction.timeout.ms": 1000})
@@ -188,6 +205,9 @@ def test_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess)
     finally:
         c.close()
     assert read_all(bs, "slow", 1) == []
+    assert metric(txn_broker, "tierlog_transactions_timed_out_total") == 1
+    assert metric(txn_broker, 'tierlog_log_lso_lag_offsets{partition="0",topic="slow"}') == 0
+    assert metric(txn_broker, "tierlog_transactions_ongoing") == 0
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
 
