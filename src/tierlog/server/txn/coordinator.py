@@ -127,6 +127,14 @@ class TransactionCoordinator:
 
     async def tick(self) -> None:
         now = self.now_ms()
+        # An end whose markers could not all be written (a storage error) is retried until it lands.
+        for meta in list(self.txns.values()):
+            if not meta.pending and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                meta.pending = True
+                try:
+                    await self._finish(meta, meta.state is TxnState.PREPARE_COMMIT)
+                finally:
+                    meta.pending = False
         if now - self._last_abort_check_ms >= self.settings.abort_timed_out_interval_ms:
             self._last_abort_check_ms = now
             await self.abort_timed_out(now)
