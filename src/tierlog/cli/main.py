@@ -22,6 +22,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.clients_cmd",
     "tierlog.cli.groups_cmd",
     "tierlog.cli.features_cmd",
+    "tierlog.cli.transactions_cmd",
 )
 
 

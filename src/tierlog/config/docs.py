@@ -34,6 +34,7 @@ GROUP_TITLES: dict[str, str] = {
     "tiered": "Tiered storage",
     "network": "Network",
     "groups": "Consumer groups",
+    "transactions": "Transactions",
     "operations": "Operations",
     "compatibility": "Kafka compatibility (accepted and ignored)",
 }

@@ -46,6 +46,7 @@ from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
+from tierlog.server.txn.coordinator import TransactionCoordinator, TxnSettings
 from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     MetaProperties,
@@ -196,6 +197,8 @@ class Broker:
             retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
         ))
         await ctx.groups.start()
+        ctx.transactions = _transaction_coordinator(ctx)
+        await ctx.transactions.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = config.get_int("socket.request.max.bytes")
@@ -252,6 +255,8 @@ class Broker:
         if self._idle_task is not None:
             self._idle_task.cancel()
         ctx = self.ctx
+        if ctx is not None and ctx.transactions is not None:
+            await ctx.transactions.stop()
         if ctx is not None and ctx.groups is not None:
             await ctx.groups.stop()
         for connection in list(self._connections.live):
@@ -283,6 +288,20 @@ class Broker:
             log.info("broker stopped cleanly")
         else:
             raise RuntimeError("the broker did not stop cleanly; the next start recovers")
+
+
+def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:
+    config = ctx.config
+    assert ctx.groups is not None
+    return TransactionCoordinator(ctx.partitions, ctx.controller, ctx.io, ctx.clock, ctx.groups,
+                                  ctx.producer_ids.next_blocking, TxnSettings(
+        num_partitions=config.get_int("transaction.state.log.num.partitions"),
+        segment_bytes=config.get_int("transaction.state.log.segment.bytes"),
+        max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+        abort_timed_out_interval_ms=config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+        remove_expired_interval_ms=config.get_int("transactions.remove.expired.transaction.cleanup.interval.ms"),
+    ))
 
 
 def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:

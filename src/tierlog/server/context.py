@@ -26,6 +26,7 @@ from tierlog.tiered import RemoteLogManager
 
 if TYPE_CHECKING:
     from tierlog.server.groups.coordinator import GroupCoordinator
+    from tierlog.server.txn.coordinator import TransactionCoordinator
 
 #: Kafka's "authorized operations not requested" marker (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -67,6 +68,7 @@ class BrokerContext:
     producer_ids: ProducerIdManager
     listeners: list[BoundListener] = field(default_factory=list)
     groups: GroupCoordinator | None = None
+    transactions: TransactionCoordinator | None = None
     #: The remote tier; None unless ``remote.log.storage.system.enable``.
     remote_log_manager: RemoteLogManager | None = None
 

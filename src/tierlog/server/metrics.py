@@ -146,6 +146,37 @@ class BrokerCollector(Collector):
         yield from self._remote()
         yield from self._metadata()
         yield self._connections()
+        yield from self._transactions()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _transactions(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("tierlog_log_lso_lag_offsets", "High watermark minus last stable offset: "
+                                "offsets read_committed consumers cannot read yet (open transactions).",
+                                labels=["topic", "partition"])
+        for (topic, partition), ulog in sorted(self._ctx.log_manager.all_logs().items()):
+            if ulog.deleted:
+                continue
+            with ulog.lock:
+                lag.add_metric(_labels(topic, partition), ulog.high_watermark - ulog.last_stable_offset)
+        yield lag
+        txn = self._ctx.transactions
+        if txn is None:
+            return
+        from tierlog.server.txn.records import TxnState  # the coordinator's module is optional here
+
+        # Read from the scrape thread while the event loop may change the map: a copy of the values.
+        states = [m.state for m in list(txn.txns.values())]
+        yield GaugeMetricFamily("tierlog_transactions_ongoing", "Transactions open now.",
+                                value=sum(1 for s in states if s is TxnState.ONGOING))
+        yield GaugeMetricFamily("tierlog_transactional_ids", "Transactional ids the coordinator knows.",
+                                value=len(states))
+        yield CounterMetricFamily("tierlog_transactions_committed", "Transactions committed since the start.",
+                                  value=txn.committed)
+        yield CounterMetricFamily("tierlog_transactions_aborted", "Transactions aborted since the start (by "
+                                  "their producer or the coordinator).", value=txn.aborted)
+        yield CounterMetricFamily("tierlog_transactions_timed_out", "Transactions the coordinator aborted "
+                                  "because they outlived transaction.timeout.ms.", value=txn.timed_out)
 
     # -- local logs -----------------------------------------------------------------------------
 

@@ -21,13 +21,15 @@ from tierlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tierlog.metadata import MetadataImage, TopicImage
+from tierlog.records.header import iter_headers
 from tierlog.server.connection import FileSlice
 from tierlog.storage.batch_check import check_record_set
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
 from tierlog.storage.segment import SegmentDamageError
-from tierlog.tiered import RemoteLogManager
+from tierlog.storage.txn_index import AbortedTxn
+from tierlog.tiered import RemoteFetchInfo, RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class ReadResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | FileSlice = b""
+    #: read_committed only: the aborted transactions overlapping ``records`` (Kafka's null otherwise).
+    aborted_transactions: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -169,9 +173,43 @@ class PartitionManager:
             return None
         return self._fetch_remote(spec, limit, min_one)
 
+    def _read_remote_committed(self, ulog: UnifiedLog, spec: ReadSpec, limit: int,
+                               min_one: bool) -> tuple[bytes | None, list[AbortedTxn] | None]:
+        if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
+            return None, None
+        found = self._fetch_remote_committed(ulog, spec, limit, min_one)
+        return (None, None) if found is None else found
+
+    def _aborted_around(self, ulog: UnifiedLog, fetch_offset: int, records: bytes) -> list[AbortedTxn]:
+        last = None
+        for header in iter_headers(records):
+            last = header
+        upper = ulog.log_end_offset if last is None else last.next_offset
+        return ulog.collect_aborted_transactions(fetch_offset, upper)
+
     def _fetch_remote(self, spec: ReadSpec, limit: int, min_one: bool) -> bytes | None:
+        found = self._fetch_remote_info(spec, limit, min_one, read_committed=False)
+        return None if found is None else found[0]
+
+    def _fetch_remote_committed(self, ulog: UnifiedLog, spec: ReadSpec, limit: int,
+                                min_one: bool) -> tuple[bytes, list[AbortedTxn]] | None:
+        """A read_committed read from the remote tier: the bytes and the aborted transactions that
+        overlap them, from the remote transaction indexes and then, when those do not settle it,
+        the local ones (an ABORT marker may not have been tiered yet)."""
+        found = self._fetch_remote_info(spec, limit, min_one, read_committed=True)
+        if found is None:
+            return None
+        records, info = found
+        aborted = list(info.aborted_transactions or [])
+        if records and not info.aborted_complete:
+            aborted += ulog.collect_aborted_transactions(spec.fetch_offset, info.upper_bound_offset)
+        return records, aborted
+
+    def _fetch_remote_info(self, spec: ReadSpec, limit: int, min_one: bool,
+                           read_committed: bool) -> tuple[bytes, RemoteFetchInfo] | None:
         assert self.remote is not None
-        info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one)
+        info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one,
+                                 read_committed=read_committed)
         if info is None:
             return None
         # The remote copy gets the local read's guarantee: no batch that fails its CRC is served.
@@ -184,8 +222,8 @@ class PartitionManager:
             if valid == 0:
                 raise CorruptRecordError(f"damaged data in the remote tier at offset {spec.fetch_offset}: "
                                          f"{problem.reason}")
-            return records[:valid]
-        return records
+            return records[:valid], info
+        return records, info
 
     def _remote_copy_of_damage(self, ulog: UnifiedLog, spec: ReadSpec, limit: int, min_one: bool,
                                damage: SegmentDamageError) -> bytes | None:
@@ -290,7 +328,12 @@ class PartitionManager:
                                      min_one_message=min_one)
                     region = info.records
                     if region is None or region.size == 0:
+                        if read_committed:
+                            result.aborted_transactions = []
                         continue
+                    if read_committed:
+                        result.aborted_transactions = ulog.collect_aborted_transactions(
+                            spec.fetch_offset, ulog.fetch_upper_bound_offset(info))
                     if copy_all or region.size < SENDFILE_MIN_BYTES:
                         result.records = region.read_bytes()
                     else:
@@ -310,6 +353,9 @@ class PartitionManager:
                               spec.fetch_offset, e)
                     continue
                 result.records = intact
+                if read_committed:
+                    # The remote copy's bytes match the local ones: the same offsets, the same bound.
+                    result.aborted_transactions = self._aborted_around(ulog, spec.fetch_offset, intact)
             except KafkaStorageError as e:
                 # An offline partition (said at ERROR when it went offline); consumers retry.
                 result.error_code = error_code_of(e)
@@ -322,7 +368,10 @@ class PartitionManager:
             if below_local:
                 # Outside the log's lock: the remote read may take a while and appends go on.
                 try:
-                    remote = self._read_remote(ulog, spec, limit, min_one)
+                    if read_committed:
+                        remote, result.aborted_transactions = self._read_remote_committed(ulog, spec, limit, min_one)
+                    else:
+                        remote = self._read_remote(ulog, spec, limit, min_one)
                 except Exception as e:
                     result.error_code = error_code_of(e)
                     log.warning("remote read of %s-%d at %d failed: %s", spec.topic, spec.partition,

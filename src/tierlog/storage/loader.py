@@ -25,6 +25,7 @@ from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
 from tierlog.storage.segment import LogSegment
 from tierlog.storage.segments import LogSegments
+from tierlog.storage.txn_rebuild import rebuild_transaction_indexes
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,12 @@ def load_log(
     # of the remote-only segments (or of a restore from the remote tier).
     rebuild_producer_state(psm, segments, log_start_offset, next_offset, clock.wall_ms(), options.had_clean_shutdown,
                            keep_start_snapshot=config.remote_storage_enable)
+    # The whole log is the high watermark of a single replica: transactions completed in it are
+    # stable (without this, one replayed from the log would hold the LSO at its start for good).
+    psm.on_high_watermark_updated(next_offset)
+    emptied = [s for s in segments.materialized() if s.txn_index_reset]
+    if emptied:
+        rebuild_transaction_indexes(directory, segments, emptied, log_start_offset, next_offset)
     if names is not None and RESTORE_MARKER_FILE in names:
         # Only an unclean load can find it: the restart holds the log's lock until it removes it.
         ulog.pending_restore_offset = read_restore_marker(directory)

@@ -473,6 +473,51 @@ class UnifiedLog:
                 segment = self.segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
 
+    # -- aborted transactions (read_committed fetches) --------------------------------------------
+
+    def fetch_upper_bound_offset(self, info: FetchDataInfo) -> int:
+        """An offset no batch of ``info`` reaches (Kafka's addAbortedTransactions bound): the offset
+        of the first index entry past the read, else the next segment's base, else the log end. An
+        over-estimate only adds aborted transactions the client ignores."""
+        region = info.records
+        base = info.offset_metadata.segment_base_offset
+        with self.lock:
+            if region is not None and base >= 0 and self.segments.next_base_offset(base - 1) == base:
+                segment = self.segments.get(base)
+                found = segment.offset_index.fetch_upper_bound_offset(region.position, region.size)
+                if found is not None:
+                    return found.offset
+                after = self.segments.next_base_offset(base)
+                if after is not None:
+                    return after
+            return self._log_end_offset
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions in the local transaction indexes that overlap
+        [``start_offset``, ``upper_bound_offset``): from the segment holding ``start_offset`` on,
+        until a segment's entries prove the rest cannot matter (LocalLog.collectAbortedTransactions).
+        A later segment can hold the ABORT of a transaction that began in the read, so the walk goes
+        on past the bound; segments never touched are not opened when they have no ``.txnindex``."""
+        with self.lock:
+            bases = self.segments.base_offsets
+        floor = max((b for b in bases if b <= start_offset), default=bases[0] if bases else None)
+        found: list[AbortedTxn] = []
+        for base in bases:
+            if floor is None or base < floor:
+                continue
+            with self.lock:
+                if self.segments.next_base_offset(base - 1) != base:
+                    continue  # deleted meanwhile
+                if (not self.segments.is_materialized(base)
+                        and not files.txn_index_file(self.dir, base).exists()):
+                    continue
+                segment = self.segments.get(base)
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            found += result.aborted_transactions
+            if result.is_complete:
+                break
+        return found
+
     def _report_damage(self, segment: LogSegment, next_base: int | None) -> None:
         """Say once, naming the partition, where a read found damaged data; then check every earlier
         segment's indexes (seed 003: a corrupt segment means the ones before it get checked)."""
@@ -642,6 +687,7 @@ class UnifiedLog:
             rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, target_offset,
                                    self.clock.wall_ms(), reload_from_clean_shutdown=False,
                                    keep_start_snapshot=self.config.remote_storage_enable)
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:

@@ -213,6 +213,8 @@ class LogSegment:
             lambda p: TimeIndex(p, base_offset, settings.max_index_size),
         )
         self.txn_index = TransactionIndex(directory / f"{prefix}{files.TXN_INDEX_SUFFIX}{file_suffix}", base_offset)
+        #: Recovery emptied the transaction index; the loader refills it from the batches.
+        self.txn_index_reset = False
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset: tuple[int, int] | None = None
         self._first_batch_timestamp: int | None = None
@@ -683,7 +685,12 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
-        self.txn_index.reset()
+        if truncate:
+            # The data may be cut: its aborted-transaction entries are rebuilt from the batches by
+            # the loader (txn_rebuild), as Kafka's recovery rebuilds them with the producer state.
+            # Kept bytes keep their entries.
+            self.txn_index.reset()
+            self.txn_index_reset = True
         self.verified.clear()
         valid_bytes = 0
         last_index_entry = 0

@@ -225,6 +225,10 @@ class RemoteFetchInfo:
     #: The remote segment the bytes come from (None when no batch at or after the offset exists).
     segment: RemoteLogSegmentMetadata | None
     aborted_transactions: list[AbortedTxn] | None = None
+    #: For read_committed: the offset no returned batch reaches, and whether the remote transaction
+    #: indexes already held every aborted transaction that can matter (else the local log's follow).
+    upper_bound_offset: int = -1
+    aborted_complete: bool = False
 
 
 @dataclass
@@ -957,14 +961,30 @@ class RemoteLogManager:
         while md is not None:
             records = self._read_segment(md, fetch_offset, max_bytes, min_one_message)
             if records is not None:
-                aborted = None
-                if read_committed:
-                    upper = _next_offset_after(records, md.end_offset + 1)
-                    aborted = self.index_cache.collect_aborted_txns(md, fetch_offset, upper).aborted_transactions
-                return RemoteFetchInfo(records, md, aborted)
+                if not read_committed:
+                    return RemoteFetchInfo(records, md)
+                upper = _next_offset_after(records, md.end_offset + 1)
+                aborted, complete = self._collect_aborted_txns(tip, md, fetch_offset, upper)
+                return RemoteFetchInfo(records, md, aborted, upper, complete)
             # No batch at or after the offset in this segment (compaction): the next one.
             md = self.rlmm.remote_log_segment_metadata(tip, md.end_offset + 1)
         return RemoteFetchInfo(b"", None, [] if read_committed else None)
+
+    def _collect_aborted_txns(self, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int,
+                              upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Aborted transactions overlapping the read from the remote transaction indexes, from the
+        read's segment on (RemoteLogManager.collectAbortedTransactions): a later segment can hold the
+        ABORT of a transaction the read began in. The flag says the search is complete; if not, the
+        caller goes on with the local segments."""
+        found: list[AbortedTxn] = []
+        current: RemoteLogSegmentMetadata | None = md
+        while current is not None:
+            result = self.index_cache.collect_aborted_txns(current, fetch_offset, upper_bound_offset)
+            found += result.aborted_transactions
+            if result.is_complete:
+                return found, True
+            current = self.rlmm.remote_log_segment_metadata(tip, current.end_offset + 1)
+        return found, False
 
     def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
                       min_one_message: bool) -> bytes | None:

@@ -19,7 +19,7 @@ from typing import TypeVar
 from tierlog.clock import Clock
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
-from tierlog.records import SimpleRecord, build_batch, iter_batches
+from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups.group import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
@@ -47,6 +47,7 @@ from tierlog.server.groups.records import (
 )
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, UNKNOWN_TOPIC_OR_PARTITION, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class GroupCoordinator:
         self.settings = settings
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        #: TxnOffsetCommit offsets waiting for their transaction's marker: producer id → group → offsets.
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
         self._write_lock = asyncio.Lock()
         self._ticker: asyncio.Task[None] | None = None
         self._topic_lock = asyncio.Lock()
@@ -179,6 +182,10 @@ class GroupCoordinator:
                 for header, records in iter_batches(data):
                     offset = header.next_offset
                     if header.is_control:
+                        self._load_marker(header.producer_id, records, partition)
+                        continue
+                    if header.is_transactional:
+                        self._load_txn_offsets(header.producer_id, records, partition)
                         continue
                     for record in records:
                         if record.key is None:
@@ -191,6 +198,27 @@ class GroupCoordinator:
                 if offset == before:
                     break  # only a partial batch came back: the log ends mid-batch
         return count
+
+    def _load_txn_offsets(self, producer_id: int, records: Iterable[Record], partition: int) -> None:
+        for record in records:
+            if record.key is None or record.value is None:
+                continue
+            try:
+                key = decode_key(record.key)
+                if isinstance(key, OffsetKey):
+                    self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
+                        (key.topic, key.partition)] = decode_offset_value(record.value)
+            except TierlogError as e:
+                log.warning("skipping unreadable transactional offset record in %s-%d: %s", CONSUMER_OFFSETS_TOPIC,
+                            partition, e)
+
+    def _load_marker(self, producer_id: int, records: Iterable[Record], partition: int) -> None:
+        for record in records:
+            try:
+                marker = EndTransactionMarker.from_record(record)
+            except TierlogError:
+                continue  # not a transaction marker
+            self._complete_txn_offsets(producer_id, partition, marker.is_commit)
 
     def _apply_record(self, raw_key: bytes, raw_value: bytes | None) -> int:
         key = decode_key(raw_key)
@@ -369,6 +397,85 @@ class GroupCoordinator:
                 self.groups[group_id] = self._new_group(group_id)
             self.offsets.setdefault(group_id, {}).update(accepted)
         return codes
+
+    # -- transactional offsets (KIP-98/447) ------------------------------------------------------
+
+    def offsets_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (what AddOffsetsToTxn adds to a transaction)."""
+        return self._partition_of(group_id)
+
+    async def txn_commit(self, group_id: str, member_id: str, generation_id: int, producer_id: int,
+                         producer_epoch: int, offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """TxnOffsetCommit: the offsets go to the group's partition in a transactional batch of the
+        producer and stay pending until its transaction's marker lands there."""
+        if not group_id:
+            return [INVALID_GROUP_ID] * len(offsets)
+        group = self.groups.get(group_id)
+        if group is not None and member_id and generation_id >= 0:
+            code = self._commit_error(group_id, member_id, generation_id)
+            if code:
+                return [code] * len(offsets)
+        image = self.partitions.image
+        now = self.clock.wall_ms()
+        codes: list[int] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        accepted: list[tuple[TopicPartition, OffsetValue]] = []
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            t = image.topics_by_name.get(topic)
+            if t is None or partition not in t.partitions:
+                codes.append(UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                codes.append(OFFSET_METADATA_TOO_LARGE)
+                continue
+            value = OffsetValue(offset, leader_epoch, metadata or "", now)
+            records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
+            accepted.append(((topic, partition), value))
+            codes.append(NONE)
+        if not records:
+            return codes
+        batch = build_batch([SimpleRecord(k, v, timestamp=now) for k, v in records], producer_id=producer_id,
+                            producer_epoch=producer_epoch, base_sequence=0, is_transactional=True)
+        partition = self._partition_of(group_id)
+        async with self._write_lock:
+            results = await self.io.run(self.partitions.append_blocking, [(CONSUMER_OFFSETS_TOPIC, partition, batch)],
+                                        internal=True, origin=AppendOrigin.COORDINATOR)
+        code = results[0].error_code
+        if code:
+            log.warning("transactional offsets of group %s (producer %d) not stored: %s", group_id, producer_id,
+                        results[0].error_message)
+            return [c or code for c in codes]
+        self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
+        return codes
+
+    def complete_txn_offsets(self, producer_id: int, offsets_partition: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of the producer landed in ``offsets_partition``: its pending
+        offsets of the groups there become committed or are dropped."""
+        self._complete_txn_offsets(producer_id, offsets_partition, commit)
+
+    def _complete_txn_offsets(self, producer_id: int, offsets_partition: int, commit: bool) -> None:
+        by_group = self.pending_txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for group_id in list(by_group):
+            if self._partition_of(group_id) != offsets_partition:
+                continue
+            pending = by_group.pop(group_id)
+            if commit:
+                self.offsets.setdefault(group_id, {}).update(pending)
+                if group_id not in self.groups:
+                    self.groups[group_id] = self._new_group(group_id)
+        if not by_group:
+            del self.pending_txn_offsets[producer_id]
+
+    def has_pending_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
+        """The partitions of the group with a transactional offset not yet committed or aborted."""
+        found: set[TopicPartition] = set()
+        for by_group in self.pending_txn_offsets.values():
+            pending = by_group.get(group_id)
+            if pending:
+                found.update(pending)
+        return found if partitions is None else found.intersection(partitions)
 
     def fetch(self, group_id: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, OffsetValue]:
         committed = self.offsets.get(group_id, {})

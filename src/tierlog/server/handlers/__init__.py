@@ -16,13 +16,14 @@ from tierlog.server.handlers import (
     produce,
     producer_ids,
     topics,
+    transactions,
 )
 
 
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   features):
+                   features, transactions):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

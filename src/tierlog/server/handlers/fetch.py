@@ -48,6 +48,13 @@ def _release_when_done(read: asyncio.Future[list[ReadResult]]) -> None:
         _release(read.result())
 
 
+def _aborted(result: ReadResult) -> list[tuple[int, int]]:
+    """The (producer id, first offset) pairs a read_committed consumer skips, in first-offset order
+    (librdkafka and the Java client keep them in a queue ordered so)."""
+    found = result.aborted_transactions or []
+    return sorted({(t.producer_id, t.first_offset) for t in found}, key=lambda pair: (pair[1], pair[0]))
+
+
 def _set_done(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -122,7 +129,7 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
             r = results[index]
             out.partitions.append(PartitionData(
                 partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset,
-                aborted_transactions=[] if read_committed and r.error_code == 0 else None,
+                aborted_transactions=_aborted(r) if read_committed and r.error_code == 0 else None,
                 records=r.records,
             ))
         topics.append(out)

@@ -14,6 +14,9 @@ from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.groups.group import COORDINATOR_NOT_AVAILABLE, GroupState
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
+INVALID_REQUEST = 42
+UNSTABLE_OFFSET_COMMIT = 88
 UNKNOWN_TOPIC_ID = 100
 GROUP_ID_NOT_FOUND = 69
 
@@ -30,13 +33,15 @@ async def handle_find_coordinator(ctx: BrokerContext, request: ParsedRequest, cl
     keys = list(body.coordinator_keys) if version >= 4 else [body.key]
     host, port = ctx.endpoint(client)
     error, message = 0, None
-    if key_type != GROUP_KEY:
-        error, message = COORDINATOR_NOT_AVAILABLE, "transactions are not supported by this broker"
-    else:
-        try:
+    try:
+        if key_type == GROUP_KEY:
             await _coordinator(ctx).ensure_topic()
-        except TierlogError as e:
-            error, message = COORDINATOR_NOT_AVAILABLE, str(e)
+        elif key_type == TRANSACTION_KEY and ctx.transactions is not None:
+            await ctx.transactions.ensure_topic()
+        else:
+            error, message = INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
+    except TierlogError as e:
+        error, message = COORDINATOR_NOT_AVAILABLE, str(e)
     found = {"node_id": ctx.node_id, "host": host, "port": port} if not error else {"node_id": -1, "host": "", "port": -1}
     if version >= 4:
         return build_response(ApiKey.FIND_COORDINATOR, version, {
@@ -134,7 +139,8 @@ async def handle_offset_commit(ctx: BrokerContext, request: ParsedRequest, clien
     ]})
 
 
-def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool) -> list[dict[str, Any]]:
+def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool,
+                 require_stable: bool = False) -> list[dict[str, Any]]:
     coordinator = _coordinator(ctx)
     image = ctx.image
     if topics is None:
@@ -153,6 +159,8 @@ def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool) ->
             else:
                 wanted.append((t.name, list(t.partition_indexes)))
         committed = coordinator.fetch(group_id, [(n, p) for n, parts in wanted for p in parts])
+    # KIP-447: a consumer that asks for stable offsets waits while a transaction holds one pending.
+    unstable = coordinator.has_pending_offsets(group_id, None) if require_stable else set()
     out: list[dict[str, Any]] = []
     for name, partitions in wanted:
         topic_image = image.topics_by_name.get(name)
@@ -166,6 +174,8 @@ def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool) ->
                              metadata=value.metadata)
             elif by_id and topic_image is None:
                 entry["error_code"] = UNKNOWN_TOPIC_ID
+            if (name, p) in unstable:
+                entry.update(error_code=UNSTABLE_OFFSET_COMMIT, committed_offset=-1)
             entries.append(entry)
         out.append({"name": name, "topic_id": topic_uuid(topic_image.topic_id) if topic_image else None,
                     "partitions": entries})
@@ -176,11 +186,13 @@ async def handle_offset_fetch(ctx: BrokerContext, request: ParsedRequest, client
     body = request.body
     version = request.api_version
     if version >= 8:
-        groups = [{"group_id": g.group_id, "error_code": 0, "topics": _fetch_group(ctx, g.group_id, g.topics, version >= 10)}
-                  for g in body.groups]
+        stable = getattr(body, "require_stable", False)
+        groups = [{"group_id": g.group_id, "error_code": 0,
+                   "topics": _fetch_group(ctx, g.group_id, g.topics, version >= 10, stable)} for g in body.groups]
         return build_response(ApiKey.OFFSET_FETCH, version, {"groups": groups})
     return build_response(ApiKey.OFFSET_FETCH, version, {
-        "error_code": 0, "topics": _fetch_group(ctx, body.group_id, body.topics, False)})
+        "error_code": 0, "topics": _fetch_group(ctx, body.group_id, body.topics, False,
+                                                 getattr(body, "require_stable", False))})
 
 
 async def handle_list_groups(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:

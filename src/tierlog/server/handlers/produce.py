@@ -8,6 +8,7 @@ an idempotent producer is answered with the offsets it got the first time.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
@@ -17,6 +18,11 @@ from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION, AppendResult
 
 INVALID_REQUIRED_ACKS = 21
 UNKNOWN_TOPIC_ID = 100
+INVALID_PRODUCER_EPOCH = 47
+PRODUCER_FENCED = 90
+TRANSACTIONAL_BIT = 0x10
+#: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
+_FIRST_BATCH = struct.Struct(">21xh20xqh")
 
 
 async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -41,14 +47,12 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     if acks not in (-1, 0, 1):
         results = [AppendResult(INVALID_REQUIRED_ACKS) for _ in items]
     else:
-        known = [(name, partition, records) for _, name, partition, records in items if name is not None]
-        appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known) if known else [])
-        results = []
-        for _, name, _, _ in items:
-            if name is None:
-                results.append(AppendResult(UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION))
-            else:
-                results.append(next(appended))
+        # Transactional batches for partitions outside the producer's ongoing transaction are refused
+        # before anything is written (KIP-890 part 1 verification).
+        refused = _unverified(ctx, body, items)
+        appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version))
+        results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
+                                "transaction") if i in refused else next(appended) for i in range(len(items))]
         ctx.partitions.waiters.notify(
             (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
             if name is not None and r.error_code == 0 and not r.duplicate
@@ -74,6 +78,40 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     return build_response(ApiKey.PRODUCE, version, {
         "responses": [{topic_key: key, "partition_responses": parts} for key, parts in by_topic.items()],
     })
+
+
+async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+                  version: int) -> list[AppendResult]:
+    known = [(name, partition, records) for _, name, partition, records in items if name is not None]
+    appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known) if known else [])
+    results = []
+    for _, name, _, _ in items:
+        if name is None:
+            results.append(AppendResult(UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION))
+        else:
+            results.append(next(appended))
+    return results
+
+
+def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]]) -> dict[int, int]:
+    """Index → error code of each record set whose first batch is transactional but whose partition
+    the transaction coordinator does not have in the producer's ongoing transaction."""
+    txn_id = getattr(body, "transactional_id", None)
+    if ctx.transactions is None or not txn_id:
+        return {}
+    out: dict[int, int] = {}
+    for i, (_, name, partition, records) in enumerate(items):
+        if name is None or records is None or len(records) < _FIRST_BATCH.size:
+            continue
+        attributes, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
+        if not attributes & TRANSACTIONAL_BIT:
+            continue
+        tp = (name, partition)
+        code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
+        if code:
+            # Produce predates PRODUCER_FENCED: a stale epoch is INVALID_PRODUCER_EPOCH there.
+            out[i] = INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else code
+    return out
 
 
 HANDLERS = {ApiKey.PRODUCE: handle_produce}

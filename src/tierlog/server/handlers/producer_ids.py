@@ -1,25 +1,32 @@
-"""InitProducerId for idempotent producers.
+"""InitProducerId.
 
-Each call hands out a fresh producer id at epoch 0, as Kafka does for a producer without a
-transactional id (a producer that bumps its epoch after an error gets a new id the same way).
-Transactions are not implemented -- no transaction coordinator, no AddPartitionsToTxn/EndTxn -- so
-a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as
-fatal rather than retrying forever.
+Without a transactional id each call hands out a fresh producer id at epoch 0, as Kafka does (a
+producer that bumps its epoch after an error gets a new id the same way). With one, the transaction
+coordinator answers: the id's producer id with a bumped epoch, fencing older producers of the id.
 """
 
 from __future__ import annotations
 
 from tierlog.errors import TierlogError
-from tierlog.protocol import ApiKey, ParsedRequest, build_response
+from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
+from tierlog.server.handlers.transactions import client_code
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 async def handle_init_producer_id(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     version = request.api_version
-    if request.body.transactional_id is not None:
+    body = request.body
+    if body.transactional_id is not None and ctx.transactions is not None:
+        code, pid, epoch = await ctx.transactions.init_producer_id(
+            body.transactional_id, to_millis(body.transaction_timeout), getattr(body, "producer_id", -1),
+            getattr(body, "producer_epoch", -1))
+        return build_response(ApiKey.INIT_PRODUCER_ID, version, {
+            "error_code": client_code(ApiKey.INIT_PRODUCER_ID, version, code), "producer_id": pid,
+            "producer_epoch": epoch})
+    if body.transactional_id is not None:
         return build_response(ApiKey.INIT_PRODUCER_ID, version, {
             "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1})
     try:

@@ -1,0 +1,473 @@
+"""The transaction coordinator: every transactional id of this broker, kept in ``__transaction_state``.
+
+State lives on the event loop. Each change is written to the id's partition of the state topic before
+it is applied or answered (Kafka's prepareTransitionTo / completeTransitionTo); a ``pending`` flag on
+the id makes concurrent requests for it answer CONCURRENT_TRANSACTIONS meanwhile. Ending a transaction
+runs Kafka's two phases in order -- PrepareCommit/PrepareAbort written, then a COMMIT/ABORT marker
+into every partition of the transaction (the group's ``__consumer_offsets`` partition included), then
+CompleteCommit/CompleteAbort -- so a crash at any step leaves a Prepare* record that the next start
+finishes before the coordinator answers for the id. The rules (which error where) are Kafka's
+TransactionCoordinator's for transaction version 1; :mod:`.rules` holds them as pure functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tierlog.clock import Clock
+from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.metadata import Controller, TopicExistsError
+from tierlog.records import (
+    ControlRecordType,
+    EndTransactionMarker,
+    SimpleRecord,
+    build_batch,
+    build_end_txn_marker_batch,
+    iter_batches,
+)
+from tierlog.server.groups.coordinator import GroupCoordinator
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
+from tierlog.server.storage_io import StorageIO
+from tierlog.server.txn import rules
+from tierlog.server.txn.records import (
+    TRANSACTION_STATE_TOPIC,
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    partition_for_transactional_id,
+)
+from tierlog.server.txn.rules import Code, TxnMetadata
+from tierlog.storage.producer_state import AppendOrigin
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+TICK_INTERVAL_S = 0.1
+#: Marker writes that fail (a storage error) are retried this often before the transaction is left
+#: in its Prepare state for the next start to finish.
+MARKER_ATTEMPTS = 5
+MARKER_BACKOFF_S = 0.2
+
+
+@dataclass(frozen=True)
+class TxnSettings:
+    num_partitions: int = 50
+    segment_bytes: int = 104857600
+    max_timeout_ms: int = 900000
+    abort_timed_out_interval_ms: int = 10000
+    id_expiration_ms: int = 604800000
+    remove_expired_interval_ms: int = 3600000
+
+
+class TransactionCoordinator:
+    def __init__(self, partitions: PartitionManager, controller: Controller, io: StorageIO, clock: Clock,
+                 groups: GroupCoordinator, next_producer_id: Callable[[], int], settings: TxnSettings) -> None:
+        self.partitions = partitions
+        self.controller = controller
+        self.io = io
+        self.clock = clock
+        self.groups = groups
+        self._next_producer_id = next_producer_id
+        self.settings = settings
+        self.txns: dict[str, TxnMetadata] = {}
+        self._write_lock = asyncio.Lock()
+        self._topic_lock = asyncio.Lock()
+        self._ticker: asyncio.Task[None] | None = None
+        self._last_abort_check_ms = 0
+        self._last_expire_check_ms = 0
+        #: Counters for the metrics endpoint and ``transactions list``.
+        self.committed = 0
+        self.aborted = 0
+        self.timed_out = 0
+
+    def now_ms(self) -> int:
+        return self.clock.wall_ms()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
+            loaded = await self.io.run(self._load_blocking)
+            log.info("loaded %d transactional ids from %s", loaded, TRANSACTION_STATE_TOPIC)
+            # Recovery: a transaction whose end was decided is finished before anyone asks about it.
+            for meta in list(self.txns.values()):
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    log.info("completing transaction %s (producer %d, epoch %d) found in %s",
+                             meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state.kafka_name)
+                    meta.pending = True
+                    try:
+                        await self._finish(meta, meta.state is TxnState.PREPARE_COMMIT)
+                    finally:
+                        meta.pending = False
+        now = self.now_ms()
+        self._last_abort_check_ms = self._last_expire_check_ms = now
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("transaction coordinator tick failed")
+
+    async def tick(self) -> None:
+        now = self.now_ms()
+        # An end whose markers could not all be written (a storage error) is retried until it lands.
+        for meta in list(self.txns.values()):
+            if not meta.pending and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                meta.pending = True
+                try:
+                    await self._finish(meta, meta.state is TxnState.PREPARE_COMMIT)
+                finally:
+                    meta.pending = False
+        if now - self._last_abort_check_ms >= self.settings.abort_timed_out_interval_ms:
+            self._last_abort_check_ms = now
+            await self.abort_timed_out(now)
+        if now - self._last_expire_check_ms >= self.settings.remove_expired_interval_ms:
+            self._last_expire_check_ms = now
+            await self.remove_expired(now)
+
+    def _load_blocking(self) -> int:
+        topic = self.partitions.topic(TRANSACTION_STATE_TOPIC)
+        assert topic is not None
+        latest: dict[str, TxnLogValue | None] = {}
+        for partition in sorted(topic.partitions):
+            ulog = self.partitions.get_log_blocking(TRANSACTION_STATE_TOPIC, partition)
+            offset, end = ulog.log_start_offset, ulog.log_end_offset
+            while offset < end:
+                try:
+                    data = ulog.read(offset, 8 << 20).read_bytes()
+                except CorruptRecordError as e:
+                    log.error("stopping the load of %s-%d at damaged data at offset %d: %s", TRANSACTION_STATE_TOPIC,
+                              partition, offset, e)
+                    break
+                if not data:
+                    break
+                before = offset
+                for header, records in iter_batches(data):
+                    offset = header.next_offset
+                    if header.is_control:
+                        continue
+                    for record in records:
+                        if record.key is None:
+                            continue
+                        try:
+                            txn_id = decode_key(record.key)
+                            latest[txn_id] = None if record.value is None else decode_value(record.value)
+                        except TierlogError as e:
+                            log.warning("skipping unreadable record at %s-%d offset %d: %s", TRANSACTION_STATE_TOPIC,
+                                        partition, record.offset, e)
+                if offset == before:
+                    break
+        for txn_id, value in latest.items():
+            if value is None:
+                self.txns.pop(txn_id, None)
+            else:
+                self.txns[txn_id] = TxnMetadata.from_value(txn_id, value)
+        return len(self.txns)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    async def ensure_topic(self) -> None:
+        if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
+            return
+        async with self._topic_lock:
+            if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
+                return
+            try:
+                await self.io.run(self.controller.create_topic, TRANSACTION_STATE_TOPIC, self.settings.num_partitions,
+                                  1, {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
+                                      "min.insync.replicas": "1"})
+                log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.settings.num_partitions)
+            except TopicExistsError:
+                pass
+
+    def partition_of(self, transactional_id: str) -> int:
+        topic = self.partitions.topic(TRANSACTION_STATE_TOPIC)
+        count = topic.num_partitions if topic is not None else self.settings.num_partitions
+        return partition_for_transactional_id(transactional_id, count)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        return self.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, self.partition_of(transactional_id))
+
+    async def _store(self, transactional_id: str, value: TxnLogValue | None) -> int:
+        """Write the id's new state (None: a tombstone); the error code."""
+        try:
+            await self.ensure_topic()
+        except TierlogError as e:
+            log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
+            return Code.COORDINATOR_NOT_AVAILABLE
+        raw = None if value is None else encode_value(value)
+        batch = build_batch([SimpleRecord(encode_key(transactional_id), raw, timestamp=self.now_ms())])
+        partition = self.partition_of(transactional_id)
+        async with self._write_lock:
+            results = await self.io.run(self.partitions.append_blocking,
+                                        [(TRANSACTION_STATE_TOPIC, partition, batch)], internal=True)
+        if results[0].error_code:
+            log.error("storing the state of transactional id %s failed: %s", transactional_id,
+                      results[0].error_message)
+            # Kafka maps a failed state write to a retriable coordinator error.
+            return Code.NOT_COORDINATOR
+        return Code.NONE
+
+    async def _transition(self, meta: TxnMetadata, target: TxnMetadata) -> int:
+        """Write ``target`` as the id's state and apply it on success."""
+        code = await self._store(meta.transactional_id, target.to_value())
+        if code == Code.NONE:
+            meta.apply(target)
+        return code
+
+    # -- the APIs --------------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
+                               expected_epoch: int) -> tuple[int, int, int]:
+        """(error code, producer id, epoch) for InitProducerId with a transactional id."""
+        if not transactional_id:
+            return Code.INVALID_REQUEST, -1, -1
+        if not rules.valid_timeout(timeout_ms, self.settings.max_timeout_ms):
+            return Code.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        try:
+            await self.ensure_topic()
+        except TierlogError:
+            return Code.COORDINATOR_NOT_AVAILABLE, -1, -1
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            producer_id = await self.io.run(self._next_producer_id)
+            meta = self.txns.setdefault(transactional_id, TxnMetadata.new(transactional_id, producer_id, timeout_ms,
+                                                                        self.now_ms()))
+        if meta.pending:
+            return Code.CONCURRENT_TRANSACTIONS, -1, -1
+        now = self.now_ms()
+        decision = rules.init_producer_id(meta, timeout_ms, expected_producer_id, expected_epoch, now)
+        if isinstance(decision, int):
+            return decision, -1, -1
+        if decision.fence_ongoing:
+            # A new producer with this id: the open transaction of the old one is aborted under a
+            # bumped epoch (fencing the old one); this producer retries once that is done.
+            meta.pending = True
+            try:
+                await self._fence_and_abort(meta)
+            finally:
+                meta.pending = False
+            return Code.CONCURRENT_TRANSACTIONS, -1, -1
+        target = decision.target
+        if decision.rotate_producer_id:
+            target.last_producer_id = meta.producer_id
+            target.producer_id = await self.io.run(self._next_producer_id)
+        meta.pending = True
+        try:
+            code = await self._transition(meta, target)
+        finally:
+            meta.pending = False
+        if code:
+            if meta.producer_epoch < 0:
+                self.txns.pop(transactional_id, None)  # never stored
+            return code, -1, -1
+        return Code.NONE, meta.producer_id, meta.producer_epoch
+
+    def _check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> tuple[int, TxnMetadata | None]:
+        if not transactional_id:
+            return Code.INVALID_REQUEST, None
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return Code.INVALID_PRODUCER_ID_MAPPING, None
+        if producer_epoch != meta.producer_epoch:
+            return Code.PRODUCER_FENCED, None
+        if meta.pending:
+            return Code.CONCURRENT_TRANSACTIONS, None
+        return Code.NONE, meta
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's partition): an error code per partition."""
+        image = self.partitions.image
+        unknown = [tp for tp in partitions
+                   if (t := image.topics_by_name.get(tp[0])) is None or tp[1] not in t.partitions]
+        if unknown:
+            return {tp: Code.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Code.OPERATION_NOT_ATTEMPTED
+                    for tp in partitions}
+        code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return dict.fromkeys(partitions, code)
+        decision = rules.add_partitions(meta, partitions, self.now_ms())
+        if isinstance(decision, int):
+            return dict.fromkeys(partitions, decision)
+        if decision is not None:
+            meta.pending = True
+            try:
+                code = await self._transition(meta, decision)
+            finally:
+                meta.pending = False
+        return dict.fromkeys(partitions, code)
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """KIP-890 part 1 verification (AddPartitionsToTxn v4+ verify_only, transactional produce and
+        TxnOffsetCommit): is each partition part of this producer's ongoing transaction?"""
+        if not transactional_id:
+            return dict.fromkeys(partitions, Code.INVALID_REQUEST)
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(partitions, Code.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != meta.producer_epoch:
+            return dict.fromkeys(partitions, Code.PRODUCER_FENCED)
+        ongoing = meta.state is TxnState.ONGOING
+        return {tp: Code.NONE if ongoing and tp in meta.partitions else Code.INVALID_TXN_STATE for tp in partitions}
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
+        if not group_id:
+            return Code.INVALID_GROUP_ID
+        await self.groups.ensure_topic()
+        tp = (CONSUMER_OFFSETS_TOPIC, self.groups.offsets_partition(group_id))
+        return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if meta is None:
+            return code
+        decision = rules.end_txn(meta, commit)
+        if decision is not None:
+            return decision
+        meta.pending = True
+        try:
+            return await self._end(meta, commit)
+        finally:
+            meta.pending = False
+
+    async def _end(self, meta: TxnMetadata, commit: bool) -> int:
+        """Both phases of ending the ongoing transaction of ``meta`` (pending set by the caller)."""
+        prepare = meta.copy()
+        prepare.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        prepare.last_update_ms = self.now_ms()
+        code = await self._transition(meta, prepare)
+        if code:
+            return code
+        return await self._finish(meta, commit)
+
+    async def _finish(self, meta: TxnMetadata, commit: bool) -> int:
+        """Markers into every partition, then Complete*. A marker that cannot be written leaves the
+        Prepare state on disk (the next start finishes it) and answers a retriable error."""
+        if not await self._write_markers(meta, commit):
+            return Code.COORDINATOR_NOT_AVAILABLE
+        done = meta.copy()
+        done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        done.partitions = set()
+        done.last_update_ms = self.now_ms()
+        code = await self._transition(meta, done)
+        if code == Code.NONE:
+            if commit:
+                self.committed += 1
+            else:
+                self.aborted += 1
+        return code
+
+    async def _write_markers(self, meta: TxnMetadata, commit: bool) -> bool:
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        marker = EndTransactionMarker(kind, self.coordinator_epoch(meta.transactional_id))
+        batch = build_end_txn_marker_batch(marker, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                                           timestamp_ms=self.now_ms())
+        remaining = sorted(meta.partitions)
+        for attempt in range(MARKER_ATTEMPTS):
+            image = self.partitions.image
+            # A partition whose topic was deleted meanwhile has nothing left to mark (Kafka skips it).
+            remaining = [tp for tp in remaining
+                         if (t := image.topics_by_name.get(tp[0])) is not None and tp[1] in t.partitions]
+            if not remaining:
+                break
+            results = await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in remaining],
+                                        internal=True, origin=AppendOrigin.COORDINATOR)
+            failed: list[TopicPartition] = []
+            for tp, result in zip(remaining, results, strict=True):
+                if result.error_code == Code.NONE:
+                    if tp[0] == CONSUMER_OFFSETS_TOPIC:
+                        self.groups.complete_txn_offsets(meta.producer_id, tp[1], commit)
+                elif result.error_code in (Code.INVALID_PRODUCER_EPOCH, Code.TRANSACTION_COORDINATOR_FENCED):
+                    # The partition already holds a newer epoch's marker or data: Kafka drops the marker.
+                    log.warning("marker of %s not written to %s-%d: %s", meta.transactional_id, tp[0], tp[1],
+                                result.error_message)
+                else:
+                    failed.append(tp)
+            self.partitions.waiters.notify([tp for tp in remaining if tp not in failed])
+            remaining = failed
+            if not remaining:
+                break
+            log.warning("writing %s markers of %s failed for %s (attempt %d)", kind.name, meta.transactional_id,
+                        remaining, attempt + 1)
+            await asyncio.sleep(MARKER_BACKOFF_S * (attempt + 1))
+        return not remaining
+
+    async def _fence_and_abort(self, meta: TxnMetadata) -> int:
+        """Bump the epoch of an ongoing transaction (fencing its producer) and abort it with the new
+        epoch (Kafka's PrepareEpochFence then an abort not from the client)."""
+        fenced = rules.fenced(meta)
+        if fenced is not None:
+            meta.apply(fenced)  # in memory only, as Kafka: the abort's records carry the bumped epoch
+        return await self._end(meta, commit=False)
+
+    async def abort_timed_out(self, now_ms: int) -> int:
+        """Abort every transaction open longer than its timeout; how many were."""
+        count = 0
+        for meta in list(self.txns.values()):
+            if meta.pending or not rules.timed_out(meta, now_ms):
+                continue
+            log.info("aborting transaction %s (producer %d, epoch %d): open for %d ms, over its timeout of %d ms",
+                     meta.transactional_id, meta.producer_id, meta.producer_epoch, now_ms - meta.start_ms,
+                     meta.timeout_ms)
+            meta.pending = True
+            try:
+                if await self._fence_and_abort(meta) == Code.NONE:
+                    count += 1
+                    self.timed_out += 1
+            finally:
+                meta.pending = False
+        return count
+
+    async def remove_expired(self, now_ms: int) -> int:
+        """Forget transactional ids idle past ``transactional.id.expiration.ms`` (a tombstone each)."""
+        count = 0
+        for txn_id, meta in list(self.txns.items()):
+            if meta.pending or not rules.expired(meta, now_ms, self.settings.id_expiration_ms):
+                continue
+            meta.pending = True
+            try:
+                if await self._store(txn_id, None) == Code.NONE:
+                    self.txns.pop(txn_id, None)
+                    count += 1
+            finally:
+                meta.pending = False
+        if count:
+            log.info("removed %d expired transactional ids", count)
+        return count
+
+    # -- administration --------------------------------------------------------------------------
+
+    async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> int:
+        """WriteTxnMarkers for one partition: what ``kafka-transactions.sh abort`` sends the leader of
+        a partition with a hanging transaction (one no coordinator will end)."""
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        marker = EndTransactionMarker(kind, coordinator_epoch)
+        batch = build_end_txn_marker_batch(marker, producer_id=producer_id, producer_epoch=producer_epoch,
+                                           timestamp_ms=self.now_ms())
+        [result] = await self.io.run(self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
+                                     origin=AppendOrigin.COORDINATOR)
+        if result.error_code == Code.NONE:
+            self.partitions.waiters.notify([(topic, partition)])
+            if topic == CONSUMER_OFFSETS_TOPIC:
+                self.groups.complete_txn_offsets(producer_id, partition, commit)
+        return result.error_code

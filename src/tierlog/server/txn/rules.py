@@ -1,0 +1,193 @@
+"""Kafka's transaction state rules as pure functions of the metadata and ``now_ms``
+(TransactionCoordinator and TransactionMetadata, transaction version 1): each returns the state to
+write, or the error code to answer, and changes nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from tierlog.server.txn.records import TxnLogValue, TxnState
+
+TopicPartition = tuple[str, int]
+NO_PRODUCER_EPOCH = -1
+#: Kafka rotates the producer id once the epoch reaches Short.MAX_VALUE - 1 (the last one is kept for
+#: fencing).
+MAX_EPOCH = 32767
+
+
+class Code:
+    """Kafka's error codes used by the coordinator (kio's ErrorCode values)."""
+
+    NONE = int(ErrorCode.none)
+    UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+    COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
+    NOT_COORDINATOR = int(ErrorCode.not_coordinator)
+    INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
+    INVALID_REQUEST = int(ErrorCode.invalid_request)
+    INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
+    INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
+    INVALID_PRODUCER_ID_MAPPING = int(ErrorCode.invalid_producer_id_mapping)
+    INVALID_TRANSACTION_TIMEOUT = int(ErrorCode.invalid_transaction_timeout)
+    CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
+    TRANSACTION_COORDINATOR_FENCED = int(ErrorCode.transaction_coordinator_fenced)
+    OPERATION_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
+    PRODUCER_FENCED = int(ErrorCode.producer_fenced)
+    TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
+    UNSTABLE_OFFSET_COMMIT = int(ErrorCode.unstable_offset_commit)
+
+
+@dataclass
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: set[TopicPartition] = field(default_factory=set)
+    start_ms: int = -1
+    last_update_ms: int = -1
+    last_producer_id: int = -1
+    #: The epoch before the last bump (KIP-360: a retried InitProducerId may carry it); memory only,
+    #: as in Kafka.
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    #: A change of this id is being written (requests meanwhile get CONCURRENT_TRANSACTIONS).
+    pending: bool = False
+
+    @classmethod
+    def new(cls, transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int) -> TxnMetadata:
+        return cls(transactional_id, producer_id, NO_PRODUCER_EPOCH, timeout_ms, TxnState.EMPTY,
+                   last_update_ms=now_ms)
+
+    @classmethod
+    def from_value(cls, transactional_id: str, v: TxnLogValue) -> TxnMetadata:
+        parts = {(topic, p) for topic, ids in v.partitions.items() for p in ids}
+        return cls(transactional_id, v.producer_id, v.producer_epoch, v.timeout_ms, v.state, parts, v.start_ms,
+                   v.last_update_ms, v.previous_producer_id)
+
+    def to_value(self) -> TxnLogValue:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(self.partitions):
+            by_topic.setdefault(topic, []).append(p)
+        return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                           {t: tuple(ps) for t, ps in by_topic.items()}, self.last_update_ms, self.start_ms)
+
+    def copy(self) -> TxnMetadata:
+        return TxnMetadata(self.transactional_id, self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                           set(self.partitions), self.start_ms, self.last_update_ms, self.last_producer_id,
+                           self.last_producer_epoch)
+
+    def apply(self, target: TxnMetadata) -> None:
+        self.producer_id, self.producer_epoch = target.producer_id, target.producer_epoch
+        self.timeout_ms, self.state = target.timeout_ms, target.state
+        self.partitions = set(target.partitions)
+        self.start_ms, self.last_update_ms = target.start_ms, target.last_update_ms
+        self.last_producer_id, self.last_producer_epoch = target.last_producer_id, target.last_producer_epoch
+
+
+@dataclass
+class InitDecision:
+    target: TxnMetadata
+    fence_ongoing: bool = False
+    rotate_producer_id: bool = False
+
+
+def valid_timeout(timeout_ms: int, max_timeout_ms: int) -> bool:
+    return 0 < timeout_ms <= max_timeout_ms
+
+
+def epoch_exhausted(epoch: int) -> bool:
+    return epoch >= MAX_EPOCH - 1
+
+
+def init_producer_id(meta: TxnMetadata, timeout_ms: int, expected_producer_id: int, expected_epoch: int,
+                     now_ms: int) -> InitDecision | int:
+    """InitProducerId for an existing (possibly just created) id, after the pending check."""
+    expected = expected_producer_id >= 0
+    if expected and not (meta.producer_epoch == NO_PRODUCER_EPOCH or expected_producer_id == meta.producer_id
+                         or (expected_producer_id == meta.last_producer_id and epoch_exhausted(expected_epoch))):
+        return Code.PRODUCER_FENCED
+    if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+        return Code.CONCURRENT_TRANSACTIONS
+    if meta.state is TxnState.ONGOING:
+        return InitDecision(meta.copy(), fence_ongoing=True)
+    if meta.state is TxnState.DEAD:
+        return Code.CONCURRENT_TRANSACTIONS
+    target = meta.copy()
+    target.timeout_ms = timeout_ms
+    target.state = TxnState.EMPTY
+    target.partitions = set()
+    target.start_ms = -1
+    target.last_update_ms = now_ms
+    if epoch_exhausted(meta.producer_epoch):
+        target.producer_epoch, target.last_producer_epoch = 0, NO_PRODUCER_EPOCH
+        return InitDecision(target, rotate_producer_id=True)
+    if not expected or meta.producer_epoch == NO_PRODUCER_EPOCH or expected_epoch == meta.producer_epoch:
+        target.last_producer_epoch = meta.producer_epoch
+        target.producer_epoch = meta.producer_epoch + 1
+        return InitDecision(target)
+    if expected_epoch == meta.last_producer_epoch:
+        return InitDecision(target)  # a retry of the bump whose answer the producer missed
+    return Code.PRODUCER_FENCED
+
+
+def add_partitions(meta: TxnMetadata, partitions: Iterable[TopicPartition], now_ms: int) -> TxnMetadata | int | None:
+    """AddPartitionsToTxn after the producer checks: the state to write, an error, or None when every
+    partition is already part of the ongoing transaction."""
+    if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+        return Code.CONCURRENT_TRANSACTIONS
+    if meta.state is TxnState.DEAD:
+        return Code.INVALID_TXN_STATE
+    wanted = set(partitions)
+    if meta.state is TxnState.ONGOING and wanted <= meta.partitions:
+        return None
+    target = meta.copy()
+    if meta.state is not TxnState.ONGOING:
+        target.start_ms = now_ms
+        target.partitions = set()
+    target.state = TxnState.ONGOING
+    target.partitions |= wanted
+    target.last_update_ms = now_ms
+    return target
+
+
+def end_txn(meta: TxnMetadata, commit: bool) -> int | None:
+    """EndTxn after the producer checks: None to go ahead, else the code to answer (NONE for a retry
+    of an end that completed)."""
+    state = meta.state
+    if state is TxnState.ONGOING:
+        return None
+    if state is TxnState.COMPLETE_COMMIT:
+        return Code.NONE if commit else Code.INVALID_TXN_STATE
+    if state is TxnState.COMPLETE_ABORT:
+        return Code.INVALID_TXN_STATE if commit else Code.NONE
+    if state is TxnState.PREPARE_COMMIT:
+        return Code.CONCURRENT_TRANSACTIONS if commit else Code.INVALID_TXN_STATE
+    if state is TxnState.PREPARE_ABORT:
+        return Code.INVALID_TXN_STATE if commit else Code.CONCURRENT_TRANSACTIONS
+    if state is TxnState.PREPARE_EPOCH_FENCE:
+        return Code.CONCURRENT_TRANSACTIONS
+    return Code.INVALID_TXN_STATE  # Empty or Dead: no transaction to end
+
+
+def fenced(meta: TxnMetadata) -> TxnMetadata | None:
+    """The ongoing transaction under a bumped epoch (None when the epoch cannot go higher: the abort
+    then uses the current one, as Kafka does)."""
+    if epoch_exhausted(meta.producer_epoch):
+        return None
+    target = meta.copy()
+    target.last_producer_epoch = meta.producer_epoch
+    target.producer_epoch = meta.producer_epoch + 1
+    return target
+
+
+def timed_out(meta: TxnMetadata, now_ms: int) -> bool:
+    return meta.state is TxnState.ONGOING and meta.start_ms >= 0 and meta.start_ms + meta.timeout_ms < now_ms
+
+
+def expired(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
+    return (meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and meta.last_update_ms + expiration_ms <= now_ms)
