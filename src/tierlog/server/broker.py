@@ -42,6 +42,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.remote_tier import create_remote_log_manager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -54,7 +55,7 @@ from tierlog.storage.checkpoints import (
 )
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
-from tierlog.tiered import RemoteLogManager, create_remote_log_manager
+from tierlog.tiered import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class Broker:
         controller.add_listener(sync.on_commit)
         # The remote tier is adopted before retention first runs: a tiered log must see only its
         # local retention, and only once its segments are known to be in the remote tier.
-        remote = create_remote_log_manager(config, manager, clock=self.clock, scheduler=scheduler)
+        remote = create_remote_log_manager(config, manager, clock=self.clock, scheduler=scheduler, own_workers=True)
         if remote is not None:
             tier_sync = TierSync(remote, scheduler)
             tier_sync.reconcile(controller.image)
