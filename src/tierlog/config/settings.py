@@ -1,7 +1,8 @@
-"""Typed settings for the layers below config, built from the broker config in one place.
+"""Typed settings of the remote tier, with the defaults of their keys.
 
-Code below ``tierlog.config`` receives these dataclasses, never a :class:`BrokerConfig` to read keys
-from by string. Each field's default is the key's default from ``keys.py`` (read through
+These are the settings of the parts that have no settings class of their own below; the broker's
+composition root (``tierlog.server.settings``) builds them, and every other part's, from the
+broker config. Each field's default is the key's default from ``keys.py`` (read through
 :func:`broker_default`), so a key and its default are written once.
 """
 
@@ -11,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.keys import BROKER_DEF
 
 
@@ -44,19 +44,6 @@ class RemoteLogManagerSettings:
     delete_retry_max_attempts: int = broker_default("remote.log.manager.delete.retry.max.attempts")
     delete_retry_backoff_max_ms: int = broker_default("remote.log.manager.delete.retry.backoff.max.ms")
 
-    @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> RemoteLogManagerSettings:
-        return cls(
-            system_enable=config.get_bool("remote.log.storage.system.enable"),
-            task_interval_ms=config.get_int("remote.log.manager.task.interval.ms"),
-            custom_metadata_max_bytes=config.get_int("remote.log.metadata.custom.metadata.max.bytes"),
-            index_cache_bytes=config.get_int("remote.log.index.file.cache.total.size.bytes"),
-            producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
-            broker_id=config.node_id,
-            delete_retry_max_attempts=config.get_int("remote.log.manager.delete.retry.max.attempts"),
-            delete_retry_backoff_max_ms=config.get_int("remote.log.manager.delete.retry.backoff.max.ms"),
-        )
-
 
 @dataclass(frozen=True)
 class RemoteStorageSettings:
@@ -68,8 +55,3 @@ class RemoteStorageSettings:
     prefix: str
     broker_id: int
     first_log_dir: Path
-
-    @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> RemoteStorageSettings:
-        return cls(config.get_str("remote.log.storage.manager.class.name"), config.plugin_props,
-                   config.get_str("remote.log.storage.manager.impl.prefix"), config.node_id, config.log_dirs[0])

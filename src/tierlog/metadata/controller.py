@@ -101,22 +101,6 @@ class ControllerSettings:
     #: Broker-derived defaults of topic keys, for validating topic configs as a whole.
     topic_defaults: Mapping[str, Value] = field(default_factory=dict)
 
-    @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> ControllerSettings:
-        return cls(
-            node_id=config.node_id,
-            default_num_partitions=config.get_int("num.partitions"),
-            snapshots=SnapshotSettings(
-                max_record_bytes_between_snapshots=config.get_int("metadata.log.max.record.bytes.between.snapshots"),
-                max_snapshot_interval_ms=config.get_int("metadata.log.max.snapshot.interval.ms"),
-                max_retention_bytes=config.get_int("metadata.max.retention.bytes"),
-                max_retention_ms=config.get_int("metadata.max.retention.ms"),
-            ),
-            log=MetadataLogSettings(segment_bytes=config.get_int("metadata.log.segment.bytes"),
-                                    segment_ms=config.get_int("metadata.log.segment.ms")),
-            topic_defaults=config.topic_defaults(),
-        )
-
 
 def metadata_log_dir(config: BrokerConfig) -> Path:
     """Kafka keeps the metadata log in the first log directory unless metadata.log.dir says otherwise."""

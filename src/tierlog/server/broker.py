@@ -26,12 +26,12 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError, TierlogError
-from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
+from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
-from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
+from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.handlers import all_handlers
 from tierlog.server.limits import (
     ConnectionQuotas,
@@ -43,6 +43,7 @@ from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_l
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.settings import controller_settings, group_settings
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -136,7 +137,7 @@ class Broker:
         scheduler = self._scheduler = ThreadScheduler(threads=2)
         mdir = metadata_log_dir(config)
         mdir.mkdir(parents=True, exist_ok=True)
-        controller = Controller.open(mdir, ControllerSettings.from_broker_config(config), clock=self.clock,
+        controller = Controller.open(mdir, controller_settings(config), clock=self.clock,
                                      scheduler=scheduler)
         node_id = config.node_id
         cache: list[tuple[MetadataImage, dict[str, Value]]] = []
@@ -186,13 +187,7 @@ class Broker:
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote,
         )
-        ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(
-            num_partitions=config.get_int("offsets.topic.num.partitions"),
-            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-            min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
-            max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
-            retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
-        ))
+        ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())

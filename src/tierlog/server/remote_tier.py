@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
-from tierlog.config.settings import RemoteLogManagerSettings, RemoteStorageSettings
+from tierlog.config.settings import RemoteStorageSettings
 from tierlog.scheduler import Scheduler, ThreadScheduler
+from tierlog.server.settings import remote_log_manager_settings, remote_storage_settings
 from tierlog.tiered.api import RemoteStorageManager, load_remote_storage_manager, plugin_properties
 from tierlog.tiered.backends.local import DEFAULT_DIR_PROPERTY
 from tierlog.tiered.layout import (
@@ -31,7 +32,7 @@ def remote_storage_manager(settings: RemoteStorageSettings) -> RemoteStorageMana
 
 
 def remote_storage_manager_from_config(config: BrokerConfig) -> RemoteStorageManager:
-    return remote_storage_manager(RemoteStorageSettings.from_broker_config(config))
+    return remote_storage_manager(remote_storage_settings(config))
 
 
 def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: Clock = SYSTEM_CLOCK,
@@ -42,10 +43,10 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     With ``own_workers`` (a broker running real threads) the copy tasks and the expiration pass run
     on a pool of their own (``worker_threads`` threads); without, ``scheduler`` runs everything (a
     test's manual scheduler drives both)."""
-    settings = RemoteLogManagerSettings.from_broker_config(config)
+    settings = remote_log_manager_settings(config)
     if not settings.system_enable:
         return None
-    storage = RemoteStorageSettings.from_broker_config(config)
+    storage = remote_storage_settings(config)
     first_dir = storage.first_log_dir.resolve()
     rsm = remote_storage_manager(storage)
     metadata_dir = first_dir / METADATA_DIR_NAME
