@@ -16,10 +16,18 @@ from tierlog.config.keys import BROKER_DEF
 
 
 def broker_default(name: str) -> int:
-    """The integer default of a broker key as ``keys.py`` defines it."""
+    """The integer default of a broker key as ``keys.py`` defines it (for a settings field's default,
+    so the key's default is written once)."""
     value = BROKER_DEF.require(name).default
-    assert isinstance(value, int | bool), name
-    return int(value)
+    assert isinstance(value, int) and not isinstance(value, bool), name
+    return value
+
+
+def broker_default_flag(name: str) -> bool:
+    """The boolean default of a broker key as ``keys.py`` defines it."""
+    value = BROKER_DEF.require(name).default
+    assert isinstance(value, bool), name
+    return value
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.definition import Value
+from tierlog.config.settings import broker_default
 from tierlog.errors import KafkaStorageError, TierlogError, UnknownTopicOrPartitionError
 from tierlog.metadata.configs import (
     AlterConfigOp,
@@ -89,7 +90,7 @@ Listener = Callable[[MetadataImage, MetadataDelta], None]
 @dataclass(frozen=True)
 class ControllerSettings:
     node_id: int = 1
-    default_num_partitions: int = 1
+    default_num_partitions: int = broker_default("num.partitions")
     default_replication_factor: int = 1
     snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
     log: MetadataLogSettings = field(default_factory=MetadataLogSettings)

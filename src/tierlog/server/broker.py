@@ -43,7 +43,7 @@ from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_l
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.remote_tier import create_remote_log_manager
-from tierlog.server.settings import controller_settings, group_settings
+from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -97,12 +97,12 @@ class _Connections:
             self.quotas.release(connection.client.host)
 
 
-def _connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+def _connection_quotas(net: NetworkSettings) -> ConnectionQuotas:
     try:
-        overrides = parse_ip_overrides(config.get_str("max.connections.per.ip.overrides"))
+        overrides = parse_ip_overrides(net.max_connections_per_ip_overrides)
     except ValueError as e:
         raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
-    return ConnectionQuotas(config.get_int("max.connections"), config.get_int("max.connections.per.ip"), overrides)
+    return ConnectionQuotas(net.max_connections, net.max_connections_per_ip, overrides)
 
 
 class Broker:
@@ -113,8 +113,9 @@ class Broker:
         self._log_settings = log_settings
         self._io_threads = io_threads
         self._server = KafkaServer()
-        self._connections = _Connections(_connection_quotas(config))
-        queued_max = config.get_int("queued.max.request.bytes")
+        self._net = net = network_settings(config)
+        self._connections = _Connections(_connection_quotas(net))
+        queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         self._idle_task: asyncio.Task[None] | None = None
@@ -175,8 +176,9 @@ class Broker:
 
     async def start(self) -> list[BoundListener]:
         config = self.config
-        specs = parse_listeners(config.get_list("listeners"))
-        advertised = parse_advertised_listeners(config.get_list("advertised.listeners"))
+        net = self._net
+        specs = parse_listeners(net.listeners)
+        advertised = parse_advertised_listeners(net.advertised_listeners)
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
@@ -191,8 +193,8 @@ class Broker:
         await ctx.groups.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
-        max_frame = config.get_int("socket.request.max.bytes")
-        receive_timeout_s = config.get_int("socket.request.receive.timeout.ms") / 1000.0
+        max_frame = net.socket_request_max_bytes
+        receive_timeout_s = net.socket_request_receive_timeout_ms / 1000.0
         asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
         bound: list[BoundListener] = []
         for spec in specs:
@@ -203,7 +205,7 @@ class Broker:
 
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
-        metrics_address = config.get_optional_str("metrics.listener")
+        metrics_address = net.metrics_listener
         if metrics_address:
             await asyncio.to_thread(self.metrics.start_endpoint, metrics_address)
         await asyncio.to_thread(_warm_up)
@@ -216,7 +218,7 @@ class Broker:
         return bound
 
     async def _expire_idle(self) -> None:
-        idle_s = self.config.get_int("connections.max.idle.ms") / 1000.0
+        idle_s = self._net.connections_max_idle_ms / 1000.0
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(max(idle_s / 4, 0.05), 30.0))

@@ -5,6 +5,8 @@ and their defaults are defined once in ``tierlog.config.keys``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.settings import RemoteLogManagerSettings, RemoteStorageSettings
 from tierlog.metadata.controller import ControllerSettings
@@ -72,3 +74,36 @@ def remote_storage_settings(config: BrokerConfig) -> RemoteStorageSettings:
     return RemoteStorageSettings(config.get_str("remote.log.storage.manager.class.name"), config.plugin_props,
                                  config.get_str("remote.log.storage.manager.impl.prefix"), config.node_id,
                                  config.log_dirs[0])
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """The broker's listeners, request limits and connection limits."""
+
+    listeners: tuple[str, ...]
+    advertised_listeners: tuple[str, ...]
+    socket_request_max_bytes: int
+    socket_request_receive_timeout_ms: int
+    connections_max_idle_ms: int
+    #: <= 0: no limit on the bytes of requests queued.
+    queued_max_request_bytes: int
+    max_connections: int
+    max_connections_per_ip: int
+    #: The raw ``max.connections.per.ip.overrides`` (``host:count,...``), parsed where it is used.
+    max_connections_per_ip_overrides: str
+    metrics_listener: str | None
+
+
+def network_settings(config: BrokerConfig) -> NetworkSettings:
+    return NetworkSettings(
+        listeners=config.get_list("listeners"),
+        advertised_listeners=config.get_list("advertised.listeners"),
+        socket_request_max_bytes=config.get_int("socket.request.max.bytes"),
+        socket_request_receive_timeout_ms=config.get_int("socket.request.receive.timeout.ms"),
+        connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
+        queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+        max_connections=config.get_int("max.connections"),
+        max_connections_per_ip=config.get_int("max.connections.per.ip"),
+        max_connections_per_ip_overrides=config.get_str("max.connections.per.ip.overrides"),
+        metrics_listener=config.get_optional_str("metrics.listener"),
+    )
