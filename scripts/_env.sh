@@ -9,7 +9,7 @@ fi
 stamp=.venv/.tierlog-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,spark,s3]"
   touch "$stamp"
 fi
 if [ "${TIERLOG_NEED_KCAT:-1}" = 1 ] && ! command -v kcat >/dev/null 2>&1; then

@@ -18,13 +18,9 @@ from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.producer_state import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, AppendOrigin
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+from tierlog.tiered.layout import METADATA_DIR_NAME, default_local_remote_dir
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import (
-    METADATA_DIR_NAME,
-    RemoteLogManager,
-    RemoteLogManagerConfig,
-    default_local_remote_dir,
-)
+from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 
 T0 = 1_700_000_000_000
 #: (key, value, topic, partition, offset, timestamp ms, timestampType, headers)

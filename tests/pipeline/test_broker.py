@@ -111,8 +111,9 @@ def _tier_offline(data: Path, remote_dir: Path) -> None:
     from tierlog.config import LogConfig
     from tierlog.storage.loader import LoadOptions, load_log
     from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+    from tierlog.tiered.layout import METADATA_DIR_NAME
     from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-    from tierlog.tiered.remote_log_manager import METADATA_DIR_NAME, RemoteLogManager, RemoteLogManagerConfig
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 
     config = LogConfig.from_props({"segment.bytes": 4096, "retention.ms": -1, "remote.storage.enable": True,
                                    "local.retention.bytes": 1})

@@ -17,8 +17,9 @@ from tierlog.pipeline import jobs
 from tierlog.pipeline.options import parse_options
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.tiered.backends.s3 import S3RemoteStorageManager
+from tierlog.tiered.layout import METADATA_DIR_NAME
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import METADATA_DIR_NAME, RemoteLogManager, RemoteLogManagerConfig
+from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 
 S3_CLASS = "tierlog.tiered.backends.s3.S3RemoteStorageManager"
 

@@ -81,8 +81,10 @@ def run_snapshot(args: argparse.Namespace) -> int:
         return _snapshot_to(directory, args.output_dir)
     if _broker_running(directory):
         return _fail(f"a broker is running on {directory.parent}; stop it, or write a backup with --output-dir DIR")
+    from tierlog.server.settings import controller_settings  # the server brings in kio: only here
+
     try:
-        settings = ControllerSettings.from_broker_config(BrokerConfig.from_file(args.config)) \
+        settings = controller_settings(BrokerConfig.from_file(args.config)) \
             if args.config is not None else ControllerSettings()
         controller = Controller.open(directory, settings, bootstrap=False)
     except TierlogError as e:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.errors import ConfigError
-from tierlog.storage.log_manager import LogManagerSettings
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +40,6 @@ def load_broker_config(config_file: Path | None, overrides: list[str]) -> Broker
     return BrokerConfig(pairs)
 
 
-def log_manager_settings(config: BrokerConfig) -> LogManagerSettings:
-    return LogManagerSettings(
-        sanity_check_all_logs=config.get_bool("sanity.check.all.logs.enabled"),
-        flush_check_interval_ms=config.get_int("log.flush.scheduler.interval.ms"),
-        recovery_point_checkpoint_interval_ms=config.get_int("log.flush.offset.checkpoint.interval.ms"),
-        log_start_offset_checkpoint_interval_ms=config.get_int("log.flush.start.offset.checkpoint.interval.ms"),
-        lazy_check_interval_ms=config.get_int("log.lazy.check.interval.ms"),
-        retention_check_interval_ms=config.get_int("log.retention.check.interval.ms"),
-        producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
-        producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"),
-        recovery_threads_per_data_dir=config.get_int("num.recovery.threads.per.data.dir"),
-        node_id=config.node_id,
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_broker_config(args.config, args.override)
@@ -71,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"tierlog: cannot read {args.config}: {e.strerror}", file=sys.stderr)
         return 2
+    # Imported once the config is valid: the server brings in the protocol codec (kio).
     from tierlog.server import serve
+    from tierlog.server.settings import log_manager_settings
 
     return asyncio.run(serve(config, log_manager_settings(config)))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tierlog._util.extras import MissingExtraError
 from tierlog.errors import TierlogError
 
 JOBS = ("usage", "verify", "retention-preview", "rebuild-snapshots", "export")
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if owned:
                 spark.stop()
-    except (TierlogError, OSError) as e:
+    except (TierlogError, OSError, MissingExtraError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.json:

@@ -21,7 +21,7 @@ from tierlog.clock import SYSTEM_CLOCK
 from tierlog.errors import TierlogError
 from tierlog.tiered.api import load_class
 from tierlog.tiered.leftover_deletes import settle_delete
-from tierlog.tiered.remote_log_manager import FailedRemoteDelete, remote_storage_manager_from_config
+from tierlog.tiered.segment_deleter import FailedRemoteDelete
 from tierlog.tiered.status import given_up_deletes, offline_status
 
 
@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_settle_delete(args: argparse.Namespace) -> int:
+    # Imported when it runs: tierlog.server brings in the protocol codec (kio), which every other
+    # tierlog command would then load too.
+    from tierlog.server.remote_tier import remote_storage_manager_from_config
+
     try:
         config = load_broker_config(args.config, args.override)
         data_dir = args.data_dir or config.log_dirs[0]

@@ -3,64 +3,44 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tierlog.config.definition import INT64_MAX, Value
+from tierlog.config.definition import Value
 from tierlog.config.keys import TOPIC_DEF
 from tierlog.errors import ConfigError
 
-# Python attribute name for each topic key.
-_ATTRS: dict[str, str] = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "retention.ms": "retention_ms",
-    "retention.bytes": "retention_bytes",
-    "log.retention.min.timestamp": "retention_min_timestamp_ms",
-    "file.delete.delay.ms": "file_delete_delay_ms",
-    "preallocate": "preallocate",
-    "cleanup.policy": "cleanup_policy",
-    "max.message.bytes": "max_message_bytes",
-    "message.timestamp.type": "message_timestamp_type",
-    "flush.messages": "flush_messages",
-    "flush.ms": "flush_ms",
-    "compression.type": "compression_type",
-    "min.insync.replicas": "min_insync_replicas",
-    "remote.storage.enable": "remote_storage_enable",
-    "local.retention.ms": "local_retention_ms",
-    "local.retention.bytes": "local_retention_bytes",
-    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
-    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
-}
+
+def _key(name: str) -> Any:
+    """A LogConfig field for the topic key ``name``: its default is the key's (keys.py), written
+    once; the field's metadata names the key, from which the key-to-attribute mapping is built."""
+    return field(default=TOPIC_DEF.require(name).default, metadata={"key": name})
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10485760
-    index_interval_bytes: int = 4096
-    retention_ms: int = 604800000
-    retention_bytes: int = -1
-    retention_min_timestamp_ms: int = 0
-    file_delete_delay_ms: int = 60000
-    preallocate: bool = False
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    flush_messages: int = INT64_MAX
-    flush_ms: int = INT64_MAX
-    compression_type: str = "producer"
-    min_insync_replicas: int = 1
-    remote_storage_enable: bool = False
-    local_retention_ms: int = -2
-    local_retention_bytes: int = -2
-    message_timestamp_before_max_ms: int = INT64_MAX
-    message_timestamp_after_max_ms: int = INT64_MAX
+    segment_bytes: int = _key("segment.bytes")
+    segment_ms: int = _key("segment.ms")
+    segment_jitter_ms: int = _key("segment.jitter.ms")
+    segment_index_bytes: int = _key("segment.index.bytes")
+    index_interval_bytes: int = _key("index.interval.bytes")
+    retention_ms: int = _key("retention.ms")
+    retention_bytes: int = _key("retention.bytes")
+    retention_min_timestamp_ms: int = _key("log.retention.min.timestamp")
+    file_delete_delay_ms: int = _key("file.delete.delay.ms")
+    preallocate: bool = _key("preallocate")
+    cleanup_policy: tuple[str, ...] = _key("cleanup.policy")
+    max_message_bytes: int = _key("max.message.bytes")
+    message_timestamp_type: str = _key("message.timestamp.type")
+    flush_messages: int = _key("flush.messages")
+    flush_ms: int = _key("flush.ms")
+    compression_type: str = _key("compression.type")
+    min_insync_replicas: int = _key("min.insync.replicas")
+    remote_storage_enable: bool = _key("remote.storage.enable")
+    local_retention_ms: int = _key("local.retention.ms")
+    local_retention_bytes: int = _key("local.retention.bytes")
+    message_timestamp_before_max_ms: int = _key("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _key("message.timestamp.after.max.ms")
 
     def __post_init__(self) -> None:
         _validate_local_retention("local.retention.ms", self.local_retention_ms, self.retention_ms)
@@ -105,6 +85,13 @@ class LogConfig:
     @property
     def effective_local_retention_bytes(self) -> int:
         return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+
+# Python attribute name for each topic key, from the fields above; every topic key has one.
+_ATTRS: dict[str, str] = {f.metadata["key"]: f.name for f in fields(LogConfig)}
+_missing = set(TOPIC_DEF.keys) - set(_ATTRS)
+if _missing:
+    raise AssertionError(f"topic keys without a LogConfig field: {sorted(_missing)}")
 
 
 def local_retention_problem(local: int, total: int, total_origin: str) -> str | None:

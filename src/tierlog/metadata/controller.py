@@ -18,6 +18,7 @@ from pathlib import Path
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.definition import Value
+from tierlog.config.settings import broker_default
 from tierlog.errors import KafkaStorageError, TierlogError, UnknownTopicOrPartitionError
 from tierlog.metadata.configs import (
     AlterConfigOp,
@@ -89,7 +90,7 @@ Listener = Callable[[MetadataImage, MetadataDelta], None]
 @dataclass(frozen=True)
 class ControllerSettings:
     node_id: int = 1
-    default_num_partitions: int = 1
+    default_num_partitions: int = broker_default("num.partitions")
     default_replication_factor: int = 1
     snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
     log: MetadataLogSettings = field(default_factory=MetadataLogSettings)
@@ -100,22 +101,6 @@ class ControllerSettings:
     cleaner_interval_ms: int = 60000
     #: Broker-derived defaults of topic keys, for validating topic configs as a whole.
     topic_defaults: Mapping[str, Value] = field(default_factory=dict)
-
-    @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> ControllerSettings:
-        return cls(
-            node_id=config.node_id,
-            default_num_partitions=config.get_int("num.partitions"),
-            snapshots=SnapshotSettings(
-                max_record_bytes_between_snapshots=config.get_int("metadata.log.max.record.bytes.between.snapshots"),
-                max_snapshot_interval_ms=config.get_int("metadata.log.max.snapshot.interval.ms"),
-                max_retention_bytes=config.get_int("metadata.max.retention.bytes"),
-                max_retention_ms=config.get_int("metadata.max.retention.ms"),
-            ),
-            log=MetadataLogSettings(segment_bytes=config.get_int("metadata.log.segment.bytes"),
-                                    segment_ms=config.get_int("metadata.log.segment.ms")),
-            topic_defaults=config.topic_defaults(),
-        )
 
 
 def metadata_log_dir(config: BrokerConfig) -> Path:

@@ -2,12 +2,18 @@
 with the schema and options of Spark's Kafka source, and the maintenance jobs run as Spark jobs.
 
 The data source names are loaded on first use, so the decoding and planning modules underneath can
-be imported (by a Spark worker, or a test) without importing PySpark first.
+be imported (by a Spark worker, or a test) without importing PySpark first. They still need it
+installed (``pip install 'tierlog[spark]'``): importing the package checks, without importing them,
+that PySpark and PyArrow are there, and says so in one line when they are not.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from tierlog._util.extras import require_extra
+
+require_extra("spark", "the Spark pipeline", "pyspark", "pyarrow")
 
 if TYPE_CHECKING:
     from tierlog.pipeline.source import TierlogDataSource, kafka_schema, spark_session

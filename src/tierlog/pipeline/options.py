@@ -23,7 +23,7 @@ from tierlog.pipeline.catalog import (
 )
 from tierlog.pipeline.reader import RemoteSpec, ScanRange, props_tuple
 from tierlog.tiered.api import plugin_properties
-from tierlog.tiered.remote_log_manager import METADATA_DIR_NAME, default_local_remote_dir
+from tierlog.tiered.layout import METADATA_DIR_NAME, default_local_remote_dir
 
 EARLIEST = -2
 LATEST = -1

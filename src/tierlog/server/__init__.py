@@ -8,6 +8,21 @@
 * :mod:`~tierlog.server.broker` -- the composition root behind ``tierlog serve``.
 """
 
-from tierlog.server.broker import Broker, serve
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tierlog.server.broker import Broker, serve
 
 __all__ = ["Broker", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the broker brings in the protocol codec (kio), which the CLI commands
+    # that only need the composition helpers (settings, the remote tier) should not load.
+    if name in __all__:
+        from tierlog.server import broker
+
+        return getattr(broker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

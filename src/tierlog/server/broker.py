@@ -26,13 +26,13 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError, TierlogError
-from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
+from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
-from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
+from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.handlers import all_handlers
 from tierlog.server.limits import (
     ConnectionQuotas,
@@ -43,6 +43,8 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -56,7 +58,7 @@ from tierlog.storage.checkpoints import (
 )
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
-from tierlog.tiered import RemoteLogManager, create_remote_log_manager
+from tierlog.tiered import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +99,12 @@ class _Connections:
             self.quotas.release(connection.client.host)
 
 
-def _connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+def _connection_quotas(net: NetworkSettings) -> ConnectionQuotas:
     try:
-        overrides = parse_ip_overrides(config.get_str("max.connections.per.ip.overrides"))
+        overrides = parse_ip_overrides(net.max_connections_per_ip_overrides)
     except ValueError as e:
         raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
-    return ConnectionQuotas(config.get_int("max.connections"), config.get_int("max.connections.per.ip"), overrides)
+    return ConnectionQuotas(net.max_connections, net.max_connections_per_ip, overrides)
 
 
 class Broker:
@@ -113,8 +115,9 @@ class Broker:
         self._log_settings = log_settings
         self._io_threads = io_threads
         self._server = KafkaServer()
-        self._connections = _Connections(_connection_quotas(config))
-        queued_max = config.get_int("queued.max.request.bytes")
+        self._net = net = network_settings(config)
+        self._connections = _Connections(_connection_quotas(net))
+        queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         #: The web console, when ``console.listener`` is set (started last, stopped first).
@@ -139,7 +142,7 @@ class Broker:
         scheduler = self._scheduler = ThreadScheduler(threads=2)
         mdir = metadata_log_dir(config)
         mdir.mkdir(parents=True, exist_ok=True)
-        controller = Controller.open(mdir, ControllerSettings.from_broker_config(config), clock=self.clock,
+        controller = Controller.open(mdir, controller_settings(config), clock=self.clock,
                                      scheduler=scheduler)
         node_id = config.node_id
         cache: list[tuple[MetadataImage, dict[str, Value]]] = []
@@ -163,7 +166,7 @@ class Broker:
         controller.add_listener(sync.on_commit)
         # The remote tier is adopted before retention first runs: a tiered log must see only its
         # local retention, and only once its segments are known to be in the remote tier.
-        remote = create_remote_log_manager(config, manager, clock=self.clock, scheduler=scheduler)
+        remote = create_remote_log_manager(config, manager, clock=self.clock, scheduler=scheduler, own_workers=True)
         if remote is not None:
             tier_sync = TierSync(remote, scheduler)
             tier_sync.reconcile(controller.image)
@@ -177,8 +180,9 @@ class Broker:
 
     async def start(self) -> list[BoundListener]:
         config = self.config
-        specs = parse_listeners(config.get_list("listeners"))
-        advertised = parse_advertised_listeners(config.get_list("advertised.listeners"))
+        net = self._net
+        specs = parse_listeners(net.listeners)
+        advertised = parse_advertised_listeners(net.advertised_listeners)
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
@@ -189,20 +193,14 @@ class Broker:
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote,
         )
-        ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, GroupSettings(
-            num_partitions=config.get_int("offsets.topic.num.partitions"),
-            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-            min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
-            max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
-            retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
-        ))
+        ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
-        max_frame = config.get_int("socket.request.max.bytes")
-        receive_timeout_s = config.get_int("socket.request.receive.timeout.ms") / 1000.0
+        max_frame = net.socket_request_max_bytes
+        receive_timeout_s = net.socket_request_receive_timeout_ms / 1000.0
         asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
         bound: list[BoundListener] = []
         for spec in specs:
@@ -213,7 +211,7 @@ class Broker:
 
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
-        metrics_address = config.get_optional_str("metrics.listener")
+        metrics_address = net.metrics_listener
         if metrics_address:
             await asyncio.to_thread(self.metrics.start_endpoint, metrics_address)
         console_address = config.get_optional_str("console.listener")
@@ -230,7 +228,7 @@ class Broker:
         return bound
 
     async def _expire_idle(self) -> None:
-        idle_s = self.config.get_int("connections.max.idle.ms") / 1000.0
+        idle_s = self._net.connections_max_idle_ms / 1000.0
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(max(idle_s / 4, 0.05), 30.0))

@@ -14,22 +14,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tierlog.errors import (
-    CorruptRecordError,
-    KafkaStorageError,
-    OffsetOutOfRangeError,
     TierlogError,
     UnknownTopicOrPartitionError,
 )
 from tierlog.metadata import MetadataImage, TopicImage
-from tierlog.records.header import iter_headers
 from tierlog.server.connection import FileSlice
-from tierlog.storage.batch_check import check_record_set
+from tierlog.storage.file_records import FileRegion
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 from tierlog.storage.producer_state import AppendOrigin
-from tierlog.storage.segment import SegmentDamageError
 from tierlog.storage.txn_index import AbortedTxn
-from tierlog.tiered import RemoteFetchInfo, RemoteLogManager
+from tierlog.tiered import RemoteLogManager
+from tierlog.tiered.reader import TieredReader
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +97,15 @@ class ReadResult:
             self.records = b""
 
 
+def _take(region: FileRegion, copy_all: bool) -> bytes | FileSlice:
+    """The bytes of a local read, taken under the log's lock: copied when small (or ``copy_all``),
+    else a duplicate of the descriptor, which keeps the slice readable if the segment is closed or
+    deleted before the response is sent."""
+    if copy_all or region.size < SENDFILE_MIN_BYTES:
+        return region.read_bytes()
+    return FileSlice(os.dup(region.fd), region.position, region.size)
+
+
 class DataWaiters:
     """Futures of fetches waiting for data, by partition; an append completes them."""
 
@@ -140,9 +145,9 @@ class PartitionManager:
         #: The remote tier, when tiering is enabled broker-wide: reads below the local log start
         #: offset are served from it, and the log start offset clients see is the earliest of both.
         self.remote = remote
+        #: Where a read's bytes come from: the local log, or the remote tier (tiered.reader).
+        self.reader = TieredReader(remote)
         self.waiters = DataWaiters()
-        #: (topic, partition, damaged file) already said to be served from the remote tier.
-        self._served_around_damage: set[tuple[str, int, str]] = set()
 
     @property
     def image(self) -> MetadataImage:
@@ -159,94 +164,8 @@ class PartitionManager:
     # -- blocking: run these on the storage thread pool -------------------------------------------
 
     def log_start_offset(self, ulog: UnifiedLog) -> int:
-        """The partition's log start offset across both tiers (the local log's own start offset is
-        Kafka's local-log-start-offset once segments have moved to the remote tier)."""
-        if self.remote is None or not ulog.remote_log_enabled:
-            return ulog.log_start_offset
-        earliest = self.remote.earliest_offset(ulog.topic, ulog.partition)
-        return ulog.log_start_offset if earliest is None else earliest
-
-    def _read_remote(self, ulog: UnifiedLog, spec: ReadSpec, limit: int, min_one: bool) -> bytes | None:
-        """A read below the local log start offset, from the remote tier; None when it is not there
-        either (the caller answers OFFSET_OUT_OF_RANGE)."""
-        if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
-            return None
-        return self._fetch_remote(spec, limit, min_one)
-
-    def _read_remote_committed(self, ulog: UnifiedLog, spec: ReadSpec, limit: int,
-                               min_one: bool) -> tuple[bytes | None, list[AbortedTxn] | None]:
-        if self.remote is None or spec.fetch_offset >= ulog.log_start_offset:
-            return None, None
-        found = self._fetch_remote_committed(ulog, spec, limit, min_one)
-        return (None, None) if found is None else found
-
-    def _aborted_around(self, ulog: UnifiedLog, fetch_offset: int, records: bytes) -> list[AbortedTxn]:
-        last = None
-        for header in iter_headers(records):
-            last = header
-        upper = ulog.log_end_offset if last is None else last.next_offset
-        return ulog.collect_aborted_transactions(fetch_offset, upper)
-
-    def _fetch_remote(self, spec: ReadSpec, limit: int, min_one: bool) -> bytes | None:
-        found = self._fetch_remote_info(spec, limit, min_one, read_committed=False)
-        return None if found is None else found[0]
-
-    def _fetch_remote_committed(self, ulog: UnifiedLog, spec: ReadSpec, limit: int,
-                                min_one: bool) -> tuple[bytes, list[AbortedTxn]] | None:
-        """A read_committed read from the remote tier: the bytes and the aborted transactions that
-        overlap them, from the remote transaction indexes and then, when those do not settle it,
-        the local ones (an ABORT marker may not have been tiered yet)."""
-        found = self._fetch_remote_info(spec, limit, min_one, read_committed=True)
-        if found is None:
-            return None
-        records, info = found
-        aborted = list(info.aborted_transactions or [])
-        if records and not info.aborted_complete:
-            aborted += ulog.collect_aborted_transactions(spec.fetch_offset, info.upper_bound_offset)
-        return records, aborted
-
-    def _fetch_remote_info(self, spec: ReadSpec, limit: int, min_one: bool,
-                           read_committed: bool) -> tuple[bytes, RemoteFetchInfo] | None:
-        assert self.remote is not None
-        info = self.remote.fetch(spec.topic, spec.partition, spec.fetch_offset, max(limit, 0), min_one_message=min_one,
-                                 read_committed=read_committed)
-        if info is None:
-            return None
-        # The remote copy gets the local read's guarantee: no batch that fails its CRC is served.
-        records = info.records
-        valid, problem = check_record_set(records)
-        if problem is not None:
-            log.error("damaged remote segment topic=%s partition=%d (%s-%d): %s at byte %d of the read from offset %d; "
-                      "serving the %d bytes before it", spec.topic, spec.partition, spec.topic, spec.partition,
-                      problem.reason, problem.position, spec.fetch_offset, valid)
-            if valid == 0:
-                raise CorruptRecordError(f"damaged data in the remote tier at offset {spec.fetch_offset}: "
-                                         f"{problem.reason}")
-            return records[:valid], info
-        return records, info
-
-    def _remote_copy_of_damage(self, ulog: UnifiedLog, spec: ReadSpec, limit: int, min_one: bool,
-                               damage: SegmentDamageError) -> bytes | None:
-        """The batches at the fetch offset from the remote tier, when the local copy is damaged but the
-        segment was tiered before the damage: the consumer reads on as if nothing happened. None when
-        the remote tier does not hold the offset (or its copy is damaged too)."""
-        if self.remote is None or not ulog.remote_log_enabled:
-            return None
-        try:
-            intact = self._fetch_remote(spec, limit, min_one)
-        except Exception as e:
-            log.warning("no remote copy of the damaged data of %s-%d at %d: %s", spec.topic, spec.partition,
-                        spec.fetch_offset, e)
-            return None
-        if not intact:
-            return None
-        key = (spec.topic, spec.partition, str(damage.path))
-        if key not in self._served_around_damage:
-            self._served_around_damage.add(key)
-            log.warning("serving %s-%d from offset %d from the remote tier: the local copy in %s is damaged "
-                        "(%s); move the damaged local segment aside to stop reading it",
-                        spec.topic, spec.partition, spec.fetch_offset, damage.path, damage.problem.reason)
-        return intact
+        """The partition's log start offset across both tiers."""
+        return self.reader.log_start_offset(ulog)
 
     def get_log_blocking(self, topic: str, partition: int) -> UnifiedLog:
         """The partition's log, created if the image has the partition but the disk does not yet."""
@@ -316,71 +235,16 @@ class PartitionManager:
             limit = min(spec.partition_max_bytes, remaining)
             if limit <= 0 and not min_one:
                 continue
-            below_local = False
-            try:
-                # The log's lock is held from the read until the bytes are copied or the descriptor
-                # duplicated: deleting the log closes its segments under that lock, and a descriptor
-                # closed in between could be reused by another file.
-                with ulog.lock:
-                    # Bounded by the high watermark reported with the records, even if appends land
-                    # meanwhile: a client may take the reported value as the end of what it got.
-                    info = ulog.read(spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else hw,
-                                     min_one_message=min_one)
-                    region = info.records
-                    if region is None or region.size == 0:
-                        if read_committed:
-                            result.aborted_transactions = []
-                        continue
-                    if read_committed:
-                        result.aborted_transactions = ulog.collect_aborted_transactions(
-                            spec.fetch_offset, ulog.fetch_upper_bound_offset(info))
-                    if copy_all or region.size < SENDFILE_MIN_BYTES:
-                        result.records = region.read_bytes()
-                    else:
-                        # The duplicate keeps the slice readable if the segment is closed or deleted
-                        # before the response is sent.
-                        result.records = FileSlice(os.dup(region.fd), region.position, region.size)
-            except OffsetOutOfRangeError:
-                below_local = True
-            except SegmentDamageError as e:
-                intact = self._remote_copy_of_damage(ulog, spec, limit, min_one, e)
-                if intact is None:
-                    # CORRUPT_MESSAGE reaches the application (librdkafka passes it on as a consumer
-                    # error; KAFKA_STORAGE_ERROR would have it wait silently for a new leader that
-                    # never comes). The log said so once at ERROR; a consumer retrying is not news.
-                    result.error_code = error_code_of(e)
-                    log.debug("read of %s-%d at %d hit damaged data: %s", spec.topic, spec.partition,
-                              spec.fetch_offset, e)
-                    continue
-                result.records = intact
-                if read_committed:
-                    # The remote copy's bytes match the local ones: the same offsets, the same bound.
-                    result.aborted_transactions = self._aborted_around(ulog, spec.fetch_offset, intact)
-            except KafkaStorageError as e:
-                # An offline partition (said at ERROR when it went offline); consumers retry.
-                result.error_code = error_code_of(e)
-                log.debug("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
+            got = self.reader.read(ulog, spec.fetch_offset, max(limit, 0), max_offset=lso if read_committed else hw,
+                                   min_one_message=min_one, take=lambda region: _take(region, copy_all),
+                                   collect_aborted=read_committed)
+            if got.error is not None:
+                result.error_code = error_code_of(got.error)
                 continue
-            except Exception as e:
-                result.error_code = error_code_of(e)
-                log.warning("read of %s-%d at %d failed: %s", spec.topic, spec.partition, spec.fetch_offset, e)
+            result.aborted_transactions = got.aborted_transactions
+            if got.records is None:
                 continue
-            if below_local:
-                # Outside the log's lock: the remote read may take a while and appends go on.
-                try:
-                    if read_committed:
-                        remote, result.aborted_transactions = self._read_remote_committed(ulog, spec, limit, min_one)
-                    else:
-                        remote = self._read_remote(ulog, spec, limit, min_one)
-                except Exception as e:
-                    result.error_code = error_code_of(e)
-                    log.warning("remote read of %s-%d at %d failed: %s", spec.topic, spec.partition,
-                                spec.fetch_offset, e)
-                    continue
-                if remote is None:
-                    result.error_code = OFFSET_OUT_OF_RANGE
-                    continue
-                result.records = remote
+            result.records = got.records
             remaining -= result.size
             min_one = False
         return out

@@ -47,6 +47,7 @@ from tierlog.storage.checkpoints import (
     PartitionMetadataFile,
 )
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
+from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
@@ -124,7 +125,7 @@ def header_max_timestamp_fix(header: BatchHeader, stats: BatchStats) -> int | No
     return true_max
 
 
-class UnifiedLog:
+class UnifiedLog(LogTieringMixin):
     """One partition's log. All mutation happens under ``lock``; reads take it only briefly."""
 
     def __init__(
@@ -157,9 +158,8 @@ class UnifiedLog:
         self.lock = threading.RLock()
         self._unflushed_messages = 0
         self.last_flush_ms = clock.wall_ms()
+        # Changed by the remote log manager only through LogTieringMixin's methods.
         self.highest_offset_in_remote_storage = -1
-        #: Set by the remote log manager while it tiers this log: retention then applies the
-        #: local.retention.* policy, which never deletes a segment that is not in the remote tier.
         self.remote_log_enabled = False
         #: Called with a segment that failed its lazy check, before the earlier ones are checked.
         self.on_corrupt_segment: Callable[[LogSegment, Exception], None] | None = None
@@ -169,8 +169,6 @@ class UnifiedLog:
         #: Set when a restart from the remote tier was cut short (log_restore): the remote log manager
         #: runs it again before the partition is served.
         self.pending_restore_offset: int | None = None
-        #: Why the partition is offline (e.g. its local log and its remote copy disagree), or None.
-        #: An offline log neither appends nor serves reads nor deletes anything: KAFKA_STORAGE_ERROR.
         self.offline_reason: str | None = None
 
     # -- offsets --------------------------------------------------------------------------------------
@@ -566,14 +564,6 @@ class UnifiedLog:
         reason = self.offline_reason
         if reason is not None:
             raise KafkaStorageError(f"{self.topic}-{self.partition} is offline: {reason}")
-
-    def take_offline(self, reason: str) -> None:
-        with self.lock:
-            self.offline_reason = reason
-
-    def bring_online(self) -> None:
-        with self.lock:
-            self.offline_reason = None
 
     def producer_state_horizon(self) -> int | None:
         """The offset below which this log's producer state knows no producer (its snapshots were

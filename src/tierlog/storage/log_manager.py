@@ -18,6 +18,7 @@ from pathlib import Path
 from tierlog._util.files import fsync_dir, sync_filesystem
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
+from tierlog.config.settings import broker_default, broker_default_flag
 from tierlog.errors import KafkaStorageError, TierlogError
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage import files
@@ -52,16 +53,16 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class LogManagerSettings:
-    sanity_check_all_logs: bool = True
-    flush_check_interval_ms: int = 2**63 - 1
-    recovery_point_checkpoint_interval_ms: int = 60000
-    log_start_offset_checkpoint_interval_ms: int = 60000
-    lazy_check_interval_ms: int = 1000
-    retention_check_interval_ms: int = 300000
+    sanity_check_all_logs: bool = broker_default_flag("sanity.check.all.logs.enabled")
+    flush_check_interval_ms: int = broker_default("log.flush.scheduler.interval.ms")
+    recovery_point_checkpoint_interval_ms: int = broker_default("log.flush.offset.checkpoint.interval.ms")
+    log_start_offset_checkpoint_interval_ms: int = broker_default("log.flush.start.offset.checkpoint.interval.ms")
+    lazy_check_interval_ms: int = broker_default("log.lazy.check.interval.ms")
+    retention_check_interval_ms: int = broker_default("log.retention.check.interval.ms")
     lazy_check_batch: int = 64
-    producer_id_expiration_ms: int = 86400000
-    producer_id_expiration_check_interval_ms: int = 600000
-    recovery_threads_per_data_dir: int = 1
+    producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")
+    producer_id_expiration_check_interval_ms: int = broker_default("producer.id.expiration.check.interval.ms")
+    recovery_threads_per_data_dir: int = broker_default("num.recovery.threads.per.data.dir")
     node_id: int = 1
     cluster_id: str = ""
     #: Startup and the lazy checker log a progress line at most this often.

@@ -62,7 +62,7 @@ def restart_from_remote(ulog: UnifiedLog, next_offset: int, epochs: Iterable[Epo
             producers = ulog.producer_state.install_snapshot(next_offset, producer_snapshot, ulog.clock.wall_ms())
         # The restored state came from the remote tier's trusted snapshot: no horizon below it.
         clear_horizon(ulog.dir)
-        ulog.highest_offset_in_remote_storage = max(ulog.highest_offset_in_remote_storage, next_offset - 1)
+        ulog.mark_remote_end(next_offset - 1)
         ulog.active_segment.flush()
         fsync_dir(ulog.dir)
         (ulog.dir / RESTORE_MARKER_FILE).unlink()

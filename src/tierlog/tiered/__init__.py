@@ -18,13 +18,8 @@ from tierlog.tiered.api import (
     load_remote_storage_manager,
 )
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import (
-    PartitionTierStatus,
-    RemoteFetchInfo,
-    RemoteLogManager,
-    RemoteLogManagerConfig,
-    create_remote_log_manager,
-)
+from tierlog.tiered.remote_log_manager import RemoteFetchInfo, RemoteLogManager, RemoteLogManagerConfig
+from tierlog.tiered.status import PartitionTierStatus
 
 __all__ = [
     "CustomMetadataSizeLimitExceededError",
@@ -44,6 +39,5 @@ __all__ = [
     "RemoteStorageError",
     "RemoteStorageManager",
     "TopicIdPartition",
-    "create_remote_log_manager",
     "load_remote_storage_manager",
 ]

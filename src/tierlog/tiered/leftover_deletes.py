@@ -21,13 +21,9 @@ from tierlog.tiered.api import (
     RemoteLogSegmentState,
     RemoteStorageManager,
 )
+from tierlog.tiered.layout import METADATA_DIR_NAME, STATUS_FILE_NAME
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import (
-    METADATA_DIR_NAME,
-    STATUS_FILE_NAME,
-    read_status_file,
-    write_status_file,
-)
+from tierlog.tiered.status import read_status_file, write_status_file
 
 S = RemoteLogSegmentState
 

@@ -1,31 +1,152 @@
-"""Tiering status of a data directory read from disk, for ``tierlog tier status``: it works beside a
-running broker (it only reads) and on a stopped one.
+"""Tiering status: the per-partition status the broker reports (``tierlog tier status``, the
+metrics), the broker's status file (what only the running process knows: a copy task stopped by
+seed 002, the last error, the remote deletes it gave up on), and the status of a data directory
+read from disk, which works beside a running broker (it only reads) and on a stopped one.
 
-The durable remote log metadata gives the highest tiered offset and the remote bytes; the partition
-directories give the local bytes and the copy lag (closed segments above the highest tiered offset);
-the broker's status file gives what only the running process knows (a copy task stopped by seed 002,
-the last error, the remote deletes it gave up on)."""
+Read from disk, the durable remote log metadata gives the highest tiered offset and the remote
+bytes; the partition directories give the local bytes and the copy lag (closed segments above the
+highest tiered offset); the status file gives the rest."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tierlog._util.crc import crc32c
+from tierlog._util.files import write_atomic
 from tierlog.storage import files
 from tierlog.storage.checkpoints import uuid_to_base64
-from tierlog.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import (
-    METADATA_DIR_NAME,
-    STATUS_FILE_NAME,
-    FailedRemoteDelete,
-    PartitionTierStatus,
-    read_status_file,
+from tierlog.storage.log import UnifiedLog
+from tierlog.tiered.api import (
+    RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
 )
+from tierlog.tiered.context import PartitionState, TopicPartition
+from tierlog.tiered.layout import CACHE_DIR_NAME, METADATA_DIR_NAME, STATUS_FILE_NAME
+from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+from tierlog.tiered.policy import candidate_segments
+from tierlog.tiered.segment_deleter import FailedRemoteDelete
 
-_SKIPPED_DIRS = ("remote-log-index-cache", METADATA_DIR_NAME, "__cluster_metadata-0")
+S = RemoteLogSegmentState
+_STATUS_HEADER = struct.Struct(">4sHI")
+_STATUS_MAGIC = b"TLTS"
+#: Version 2 added "deletes" (the remote deletes given up); version 1 files still read.
+_STATUS_VERSION = 2
+_STATUS_VERSIONS_READ = (1, 2)
+
+
+@dataclass(frozen=True)
+class PartitionTierStatus:
+    topic: str
+    partition: int
+    topic_id: str
+    #: "active", "stopped" (seed 002 or removed), "disabled" (remote storage off for the topic)
+    copy_task: str
+    highest_tiered_offset: int
+    remote_log_start_offset: int | None
+    local_log_start_offset: int | None
+    log_end_offset: int | None
+    local_bytes: int
+    remote_bytes: int
+    remote_segments: int
+    copy_lag_segments: int
+    copy_lag_bytes: int
+    last_error: str | None = None
+    last_error_ms: int | None = None
+    consecutive_failures: int = 0
+    segments_copied: int = 0
+    #: Segment bytes this process copied (``segments_copied`` counts the segments).
+    bytes_copied: int = 0
+    #: Failed runs of the copy task in this process (the seed 002 stop included).
+    copy_errors: int = 0
+    #: Segments in DELETE_SEGMENT_STARTED whose remote delete is still to be (re)tried.
+    deletes_pending: int = 0
+    #: Segments whose remote delete this process gave up on: their objects stay in the remote tier
+    #: until ``tierlog tier retry-delete`` or ``forget-delete`` (or a restart retries them).
+    deletes_given_up: int = 0
+    #: Seed 001: producer snapshots this process rebuilt before uploading a segment.
+    producer_snapshots_rebuilt: int = 0
+
+
+def status_as_dict(status: PartitionTierStatus) -> dict[str, object]:
+    return asdict(status)
+
+
+def partition_status(tp: TopicPartition, ulog: UnifiedLog | None, state: PartitionState | None,
+                     tip: TopicIdPartition | None, rlmm: RemoteLogMetadataManager, *,
+                     given_up: Callable[[RemoteLogSegmentId], bool], uploaded_size: Callable[[RemoteLogSegmentMetadata], int],
+                     remote_log_start_offset: int | None) -> PartitionTierStatus:
+    """What the running broker knows of one partition's tiering."""
+    listed = [] if tip is None else list(rlmm.list_remote_log_segments(tip))
+    finished = [m for m in listed if m.state is S.COPY_SEGMENT_FINISHED]
+    deleting = [m.segment_id for m in listed if m.state is S.DELETE_SEGMENT_STARTED]
+    gave_up = sum(1 for sid in deleting if given_up(sid))
+    highest = max((m.end_offset for m in finished), default=-1)
+    lag_segments = lag_bytes = local_bytes = 0
+    local_start = leo = None
+    if ulog is not None:
+        with ulog.lock:
+            bases = ulog.segments.base_offsets
+            local_bytes = ulog.size_bytes
+            local_start, leo = ulog.log_start_offset, ulog.log_end_offset
+            for base, _next in candidate_segments(bases, ulog.last_stable_offset, highest, local_start):
+                lag_segments += 1
+                lag_bytes += ulog.segments.get(base).size_bytes
+    offline = None if ulog is None else ulog.offline_reason
+    task = ("offline" if offline is not None else "disabled" if state is None
+            else "stopped" if state.copy_stopped else "active")
+    return PartitionTierStatus(
+        topic=tp[0], partition=tp[1], topic_id=uuid_to_base64(tip.topic_id) if tip else "",
+        copy_task=task, highest_tiered_offset=highest,
+        remote_log_start_offset=remote_log_start_offset if tip else None,
+        local_log_start_offset=local_start, log_end_offset=leo, local_bytes=local_bytes,
+        remote_bytes=sum(uploaded_size(m) for m in finished), remote_segments=len(finished),
+        copy_lag_segments=lag_segments, copy_lag_bytes=lag_bytes,
+        last_error=state.last_error if state and state.last_error else offline,
+        last_error_ms=state.last_error_ms if state else None,
+        consecutive_failures=state.consecutive_failures if state else 0,
+        segments_copied=state.segments_copied if state else 0,
+        bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
+        deletes_pending=len(deleting) - gave_up, deletes_given_up=gave_up,
+        producer_snapshots_rebuilt=state.producer_snapshots_rebuilt if state else 0,
+    )
+
+
+# -- status file ------------------------------------------------------------------------------------
+
+
+def write_status_file(path: Path, payload: Mapping[str, object]) -> None:
+    body = json.dumps(payload, sort_keys=True).encode("utf-8")
+    write_atomic(path, _STATUS_HEADER.pack(_STATUS_MAGIC, _STATUS_VERSION, crc32c(body)) + body, sync=False)
+
+
+def read_status_file(path: Path) -> dict[str, object] | None:
+    """The persisted task states and errors, or None if absent or damaged."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if len(data) < _STATUS_HEADER.size:
+        return None
+    magic, version, crc = _STATUS_HEADER.unpack_from(data)
+    body = data[_STATUS_HEADER.size:]
+    if magic != _STATUS_MAGIC or version not in _STATUS_VERSIONS_READ or crc32c(body) != crc:
+        return None
+    loaded = json.loads(body)
+    return loaded if isinstance(loaded, dict) else None
+
+
+# -- from disk --------------------------------------------------------------------------------------
+
+_SKIPPED_DIRS = (CACHE_DIR_NAME, METADATA_DIR_NAME, "__cluster_metadata-0")
 
 
 def _local_segments(part_dir: Path) -> list[tuple[int, int]]:

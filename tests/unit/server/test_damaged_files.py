@@ -15,9 +15,11 @@ from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.records.header import iter_headers, set_base_offset
 from tierlog.server import Broker
-from tierlog.server.partitions import PartitionManager, ReadSpec
+from tierlog.server.partitions import ReadSpec
 from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy, random_uuid
 from tierlog.storage.log_manager import LogManagerSettings
+from tierlog.tiered.reader import TieredReader
+from tierlog.tiered.remote_reader import RemoteFetchInfo
 
 from .test_broker_inprocess import config
 
@@ -89,7 +91,7 @@ class _Remote:
         self.data = data
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, **_: Any) -> Any:
-        return SimpleNamespace(records=self.data)
+        return RemoteFetchInfo(self.data, None)
 
 
 def _remote_chain() -> bytearray:
@@ -105,15 +107,15 @@ def test_a_damaged_remote_segment_is_served_up_to_the_damage_and_not_beyond() ->
     data = _remote_chain()
     third = [h.position for h in iter_headers(data)][2]
     data[third + 70] ^= 0x08
-    pm = PartitionManager(cast(Any, None), cast(Any, lambda: None), 1, cast(Any, _Remote(bytes(data))))
-    ulog = cast(Any, SimpleNamespace(log_start_offset=100))
-    served = pm._read_remote(ulog, ReadSpec("orders", 0, 0, 1 << 20), 1 << 20, True)
-    assert served == bytes(data[:third])
+    reader = TieredReader(_Remote(bytes(data)))
+    ulog = cast(Any, SimpleNamespace(log_start_offset=100, topic="orders", partition=0))
+    served = reader.read_remote(ulog, 0, 1 << 20, True)
+    assert served is not None and served.records == bytes(data[:third])
     first = bytearray(data)
     first[70] ^= 0x08
-    pm = PartitionManager(cast(Any, None), cast(Any, lambda: None), 1, cast(Any, _Remote(bytes(first))))
+    reader = TieredReader(_Remote(bytes(first)))
     with pytest.raises(CorruptRecordError):
-        pm._read_remote(ulog, ReadSpec("orders", 0, 0, 1 << 20), 1 << 20, True)
+        reader.read_remote(ulog, 0, 1 << 20, True)
 
 
 @pytest.mark.parametrize("damage", ["flip", "cut"])

@@ -26,7 +26,7 @@ from tierlog.server import Broker, serve
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.metrics import BrokerCollector, RequestMetrics, api_name
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
-from tierlog.tiered.remote_log_manager import PartitionTierStatus
+from tierlog.tiered.status import PartitionTierStatus
 
 from .test_connection import FakeTransport, Router, api_versions, settle
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tierlog.config import BrokerConfig, LogConfig
+from tierlog.server.remote_tier import create_remote_log_manager
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.testing.clock import ManualClock, ManualScheduler
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
-from tierlog.tiered.remote_log_manager import create_remote_log_manager
 
 from .conftest import T0, batch
 

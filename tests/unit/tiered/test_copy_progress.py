@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tierlog.testing.remote import InMemoryRemoteStorageManager
-from tierlog.tiered import remote_log_manager
+from tierlog.tiered import copier as remote_log_manager
 
 from .conftest import Env, fill
 

@@ -12,6 +12,7 @@ import pytest
 
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.scheduler import ThreadScheduler
+from tierlog.server.remote_tier import create_remote_log_manager
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered.api import (
@@ -21,7 +22,7 @@ from tierlog.tiered.api import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager, create_remote_log_manager
+from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 from .conftest import T0, Env, batch, fill, tiered_config
 
@@ -131,7 +132,7 @@ def test_a_hung_copy_never_holds_the_brokers_shared_scheduler(tmp_path: Path) ->
     ulog = manager.get_or_create_log("t", 0, topic_id=b"\x01" * 16)
     for i in range(20):
         ulog.append_as_leader(batch(3, ts=T0 + i * 1000, seed=i))
-    rlm = create_remote_log_manager(config, manager, scheduler=shared)
+    rlm = create_remote_log_manager(config, manager, scheduler=shared, own_workers=True)
     assert rlm is not None
     try:
         rlm.start()

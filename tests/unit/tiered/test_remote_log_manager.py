@@ -21,7 +21,8 @@ from tierlog.tiered.api import (
 )
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-from tierlog.tiered.remote_log_manager import RemoteLogManager, read_status_file
+from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.status import read_status_file
 
 from .conftest import T0, Env, fill, tiered_config
 
@@ -220,7 +221,7 @@ def test_dangling_upload_of_a_crashed_run_is_deleted(env: Env) -> None:
     real_update = rlm.rlmm.update_remote_log_segment_metadata
     rlm.rlmm.update_remote_log_segment_metadata = crash  # type: ignore[method-assign]
     with pytest.raises(Crash):
-        rlm._copy_segment(rlm._partitions[("t", 0)], ulog, 0, ulog.segments.base_offsets[1])
+        rlm.copier.copy_segment(rlm._partitions[("t", 0)], ulog, 0, ulog.segments.base_offsets[1])
     rlm.rlmm.update_remote_log_segment_metadata = real_update  # type: ignore[method-assign]
     assert [m.state for m in segments(rlm)] == [S.COPY_SEGMENT_STARTED]
     assert rsm.list_files()

@@ -171,7 +171,7 @@ def test_snapshots_of_a_complete_state_are_uploaded_as_they_are(env: Env) -> Non
     rsm = InMemoryRemoteStorageManager()
     rlm = env.rlm(rsm)
     rebuilt: list[int] = []
-    original = rlm._producer_snapshot
+    original = rlm.copier._producer_snapshot
 
     def spy(state, ulog, base, next_base):  # type: ignore[no-untyped-def]
         before = ulog.producer_state.snapshot_file_for(next_base)
@@ -181,7 +181,7 @@ def test_snapshots_of_a_complete_state_are_uploaded_as_they_are(env: Env) -> Non
             rebuilt.append(base)
         return path
 
-    rlm._producer_snapshot = spy  # type: ignore[method-assign]
+    rlm.copier._producer_snapshot = spy  # type: ignore[method-assign]
     assert rlm.copy_all() == len(ulog.segments.base_offsets) - 1
     assert rebuilt == []
     assert ulog.producer_state_horizon() is None

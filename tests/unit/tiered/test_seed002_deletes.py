@@ -27,7 +27,8 @@ from tierlog.tiered.api import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from tierlog.tiered.remote_log_manager import RemoteLogManager, read_status_file
+from tierlog.tiered.remote_log_manager import RemoteLogManager
+from tierlog.tiered.status import read_status_file
 
 from .conftest import T0, Env, fill, tiered_config
 

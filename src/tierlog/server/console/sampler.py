@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tierlog.clock import Clock
-from tierlog.tiered.remote_log_manager import PartitionTierStatus
+from tierlog.tiered.status import PartitionTierStatus
 
 log = logging.getLogger(__name__)
 

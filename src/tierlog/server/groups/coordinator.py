@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tierlog.clock import Clock
+from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
@@ -66,12 +67,12 @@ OFFSETS_SEGMENT_BYTES = 104857600
 
 @dataclass(frozen=True)
 class GroupSettings:
-    num_partitions: int = 50
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1800000
+    num_partitions: int = broker_default("offsets.topic.num.partitions")
+    initial_rebalance_delay_ms: int = broker_default("group.initial.rebalance.delay.ms")
+    min_session_timeout_ms: int = broker_default("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = broker_default("group.max.session.timeout.ms")
     #: Kafka's offsets.retention.check.interval.ms: how often empty groups without offsets go.
-    retention_check_interval_ms: int = 600000
+    retention_check_interval_ms: int = broker_default("offsets.retention.check.interval.ms")
 
 
 TopicPartition = tuple[str, int]

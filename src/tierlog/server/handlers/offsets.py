@@ -60,10 +60,10 @@ def _list_offset(pm: PartitionManager, ulog: UnifiedLog, timestamp: int, read_co
         offset = max(offset, bases[0]) if bases else offset
         return -1, offset, _epoch_of(ulog, offset)
     if timestamp == LATEST_TIERED:
-        offset = ulog.highest_offset_in_remote_storage
+        offset = ulog.remote_end_offset
         return -1, offset, _epoch_of(ulog, offset) if offset >= 0 else -1
     if timestamp == EARLIEST_PENDING_UPLOAD:
-        offset = ulog.highest_offset_in_remote_storage + 1 if ulog.config.remote_storage_enable else -1
+        offset = ulog.remote_end_offset + 1 if ulog.config.remote_storage_enable else -1
         return -1, offset, _epoch_of(ulog, offset) if offset >= 0 else -1
     if timestamp == MAX_TIMESTAMP:
         ts, offset = ulog.max_timestamp_and_offset()

@@ -34,6 +34,9 @@ from tierlog.tiered.api import (
 log = logging.getLogger(__name__)
 
 ROOT_DIR_NAME = "kafka-tiered-storage"
+#: The directory the broker hands every plugin (beside its first log dir): this backend keeps the
+#: remote tier there when ``dir`` is not configured. Other plugins ignore it.
+DEFAULT_DIR_PROPERTY = "tierlog.default.dir"
 LOG_SUFFIX = ".log"
 INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.OFFSET: ".index",
@@ -71,7 +74,7 @@ class LocalDirectoryRemoteStorageManager:
         self.fsync = True
 
     def configure(self, props: Mapping[str, str]) -> None:
-        base = props.get("dir")
+        base = props.get("dir") or props.get(DEFAULT_DIR_PROPERTY)
         if not base:
             raise RemoteStorageError("the local-directory remote storage needs rsm.config.dir")
         self._root = Path(base) / ROOT_DIR_NAME

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlparse
 
+from tierlog._util.extras import require_extra
 from tierlog._util.varint import read_unsigned_varint, write_unsigned_varint
 from tierlog.errors import InvalidRecordError
 from tierlog.storage.checkpoints import uuid_to_base64
@@ -130,6 +131,7 @@ class S3RemoteStorageManager:
         self.multipart_concurrency = 8
 
     def configure(self, props: Mapping[str, str]) -> None:
+        require_extra("s3", "the S3 remote storage", "obstore")
         from obstore.store import S3Store
 
         bucket = props.get("s3.bucket")

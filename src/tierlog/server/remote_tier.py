@@ -1,0 +1,56 @@
+"""Composing the remote tier from the broker config (part of the composition root): the remote
+storage plugin as the broker configures it, its metadata store and index cache in the first log
+dir, and the remote log manager with threads of its own beside the broker's pool."""
+
+from __future__ import annotations
+
+from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.config.broker_config import BrokerConfig
+from tierlog.config.settings import RemoteStorageSettings
+from tierlog.scheduler import Scheduler, ThreadScheduler
+from tierlog.server.settings import remote_log_manager_settings, remote_storage_settings
+from tierlog.tiered.api import RemoteStorageManager, load_remote_storage_manager, plugin_properties
+from tierlog.tiered.backends.local import DEFAULT_DIR_PROPERTY
+from tierlog.tiered.layout import (
+    CACHE_DIR_NAME,
+    METADATA_DIR_NAME,
+    STATUS_FILE_NAME,
+    default_local_remote_dir,
+)
+from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+from tierlog.tiered.remote_log_manager import LogSource, RemoteLogManager
+
+
+def remote_storage_manager(settings: RemoteStorageSettings) -> RemoteStorageManager:
+    """The configured plugin, configured as the broker configures it (also for the offline
+    ``tierlog tier retry-delete``). Every plugin is handed the default directory beside the first
+    log dir (``tierlog.default.dir``); the embedded local-directory backend keeps its data there
+    unless ``dir`` is set."""
+    props = plugin_properties(settings.properties, settings.prefix, settings.broker_id)
+    props.setdefault(DEFAULT_DIR_PROPERTY, str(default_local_remote_dir(settings.first_log_dir.resolve())))
+    return load_remote_storage_manager(settings.class_name, props)
+
+
+def remote_storage_manager_from_config(config: BrokerConfig) -> RemoteStorageManager:
+    return remote_storage_manager(remote_storage_settings(config))
+
+
+def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: Clock = SYSTEM_CLOCK,
+                              scheduler: Scheduler | None = None, own_workers: bool = False
+                              ) -> RemoteLogManager | None:
+    """The broker's remote log manager, or None when ``remote.log.storage.system.enable`` is false.
+    State lives in the first log dir: ``remote-log-metadata/`` and ``remote-log-index-cache/``.
+    With ``own_workers`` (a broker running real threads) the copy tasks and the expiration pass run
+    on a pool of their own (``worker_threads`` threads); without, ``scheduler`` runs everything (a
+    test's manual scheduler drives both)."""
+    settings = remote_log_manager_settings(config)
+    if not settings.system_enable:
+        return None
+    storage = remote_storage_settings(config)
+    first_dir = storage.first_log_dir.resolve()
+    rsm = remote_storage_manager(storage)
+    metadata_dir = first_dir / METADATA_DIR_NAME
+    rlmm = FileRemoteLogMetadataManager(metadata_dir)
+    workers = ThreadScheduler(settings.worker_threads, clock, name="remote-log-manager") if own_workers else None
+    return RemoteLogManager(settings, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
+                            scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers)
