@@ -72,8 +72,11 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +124,11 @@ _SPECS = (
     ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
     ApiSpec(ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
+    ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1),
+    ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSpec] = MappingProxyType({spec.api_key.value: spec for spec in _SPECS})

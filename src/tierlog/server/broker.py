@@ -31,6 +31,8 @@ from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
+from tierlog.server.groups.assignors import assignor_name
+from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.coordinator import GroupCoordinator, GroupSettings
 from tierlog.server.handlers import all_handlers
 from tierlog.server.limits import (
@@ -191,6 +193,11 @@ class Broker:
             min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
             max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
             retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+            consumer=ConsumerGroupSettings(
+                session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
+                heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
+                assignors=tuple(dict.fromkeys(assignor_name(a) or a for a in config.get_list("group.consumer.assignors"))),
+            ),
         ))
         await ctx.groups.start()
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
