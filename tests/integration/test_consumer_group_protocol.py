@@ -5,6 +5,8 @@ admin view (ConsumerGroupDescribe, ListGroups) and OffsetDelete."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +16,9 @@ import confluent_kafka
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka import errors as kafka_errors
 
 from tests.integration.conftest import BrokerProcess
 
@@ -157,3 +162,97 @@ def test_members_join_and_leave_with_each_partition_owned_once(kip848_broker: Br
     assert sum(tp.offset for tp in committed.topic_partitions) == 900
     for m in (a, third):
         m.consumer.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tierlog.cli.main", *args], capture_output=True, text=True, timeout=60)
+
+
+def _committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+    admin.alter_consumer_group_offsets([request])[group].result(30)
+
+
+def test_offset_delete_by_cli_and_kafka_python_with_kafkas_rules(kip848_broker: BrokerProcess, topic_name: str) -> None:
+    b = kip848_broker.bootstrap
+    other = f"{topic_name}-other"
+    _create_topic(b, topic_name, 3)
+    _create_topic(b, other, 2)
+    _produce(b, topic_name, [f"v{i}" for i in range(30)])
+    group = f"od-{uuid.uuid4().hex[:8]}"
+    _commit(b, group, {**{(topic_name, p): 5 for p in range(3)}, **{(other, p): 1 for p in range(2)}})
+
+    # An empty group: its offsets can go, one partition or a whole topic.
+    out = _cli("groups", "delete-offsets", group, "--topic", topic_name, "--partition", "1",
+               "--bootstrap-server", b)
+    assert out.returncode == 0, out.stderr
+    assert "Successful" in out.stdout
+    assert set(_committed(b, group)) == {(topic_name, 0), (topic_name, 2), (other, 0), (other, 1)}
+    admin = KafkaAdminClient(bootstrap_servers=b)
+    try:
+        answer = admin.delete_group_offsets(group, [KafkaTopicPartition(other, 0), KafkaTopicPartition(other, 1)])
+        assert all(e is kafka_errors.NoError for e in answer.values()), answer
+        assert set(_committed(b, group)) == {(topic_name, 0), (topic_name, 2)}
+        with pytest.raises(kafka_errors.GroupIdNotFoundError):
+            admin.delete_group_offsets(f"no-such-{group}", [KafkaTopicPartition(topic_name, 0)])
+    finally:
+        admin.close()
+
+    # While a KIP-848 member subscribes to the topic, its offsets stay (GROUP_SUBSCRIBED_TO_TOPIC);
+    # a topic nobody subscribes to may go.
+    g = Group(b, topic_name)
+    g.group_id = group
+    member = Member(g, "od")
+    g.members.append(member)
+    wait_for(lambda: len(member.owned) == 3, "the member owning the topic", step=g.poll_all)
+    refused = _cli("groups", "delete-offsets", group, "--topic", topic_name, "--bootstrap-server", b)
+    assert refused.returncode == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in refused.stdout, refused.stdout + refused.stderr
+    assert {(topic_name, 0), (topic_name, 2)} <= set(_committed(b, group))
+    unknown = _cli("groups", "delete-offsets", group, "--topic", other, "--partition", "0", "--bootstrap-server", b)
+    assert unknown.returncode == 0, unknown.stdout + unknown.stderr
+    member.consumer.close()
+
+    # A classic group with an active member: the same rule, from the member's subscription.
+    classic = f"od-classic-{uuid.uuid4().hex[:8]}"
+    c = Consumer({"bootstrap.servers": b, "group.id": classic, "auto.offset.reset": "earliest"})
+    c.subscribe([topic_name])
+    wait_for(lambda: c.poll(0.1) is not None and bool(c.assignment()), "the classic member's assignment")
+    c.commit(asynchronous=False)
+    refused = _cli("groups", "delete-offsets", classic, "--topic", topic_name, "--bootstrap-server", b)
+    assert "GROUP_SUBSCRIBED_TO_TOPIC" in refused.stdout, refused.stdout + refused.stderr
+    c.close()
+
+
+def test_a_group_id_is_either_classic_or_consumer(kip848_broker: BrokerProcess, topic_name: str) -> None:
+    b = kip848_broker.bootstrap
+    _create_topic(b, topic_name, 2)
+    _produce(b, topic_name, ["x"])
+    g = Group(b, topic_name)
+    member = Member(g, "kip848")
+    g.members.append(member)
+    wait_for(lambda: len(member.owned) == 2, "the consumer-protocol member's assignment", step=g.poll_all)
+    errors: list[KafkaError] = []
+    classic = Consumer({"bootstrap.servers": b, "group.id": g.group_id, "error_cb": errors.append,
+                        "auto.offset.reset": "earliest"})
+    classic.subscribe([topic_name])
+    failure: list[int] = []
+
+    def step() -> None:
+        msg = classic.poll(0.1)
+        if msg is not None and msg.error() is not None:
+            failure.append(msg.error().code())
+        g.poll_all()
+
+    wait_for(lambda: bool(failure) or bool(errors), "the classic member refused", step=step)
+    codes = failure + [e.code() for e in errors]
+    assert KafkaError.INCONSISTENT_GROUP_PROTOCOL in codes, codes
+    assert not classic.assignment()
+    classic.close()
+    member.consumer.close()
