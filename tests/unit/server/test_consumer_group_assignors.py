@@ -7,7 +7,14 @@ import random
 
 import pytest
 
-from tierlog.server.groups.assignors import MemberSpec, TopicInfo, assign, assignor_name, range_assign, uniform_assign
+from tierlog.server.groups.assignors import (
+    MemberSpec,
+    TopicInfo,
+    assign,
+    assignor_name,
+    range_assign,
+    uniform_assign,
+)
 
 T1, T2, T3 = b"\x01" * 16, b"\x02" * 16, b"\x03" * 16
 TOPICS = {T1: TopicInfo("a", 6), T2: TopicInfo("b", 3), T3: TopicInfo("c", 4)}
