@@ -256,3 +256,26 @@ def test_a_group_id_is_either_classic_or_consumer(kip848_broker: BrokerProcess, 
     assert not classic.assignment()
     classic.close()
     member.consumer.close()
+
+
+def test_consumer_group_survives_a_broker_restart(tmp_path: Path, topic_name: str) -> None:
+    """The group's records in __consumer_offsets are read back: after an unclean restart the member,
+    its epoch and its assignment are there (ConsumerGroupDescribe), and the member goes on."""
+    b = BrokerProcess(tmp_path / "data", OVERRIDES).start()
+    try:
+        _create_topic(b.bootstrap, topic_name, 3)
+        g = Group(b.bootstrap, topic_name)
+        member = Member(g, "survivor")
+        g.members.append(member)
+        wait_for(lambda: len(member.owned) == 3, "the member's assignment", step=g.poll_all)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        before = admin.describe_consumer_groups([g.group_id])[g.group_id].result(30)
+        b.kill()
+        b.start()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        after = admin.describe_consumer_groups([g.group_id])[g.group_id].result(30)
+        assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
+        assert sorted(tp.partition for tp in after.members[0].assignment.topic_partitions) == [0, 1, 2]
+        member.consumer.close()
+    finally:
+        b.stop()
