@@ -1,6 +1,7 @@
-"""``tierlog groups``: list and describe consumer groups with their lag, and reset a group's
-committed offsets — what ``kafka-consumer-groups.sh`` does, over ListGroups, DescribeGroups,
-OffsetFetch, ListOffsets and OffsetCommit. Resetting is a dry run unless ``--execute`` is given."""
+"""``tierlog groups``: list and describe consumer groups with their lag, reset a group's committed
+offsets and delete some of them — what ``kafka-consumer-groups.sh`` does, over ListGroups,
+DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit and OffsetDelete. Resetting is a dry run
+unless ``--execute`` is given."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tierlog.cli._kafka import (
@@ -74,6 +75,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reset.add_argument("--json", action="store_true", help="one JSON object per partition")
     add_connection_options(reset)
     reset.set_defaults(func=run_reset)
+
+    delete = gsub.add_parser("delete-offsets", help="delete a group's committed offsets of a topic",
+                             description="Delete the committed offsets of a group for a topic (all its partitions, "
+                                         "or those given with --partition), over OffsetDelete. As in Kafka, a "
+                                         "topic the group's members subscribe to is refused "
+                                         "(GROUP_SUBSCRIBED_TO_TOPIC).")
+    delete.add_argument("group", help="the group")
+    delete.add_argument("--topic", required=True, help="the topic")
+    delete.add_argument("--partition", type=int, action="append", metavar="P",
+                        help="only this partition (repeatable)")
+    delete.add_argument("--json", action="store_true", help="one JSON object per partition")
+    add_connection_options(delete)
+    delete.set_defaults(func=run_delete_offsets)
 
 
 def _state(state: Any) -> str:
@@ -232,3 +246,29 @@ def run_reset(args: argparse.Namespace) -> int:
     else:
         print("dry run: nothing committed; add --execute to commit these offsets", file=sys.stderr)
     return 0
+
+
+@command
+def run_delete_offsets(args: argparse.Namespace) -> int:
+    from tierlog.cli._wire import WireClient  # the protocol codec only when it is used
+    from tierlog.protocol import ApiKey
+
+    partitions: list[int] = args.partition
+    if not partitions:
+        metadata = admin_client(args).list_topics(args.topic, timeout=args.timeout)
+        topic = metadata.topics.get(args.topic)
+        if topic is None or topic.error is not None:
+            raise CliError(f"topic {args.topic} does not exist")
+        partitions = sorted(topic.partitions)
+    with WireClient(args.bootstrap_server, args.timeout) as client:
+        response = client.call(ApiKey.OFFSET_DELETE, {"group_id": args.group, "topics": [
+            {"name": args.topic, "partitions": [{"partition_index": p} for p in dict.fromkeys(partitions)]}]})
+    if int(response.error_code):
+        raise CliError(f"cannot delete offsets of group {args.group}: {KafkaError(int(response.error_code)).name()}")
+    rows = [(t.name, int(p.partition_index), KafkaError(int(p.error_code)).name() if int(p.error_code) else "Successful")
+            for t in response.topics for p in t.partitions]
+    if args.json:
+        write(json_lines({"topic": t, "partition": p, "status": st} for t, p, st in rows))
+    else:
+        write(render(("TOPIC", "PARTITION", "STATUS"), rows))
+    return 1 if any(st != "Successful" for _, _, st in rows) else 0

@@ -293,6 +293,17 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(0), group="groups"),
     _broker("group.max.session.timeout.ms", Type.INT, 1800000,
             "The largest session timeout a consumer may ask for.", validator=at_least(0), group="groups"),
+    _broker("group.consumer.assignors", Type.LIST, ("uniform", "range"),
+            "The server-side assignors of consumer groups (KIP-848, group.protocol=consumer); the first is used "
+            "when a member names none. Kafka's names (uniform, range) or its class names are accepted.",
+            validator=one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                             "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), group="groups"),
+    _broker("group.consumer.session.timeout.ms", Type.INT, 45000,
+            "A member of a consumer group (KIP-848) that sends no heartbeat for this long is removed and its "
+            "partitions reassigned.", validator=at_least(1), group="groups"),
+    _broker("group.consumer.heartbeat.interval.ms", Type.INT, 5000,
+            "How often members of a consumer group (KIP-848) are told to heartbeat.",
+            validator=at_least(1), group="groups"),
     _broker("offsets.retention.check.interval.ms", Type.LONG, 600000,
             "How often empty consumer groups without committed offsets are removed (with a tombstone in "
             "__consumer_offsets if a record of theirs was written).", validator=at_least(1), group="groups"),

@@ -77,11 +77,14 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ _SPECS = (
     ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+    ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
     ApiSpec(ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),
@@ -140,6 +144,8 @@ _SPECS = (
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),
     ApiSpec(ApiKey.DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0),
     ApiSpec(ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2),
+    ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1),
+    ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSpec] = MappingProxyType({spec.api_key.value: spec for spec in _SPECS})

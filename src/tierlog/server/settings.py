@@ -12,6 +12,8 @@ from tierlog.config.settings import RemoteLogManagerSettings, RemoteStorageSetti
 from tierlog.metadata.controller import ControllerSettings
 from tierlog.metadata.metadata_log import MetadataLogSettings
 from tierlog.metadata.snapshot_generator import SnapshotSettings
+from tierlog.server.groups.assignors import assignor_name
+from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.coordinator import GroupSettings
 from tierlog.storage.log_manager import LogManagerSettings
 
@@ -54,6 +56,11 @@ def group_settings(config: BrokerConfig) -> GroupSettings:
         min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
         max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
         retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+        consumer=ConsumerGroupSettings(
+            session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
+            heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
+            assignors=tuple(dict.fromkeys(assignor_name(a) or a for a in config.get_list("group.consumer.assignors"))),
+        ),
     )
 
 

@@ -162,12 +162,9 @@ public class ClientCheck {
             check(admin.listGroups().all().get().stream().anyMatch(g -> g.groupId().equals(group)), "listGroups");
             ConsumerGroupDescription gd = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
             check(gd.groupId().equals(group), "describeConsumerGroups");
-            try {
-                admin.deleteConsumerGroupOffsets(group, Set.of(tp)).all().get();
-            } catch (java.util.concurrent.ExecutionException e) {
-                if (!(e.getCause() instanceof org.apache.kafka.common.errors.UnsupportedVersionException)) throw e;
-                System.out.println("missing: OffsetDelete (deleteConsumerGroupOffsets): " + e.getCause().getMessage());
-            }
+            admin.deleteConsumerGroupOffsets(group, Set.of(tp)).all().get();
+            check(!admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get().containsKey(tp), "deleteConsumerGroupOffsets");
+            System.out.println("ok: deleteConsumerGroupOffsets");
             admin.deleteConsumerGroups(List.of(group)).all().get();
             System.out.println("ok: consumer group admin (" + gd.groupState() + ")");
             admin.deleteTopics(List.of(topic)).all().get();

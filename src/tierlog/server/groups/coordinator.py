@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tierlog.clock import Clock
@@ -21,9 +21,13 @@ from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
+from tierlog.server.groups import consumer_records
+from tierlog.server.groups.consumer_coordinator import ConsumerGroups
+from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.group import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,
     NONE,
     REBALANCE_IN_PROGRESS,
@@ -33,6 +37,7 @@ from tierlog.server.groups.group import (
     JoinResult,
     SyncResult,
 )
+from tierlog.server.groups.offset_delete import classic_group_error, classic_subscribed_topics
 from tierlog.server.groups.records import (
     GroupKey,
     OffsetKey,
@@ -56,6 +61,7 @@ OFFSET_METADATA_TOO_LARGE = 12
 GROUP_ID_NOT_FOUND = 69
 NON_EMPTY_GROUP = 68
 INVALID_GROUP_ID = 24
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 #: Kafka's offset.metadata.max.bytes default.
 MAX_METADATA_BYTES = 4096
 #: How often session timeouts and rebalance deadlines are checked.
@@ -73,6 +79,8 @@ class GroupSettings:
     max_session_timeout_ms: int = broker_default("group.max.session.timeout.ms")
     #: Kafka's offsets.retention.check.interval.ms: how often empty groups without offsets go.
     retention_check_interval_ms: int = broker_default("offsets.retention.check.interval.ms")
+    #: Consumer groups of the KIP-848 protocol (group.consumer.*).
+    consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
 
 
 TopicPartition = tuple[str, int]
@@ -91,6 +99,7 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[TopicPartition, OffsetValue]] = {}
         #: TxnOffsetCommit offsets waiting for their transaction's marker: producer id → group → offsets.
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
+        self.consumer = ConsumerGroups(self, settings.consumer)
         self._write_lock = asyncio.Lock()
         self._ticker: asyncio.Task[None] | None = None
         self._topic_lock = asyncio.Lock()
@@ -132,6 +141,7 @@ class GroupCoordinator:
                 group.tick(now)
             except Exception:
                 log.exception("group %s: tick failed", group.group_id)
+        self.consumer.tick(now)
         if now - self._last_cleanup_ms >= self.settings.retention_check_interval_ms:
             self._last_cleanup_ms = now
             self.remove_empty_groups()
@@ -152,6 +162,9 @@ class GroupCoordinator:
                 task = asyncio.get_running_loop().create_task(
                     self._append(group_id, [(encode_group_key(GroupKey(group_id)), None)]))
                 task.add_done_callback(_log_failure)
+        for group_id in [g for g in list(self.consumer.groups) if not self.offsets.get(g)]:
+            if self.consumer.remove_if_empty(group_id, store=True):
+                removed += 1
         if removed:
             log.info("removed %d empty groups without committed offsets", removed)
         return removed
@@ -222,6 +235,9 @@ class GroupCoordinator:
             self._complete_txn_offsets(producer_id, partition, marker.is_commit)
 
     def _apply_record(self, raw_key: bytes, raw_value: bytes | None) -> int:
+        if consumer_records.record_type_of(raw_key) in consumer_records.CONSUMER_GROUP_RECORD_TYPES:
+            self.consumer.replay(raw_key, raw_value)
+            return 0
         key = decode_key(raw_key)
         if isinstance(key, OffsetKey):
             offsets = self.offsets.setdefault(key.group, {})
@@ -300,6 +316,8 @@ class GroupCoordinator:
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
         if not group_id:
             return JoinResult(INVALID_GROUP_ID, member_id)
+        if not self.consumer.remove_if_empty(group_id, store=True):
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)  # a consumer group has the name
         s = self.settings
         if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
@@ -350,6 +368,9 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------------
 
     def _commit_error(self, group_id: str, member_id: str, generation_id: int) -> int:
+        consumer_code = self.consumer.commit_error(group_id, member_id, generation_id)
+        if consumer_code is not None:
+            return consumer_code
         group = self.groups.get(group_id)
         if group is None:
             return NONE if generation_id < 0 else ILLEGAL_GENERATION
@@ -394,7 +415,7 @@ class GroupCoordinator:
             code = await self._append(group_id, records)
             if code:
                 return [c or code for c in codes]
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer.groups:
                 self.groups[group_id] = self._new_group(group_id)
             self.offsets.setdefault(group_id, {}).update(accepted)
         return codes
@@ -495,21 +516,46 @@ class GroupCoordinator:
 
     async def delete(self, group_id: str) -> int:
         group = self.groups.get(group_id)
-        if group is None and group_id not in self.offsets:
+        consumer_group = self.consumer.groups.get(group_id)
+        if group is None and consumer_group is None and group_id not in self.offsets:
             return GROUP_ID_NOT_FOUND
-        if group is not None and group.state is not GroupState.EMPTY:
+        if (group is not None and group.state is not GroupState.EMPTY) or (consumer_group and consumer_group.members):
             return NON_EMPTY_GROUP
         records: list[tuple[bytes, bytes | None]] = [
             (encode_offset_key(OffsetKey(group_id, topic, partition)), None)
             for topic, partition in self.offsets.get(group_id, {})
         ]
-        records.append((encode_group_key(GroupKey(group_id)), None))
+        records += self.consumer.tombstones(group_id) if consumer_group else [(encode_group_key(GroupKey(group_id)), None)]
         code = await self._append(group_id, records)
         if code:
             return code
         self.groups.pop(group_id, None)
+        self.consumer.remove_if_empty(group_id, store=False)
         self.offsets.pop(group_id, None)
         return NONE
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> tuple[int, list[int]]:
+        """OffsetDelete: (group error, an error per partition) by Kafka's rules (:mod:`.offset_delete`)."""
+        group = self.groups.get(group_id)
+        subscribed: set[str] | None = self.consumer.subscribed_topics(group_id)
+        if group is None and subscribed is None and group_id not in self.offsets:
+            return GROUP_ID_NOT_FOUND, []
+        if group is not None:
+            code = classic_group_error(group)
+            if code:
+                return code, []
+            subscribed = classic_subscribed_topics(group) or set()
+        subscribed = subscribed or set()
+        committed = self.offsets.get(group_id, {})
+        codes = [GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else NONE for topic, _ in partitions]
+        gone = [tp for tp, code in zip(partitions, codes, strict=True) if not code and tp in committed]
+        if gone:
+            code = await self._append(group_id, [(encode_offset_key(OffsetKey(group_id, *tp)), None) for tp in gone])
+            if code:
+                return code, []
+            for tp in gone:
+                committed.pop(tp, None)
+        return NONE, codes
 
     def on_topic_deleted(self, topic: str) -> None:
         """Offsets of a deleted topic are dropped from memory. Kafka also writes tombstones for them;

@@ -8,6 +8,7 @@ from tierlog.server.context import Handler
 from tierlog.server.handlers import (
     api_versions,
     configs,
+    consumer_groups,
     features,
     fetch,
     groups,
@@ -23,7 +24,7 @@ from tierlog.server.handlers import (
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   features, transactions):
+                   consumer_groups, features, transactions):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

@@ -187,8 +187,17 @@ async def handle_offset_fetch(ctx: BrokerContext, request: ParsedRequest, client
     version = request.api_version
     if version >= 8:
         stable = getattr(body, "require_stable", False)
-        groups = [{"group_id": g.group_id, "error_code": 0,
-                   "topics": _fetch_group(ctx, g.group_id, g.topics, version >= 10, stable)} for g in body.groups]
+        consumer = _coordinator(ctx).consumer
+        groups = []
+        for g in body.groups:
+            # v9+: a member of a consumer group fetches with its member id and epoch, checked as commits are.
+            member_id = getattr(g, "member_id", None)
+            code = consumer.commit_error(g.group_id, member_id, getattr(g, "member_epoch", -1)) if member_id else None
+            if code:
+                groups.append({"group_id": g.group_id, "error_code": code, "topics": []})
+                continue
+            groups.append({"group_id": g.group_id, "error_code": 0,
+                           "topics": _fetch_group(ctx, g.group_id, g.topics, version >= 10, stable)})
         return build_response(ApiKey.OFFSET_FETCH, version, {"groups": groups})
     return build_response(ApiKey.OFFSET_FETCH, version, {
         "error_code": 0, "topics": _fetch_group(ctx, body.group_id, body.topics, False,
@@ -207,6 +216,11 @@ async def handle_list_groups(ctx: BrokerContext, request: ParsedRequest, client:
             continue
         groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
                        "group_state": g.state.value, "group_type": "classic"})
+    for cg in _coordinator(ctx).consumer.groups.values():  # KIP-848 groups: type and protocol "consumer"
+        if (states and cg.state.value.lower() not in states) or (types and "consumer" not in types):
+            continue
+        groups.append({"group_id": cg.group_id, "protocol_type": "consumer", "group_state": cg.state.value,
+                       "group_type": "consumer"})
     return build_response(ApiKey.LIST_GROUPS, request.api_version, {"error_code": 0, "groups": groups})
 
 
@@ -215,6 +229,13 @@ async def handle_describe_groups(ctx: BrokerContext, request: ParsedRequest, cli
     out = []
     for group_id in request.body.groups:
         group = _coordinator(ctx).describe(group_id)
+        if group is None and group_id in _coordinator(ctx).consumer.groups:
+            # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe the others.
+            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND,
+                        "error_message": f"Group {group_id} is not a classic group.",
+                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                        "authorized_operations": -(2**31)})
+            continue
         if group is None:
             out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND if version >= 6 else 0,
                         "error_message": f"Group {group_id} not found." if version >= 6 else None,
