@@ -37,6 +37,7 @@ GROUP_TITLES: dict[str, str] = {
     "transactions": "Transactions",
     "operations": "Operations",
     "compatibility": "Kafka compatibility (accepted and ignored)",
+    "kafka": "Apache Kafka's other keys (accepted, stored and described; tierlog does not act on them)",
 }
 
 _IMPORTANCE_ORDER = {Importance.HIGH: 0, Importance.MEDIUM: 1, Importance.LOW: 2}

@@ -29,6 +29,7 @@ from tierlog.config.definition import (
     between,
     one_of,
 )
+from tierlog.config.kafka_keys import KAFKA_KEYS
 
 H = Importance.HIGH
 M = Importance.MEDIUM
@@ -386,6 +387,49 @@ BROKER_KEYS: list[ConfigKey] = [
     _compat("zookeeper.connect", Type.STRING, None),
     _compat("zookeeper.connection.timeout.ms", Type.INT, None, validator=at_least(0)),
 ]
+
+_UNMODELLED_DOC = ("Apache Kafka's key, with Kafka's default: accepted, stored and described, so that tools "
+                   "managing Kafka configs work; tierlog does not act on it.")
+#: What such a key accepts: its type, as Kafka's checks are not tierlog's to repeat.
+_UNMODELLED_VALID = {Type.INT: "any int (Kafka's own range is not checked)",
+                     Type.LONG: "any long (Kafka's own range is not checked)",
+                     Type.DOUBLE: "any double (Kafka's own range is not checked)"}
+_KAFKA_TYPES = {"INT": Type.INT, "SHORT": Type.INT, "LONG": Type.LONG, "DOUBLE": Type.DOUBLE,
+                "BOOLEAN": Type.BOOLEAN, "STRING": Type.STRING, "CLASS": Type.STRING, "LIST": Type.LIST,
+                "PASSWORD": Type.PASSWORD}
+
+
+def _kafka_default(type_: Type, text: str | None) -> Value:
+    if text is None or text == "null" or type_ is Type.PASSWORD:
+        return None
+    if type_ is Type.INT or type_ is Type.LONG:
+        return int(text)
+    if type_ is Type.DOUBLE:
+        return float(text)
+    if type_ is Type.BOOLEAN:
+        return text == "true"
+    if type_ is Type.LIST:
+        return tuple(item.strip() for item in text.split(",") if item.strip())
+    return text
+
+
+def _unmodelled(scope: str, defined: list[ConfigKey]) -> list[ConfigKey]:
+    """Every key of Kafka's (config/kafka_keys.py) that tierlog does not define itself; a key tierlog
+    comes to act on is defined above and drops out of here on its own."""
+    known = {k.name for k in defined} | {a for k in defined for a in k.aliases}
+    out = []
+    for key_scope, name, kafka_type, default, importance in KAFKA_KEYS:
+        if key_scope != scope or name in known:
+            continue
+        type_ = _KAFKA_TYPES[kafka_type]
+        out.append(ConfigKey(name=name, type=type_, default=_kafka_default(type_, default), doc=_UNMODELLED_DOC,
+                             importance=Importance[importance], scope=Scope.TOPIC if scope == "topic" else Scope.BROKER,
+                             valid_values=_UNMODELLED_VALID.get(type_, ""), dynamic=True, group="kafka"))
+    return out
+
+
+TOPIC_KEYS += _unmodelled("topic", TOPIC_KEYS)
+BROKER_KEYS += _unmodelled("broker", BROKER_KEYS + _synonym_keys())
 
 TOPIC_DEF = ConfigDef(TOPIC_KEYS)
 BROKER_DEF = ConfigDef(BROKER_KEYS + _synonym_keys())

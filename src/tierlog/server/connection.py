@@ -41,8 +41,12 @@ from tierlog.protocol import (
     unsupported_api_versions_response,
 )
 from tierlog.server.limits import RequestMemoryPool, socket_fd
+from tierlog.server.rejections import RejectionLimiter, client_id_of
 
 log = logging.getLogger(__name__)
+
+#: Shared by every connection of the process: a client reconnecting to be refused again is one client.
+REJECTIONS = RejectionLimiter()
 
 #: Pause reading when this many requests wait (librdkafka pipelines up to 1M in-flight requests,
 #: Kafka clients to 5 per connection by default).
@@ -194,8 +198,8 @@ class KafkaConnection(asyncio.Protocol):
         try:
             frames = self._decoder.feed(data)
         except FrameError as e:
-            log.warning("closing connection %s from %s:%d: %s", self.client.connection_id, self.client.host,
-                        self.client.port, e)
+            self._log_rejection(type(e).__name__, f"closing connection {self.client.connection_id} from "
+                                f"{self.client.host}:{self.client.port}: {e}")
             self.close()
             return
         if frames:
@@ -422,10 +426,10 @@ class KafkaConnection(asyncio.Protocol):
                 # KIP-511: tell the client which ApiVersions versions exist instead of hanging up.
                 await self._write(unsupported_api_versions_response(e.correlation_id))
                 return
-            self._reject(e)
+            self._reject(e, frame)
             return
         except RequestError as e:
-            self._reject(e)
+            self._reject(e, frame)
             return
         if request.client_id is not None:
             self.client.client_id = request.client_id
@@ -461,10 +465,23 @@ class KafkaConnection(asyncio.Protocol):
         await self._write(data)
         return len(data)
 
-    def _reject(self, error: RequestError) -> None:
-        log.warning("closing connection %s from %s:%d (client %r): %s", self.client.connection_id,
-                    self.client.host, self.client.port, self.client.client_id, error)
+    def _reject(self, error: RequestError, frame: bytes) -> None:
+        client_id = client_id_of(frame)
+        if client_id is None:
+            client_id = self.client.client_id
+        reason = f"{type(error).__name__}:{getattr(error, 'api_key', '')}:{getattr(error, 'api_version', '')}"
+        self._log_rejection(reason, f"closing connection {self.client.connection_id} from {self.client.host}:"
+                                    f"{self.client.port} (client {client_id!r}): {error}")
         self.close()
+
+    def _log_rejection(self, reason: str, line: str) -> None:
+        """Once per client address and reason per minute (server/rejections.py)."""
+        unlogged = REJECTIONS.admit(self.client.host, reason, asyncio.get_running_loop().time())
+        if unlogged is None:
+            return
+        if unlogged:
+            line += f" ({unlogged} more like it from this address since the last such line)"
+        log.warning("%s", line)
 
     async def _write(self, data: bytes) -> None:
         if self._write_resumed is not None:

@@ -66,10 +66,13 @@ def _list_offset(pm: PartitionManager, ulog: UnifiedLog, timestamp: int, read_co
         offset = ulog.remote_end_offset + 1 if ulog.config.remote_storage_enable else -1
         return -1, offset, _epoch_of(ulog, offset) if offset >= 0 else -1
     if timestamp == MAX_TIMESTAMP:
-        ts, offset = ulog.max_timestamp_and_offset()
-        if offset < 0:
+        # Kafka >= 3.8 (KAFKA-16310): the record with the highest timestamp, the first of equals, in
+        # both tiers -- not the last offset of its batch. It is the first record at or after that time.
+        timestamp, _ = ulog.max_timestamp_and_offset()
+        if pm.remote is not None and ulog.remote_log_enabled:
+            timestamp = max(timestamp, pm.remote.max_timestamp(ulog.topic, ulog.partition))
+        if timestamp < 0:
             return -1, -1, -1
-        return ts, offset, _epoch_of(ulog, offset)
     found = None
     if pm.remote is not None and ulog.remote_log_enabled:
         found = pm.remote.find_offset_by_timestamp(ulog.topic, ulog.partition, timestamp)
