@@ -388,6 +388,8 @@ BROKER_KEYS: list[ConfigKey] = [
     _compat("zookeeper.connection.timeout.ms", Type.INT, None, validator=at_least(0)),
 ]
 
+#: The group of Kafka's keys that tierlog accepts, stores and describes but does not act on.
+UNMODELLED_GROUP = "kafka"
 _UNMODELLED_DOC = ("Apache Kafka's key, with Kafka's default: accepted, stored and described, so that tools "
                    "managing Kafka configs work; tierlog does not act on it.")
 #: What such a key accepts: its type, as Kafka's checks are not tierlog's to repeat.
@@ -424,7 +426,7 @@ def _unmodelled(scope: str, defined: list[ConfigKey]) -> list[ConfigKey]:
         type_ = _KAFKA_TYPES[kafka_type]
         out.append(ConfigKey(name=name, type=type_, default=_kafka_default(type_, default), doc=_UNMODELLED_DOC,
                              importance=Importance[importance], scope=Scope.TOPIC if scope == "topic" else Scope.BROKER,
-                             valid_values=_UNMODELLED_VALID.get(type_, ""), dynamic=True, group="kafka"))
+                             valid_values=_UNMODELLED_VALID.get(type_, ""), dynamic=True, group=UNMODELLED_GROUP))
     return out
 
 

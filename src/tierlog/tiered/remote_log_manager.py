@@ -351,14 +351,7 @@ class RemoteLogManager:
         return self.reader.earliest_offset(topic, partition)
 
     def max_timestamp(self, topic: str, partition: int) -> int:
-        """The largest record timestamp the remote tier holds above its log start (-1: none), for
-        ListOffsets MAX_TIMESTAMP."""
-        tip = self._tip_for(topic, partition)
-        start = None if tip is None else self.remote_log_start_offset(topic, partition)
-        if tip is None or start is None:
-            return -1
-        return max((m.max_timestamp_ms for m in self.rlmm.list_remote_log_segments(tip)
-                    if m.state is S.COPY_SEGMENT_FINISHED and m.end_offset >= start), default=-1)
+        return self.reader.max_timestamp(topic, partition)
 
     def find_offset_by_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
         return self.reader.find_offset_by_timestamp(topic, partition, timestamp)

@@ -62,6 +62,16 @@ class RemoteReader:
             return local
         return remote if local is None else min(remote, local)
 
+    def max_timestamp(self, topic: str, partition: int) -> int:
+        """The largest record timestamp the remote tier holds above its log start (-1: none), for
+        ListOffsets MAX_TIMESTAMP."""
+        tip = self.ctx.tip_for(topic, partition)
+        start = None if tip is None else self.remote_log_start_offset(topic, partition)
+        if tip is None or start is None:
+            return -1
+        return max((m.max_timestamp_ms for m in self.ctx.rlmm.list_remote_log_segments(tip)
+                    if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= start), default=-1)
+
     def find_offset_by_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` in the remote tier, for
         ListOffsets by time (Kafka's RemoteLogManager#findOffsetByTimestamp): the first finished
