@@ -9,7 +9,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.integration.conftest import BrokerProcess
@@ -44,8 +43,13 @@ def test_streams_word_count_at_least_once(kafka_jars: None, tierlog_broker: Brok
 
 
 def test_streams_exactly_once_v2(kafka_jars: None, tierlog_broker: BrokerProcess, tmp_path: Path) -> None:
-    pytest.skip("processing.guarantee=exactly_once_v2 needs transactions (InitProducerId with a "
-                "transactional.id, AddPartitionsToTxn, EndTxn): tierlog has none yet, issue 17")
+    """processing.guarantee=exactly_once_v2: every task's output, changelog writes and offset commits in
+    one transaction (InitProducerId with a transactional.id, AddPartitionsToTxn, TxnOffsetCommit, EndTxn);
+    the counts are read back read_committed."""
+    proc = _word_count(tierlog_broker, tmp_path, "exactly_once_v2")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-5000:]}\n{tierlog_broker.stderr_tail()}"
+    counts = {line.split()[1]: int(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("count ")}
+    assert counts == WORDS
 
 
 def _post(url: str, body: dict[str, object]) -> None:

@@ -48,6 +48,8 @@ public class WordCount {
             c.putAll(common);
             c.put("group.id", app + "-reader");
             c.put("auto.offset.reset", "earliest");
+            // Exactly once: the output is read as committed transactions only.
+            if (guarantee.startsWith("exactly_once")) c.put("isolation.level", "read_committed");
             try (KafkaConsumer<String, Long> consumer = new KafkaConsumer<>(c, new StringDeserializer(), new LongDeserializer())) {
                 consumer.subscribe(List.of(out));
                 long deadline = System.currentTimeMillis() + 120_000;
