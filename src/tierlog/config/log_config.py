@@ -34,6 +34,10 @@ _ATTRS: dict[str, str] = {
     "local.retention.bytes": "local_retention_bytes",
     "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
     "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
 
 
@@ -61,6 +65,10 @@ class LogConfig:
     local_retention_bytes: int = -2
     message_timestamp_before_max_ms: int = INT64_MAX
     message_timestamp_after_max_ms: int = INT64_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
 
     def __post_init__(self) -> None:
         _validate_local_retention("local.retention.ms", self.local_retention_ms, self.retention_ms)
@@ -97,6 +105,18 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms when smaller on a compacted topic, so the active
+        segment (never cleaned) rolls in time for the lag to hold (LogConfig#maxSegmentMs)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def effective_local_retention_ms(self) -> int:
