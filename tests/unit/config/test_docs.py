@@ -95,7 +95,8 @@ def test_groups_come_in_the_documented_order() -> None:
     titles = list(GROUP_TITLES.values())
     assert broker == sorted(broker, key=titles.index)
     assert broker[0] == "General"
-    assert [h for h in headings if h.startswith("Topic: ")] == ["Topic: Log and retention", "Topic: Tiered storage"]
+    assert [h for h in headings if h.startswith("Topic: ")] == [
+        "Topic: Log and retention", "Topic: Log compaction (the log cleaner)", "Topic: Tiered storage"]
 
 
 def test_plain_text_lists_every_key_with_its_facts() -> None:
