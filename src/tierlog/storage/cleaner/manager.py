@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.errors import TierlogError
@@ -26,6 +27,7 @@ from tierlog.storage.cleaner.decisions import (
     select_filthiest,
 )
 from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.cleaner.status_file import PartitionCleanerState, write_status
 from tierlog.storage.cleaner.swap import SwapHook
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager, Progress
@@ -45,22 +47,6 @@ class CleanerSettings:
     dedupe_buffer_size: int = 134217728
     io_buffer_load_factor: float = 0.9
     progress_interval_ms: int = 5000
-
-
-@dataclass
-class PartitionCleanerState:
-    """What ``tierlog cleaner status`` and the metrics show of one compacted partition."""
-
-    checkpoint: int | None = None
-    dirty_ratio: float = 0.0
-    dirty_bytes: int = 0
-    clean_bytes: int = 0
-    last_clean_ms: int | None = None
-    bytes_cleaned: int = 0
-    bytes_written: int = 0
-    cleanings: int = 0
-    uncleanable_reason: str | None = None
-    next_delete_horizon_ms: int | None = None
 
 
 @dataclass
@@ -219,8 +205,28 @@ class LogCleaner:
 
     # -- one cleaning -------------------------------------------------------------------------------
 
+    def write_status_files(self) -> None:
+        """Each log dir's ``cleaner-status`` for ``tierlog cleaner status``."""
+        by_dir: dict[str, dict[TopicPartition, PartitionCleanerState]] = {str(d): {} for d in self.manager.log_dirs}
+        for tp, ulog in self.manager.all_logs().items():
+            state = self.states.get(tp)
+            if state is not None:
+                by_dir.setdefault(str(ulog.dir.parent), {})[tp] = state
+        now_ms = self.clock.wall_ms()
+        for d, states in by_dir.items():
+            try:
+                write_status(Path(d), states, now_ms)
+            except OSError as e:
+                log.warning("could not write the cleaner status in %s: %s", d, e)
+
     def clean_one(self, cleaner: Cleaner) -> bool:
         """Clean the dirtiest log, if any is dirty enough. Returns whether it cleaned one."""
+        try:
+            return self._clean_one(cleaner)
+        finally:
+            self.write_status_files()
+
+    def _clean_one(self, cleaner: Cleaner) -> bool:
         now_ms = self.clock.wall_ms()
         plan = self.grab_filthiest(now_ms)
         self.metrics.last_run_end_ms = self.clock.wall_ms() if plan is None else self.metrics.last_run_end_ms
