@@ -326,9 +326,16 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(0), group="groups"),
     _broker("group.max.session.timeout.ms", Type.INT, 1800000,
             "The largest session timeout a consumer may ask for.", validator=at_least(0), group="groups"),
+    _broker("offsets.retention.minutes", Type.INT, 10080,
+            "The committed offsets of a group expire this long after the group became empty (for offsets "
+            "committed without a group membership: after their commit) and get tombstones in __consumer_offsets.",
+            validator=at_least(1), group="groups"),
+    _broker("offsets.topic.segment.bytes", Type.INT, 104857600,
+            "segment.bytes of __consumer_offsets: small segments, so the log cleaner can compact it early.",
+            validator=at_least(1), group="groups"),
     _broker("offsets.retention.check.interval.ms", Type.LONG, 600000,
-            "How often empty consumer groups without committed offsets are removed (with a tombstone in "
-            "__consumer_offsets if a record of theirs was written).", validator=at_least(1), group="groups"),
+            "How often expired committed offsets and empty consumer groups without committed offsets are "
+            "removed (with tombstones in __consumer_offsets).", validator=at_least(1), group="groups"),
     _broker("offsets.topic.num.partitions", Type.INT, 50, "The number of partitions of __consumer_offsets.",
             validator=between(1, 10000), group="groups"),
     _broker("transaction.state.log.num.partitions", Type.INT, 50,

@@ -201,6 +201,8 @@ class Broker:
             min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
             max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
             retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+            segment_bytes=config.get_int("offsets.topic.segment.bytes"),
         ))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
