@@ -18,8 +18,8 @@ from tierlog.records.header import (
     MAGIC_V2,
     BatchHeader,
 )
-from tierlog.records.reader import decode_batch
-from tierlog.records.record import Record
+from tierlog.records.reader import _records_region, decode_batch
+from tierlog.records.record import Record, read_varint, read_varlong
 from tierlog.storage.cleaner.decisions import tombstone_retained
 from tierlog.storage.cleaner.offset_map import OffsetMap
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
@@ -82,6 +82,31 @@ def read_batches(records: FileRecords, buffer_bytes: int,
         position += offset_in
 
 
+def batch_keys(h: BatchHeader) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, has value) of each record, without decoding values or headers: what the map
+    pass and the retention decision need (a batch kept whole is then copied as it is)."""
+    buf, pos, end = _records_region(h)
+    base = h.base_offset
+    out: list[tuple[int, bytes | None, bool]] = []
+    try:
+        for _ in range(h.records_count):
+            length, pos = read_varint(buf, pos)
+            record_end = pos + length
+            _ts_delta, p = read_varlong(buf, pos + 1)  # after the attributes byte
+            offset_delta, p = read_varint(buf, p)
+            key_length, p = read_varint(buf, p)
+            key = None if key_length < 0 else bytes(buf[p:p + key_length])
+            p += max(key_length, 0)
+            value_length, p = read_varint(buf, p)
+            out.append((base + offset_delta, key, value_length >= 0))
+            pos = record_end
+    except IndexError as e:
+        raise CorruptRecordError(f"batch at offset {base} ends inside a record") from e
+    if pos != end:
+        raise CorruptRecordError(f"batch at offset {base}: its records end at {pos}, not at {end}")
+    return out
+
+
 class Retention(enum.Enum):
     DELETE = "delete"
     DELETE_EMPTY = "delete_empty"
@@ -142,31 +167,39 @@ def filter_batch(h: BatchHeader, ctx: FilterContext) -> bytes | None:
     ctx.records_read += h.records_count
     if retention is Retention.DELETE:
         return None
-    records = decode_batch(h)
+    keys = batch_keys(h)
     if discard_records:
-        kept: list[Record] = []
+        kept_offsets: list[int] = []
+        has_tombstone = False
     elif h.is_control:
-        kept = records
+        kept_offsets = [o for o, _, _ in keys]
+        has_tombstone = False
     else:
-        kept = []
-        for r in records:
-            if r.key is None:
+        kept_offsets = []
+        has_tombstone = False
+        keep_deletes = tombstone_retained(horizon, ctx.now_ms)
+        get = ctx.offset_map.get
+        for offset, key, has_value in keys:
+            if key is None:
                 continue  # a null key cannot be compacted: Kafka's cleaner drops it
-            if r.offset < ctx.offset_map.get(r.key):
+            if offset < get(key):
                 continue
-            if r.value is None and not tombstone_retained(horizon, ctx.now_ms):
-                continue
-            kept.append(r)
-    ctx.records_kept += len(kept)
-    has_tombstone = any(r.value is None for r in kept) and not h.is_control
-    marker_for_empty_txn = discardable and h.is_control and bool(kept)
+            if not has_value:
+                if not keep_deletes:
+                    continue
+                has_tombstone = True
+            kept_offsets.append(offset)
+    ctx.records_kept += len(kept_offsets)
+    marker_for_empty_txn = discardable and h.is_control and bool(kept_offsets)
     new_horizon = horizon
     if horizon is None and (has_tombstone or marker_for_empty_txn):
         new_horizon = ctx.now_ms + ctx.delete_retention_ms
-    if len(kept) == len(records) and new_horizon == horizon:
+    if len(kept_offsets) == len(keys) and new_horizon == horizon:
         return bytes(h.raw())
-    if not kept and retention is Retention.DELETE_EMPTY:
+    if not kept_offsets and retention is Retention.DELETE_EMPTY:
         return None
+    wanted = set(kept_offsets)
+    kept: list[Record] = [r for r in decode_batch(h) if r.offset in wanted] if wanted else []
     log_append = h.timestamp_type == LOG_APPEND_TIME
     return build_batch(
         kept, base_offset=h.base_offset, compression=h.compression, timestamp_type=h.timestamp_type,

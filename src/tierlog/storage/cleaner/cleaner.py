@@ -13,17 +13,17 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.records.header import BatchHeader
-from tierlog.records.reader import decode_batch
 from tierlog.storage import files
 from tierlog.storage.cleaner.batches import (
     FilterContext,
     LastRecord,
+    batch_keys,
     delete_horizon_of,
     filter_batch,
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.cleaner.offset_map import OffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.log import UnifiedLog, segment_settings
@@ -159,14 +159,14 @@ class Cleaner:
                 if txn.on_batch_read(h):
                     covered = h.next_offset
                     continue
-                if len(m) and not m.fits(h.records_count):
+                keyed = [(offset, key_digest(key)) for offset, key, _ in batch_keys(h) if key is not None]
+                if len(m) and not m.fits_digests([d for _, d in keyed]):
                     log.info("the cleaner's offset map is full (%d keys) at offset %d of %s-%d; cleaning up to there",
                              len(m), h.base_offset, ulog.topic, ulog.partition)
                     return covered
-                for r in decode_batch(h):
-                    if r.key is not None:
-                        m.put(r.key, r.offset)
-                        result.map_records += 1
+                for offset, digest in keyed:
+                    m.put_digest(digest, offset)
+                result.map_records += len(keyed)
                 covered = h.next_offset
         return end  # every batch below ``end`` is in the map
 

@@ -31,6 +31,18 @@ class OffsetMap:
         """Whether ``keys`` more keys (at worst all new) fit."""
         return len(self._offsets) + keys <= self.slots
 
+    def fits_digests(self, digests: list[bytes]) -> bool:
+        """Whether keys with these digests fit, counting only the ones the map does not hold yet."""
+        if self.fits(len(digests)):
+            return True
+        new = set(digests) - self._offsets.keys()
+        return len(self._offsets) + len(new) <= self.slots
+
+    def put_digest(self, digest: bytes, offset: int) -> None:
+        self._offsets[digest] = offset
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+
     def put(self, key: bytes, offset: int) -> None:
         self._offsets[key_digest(key)] = offset
         if offset > self.latest_offset:
