@@ -23,15 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import command_line, report  # noqa: E402
-
-from tierlog.config import LogConfig  # noqa: E402
-from tierlog.records import SimpleRecord, build_batch  # noqa: E402
-from tierlog.storage.cleaner.cleaner import Cleaner  # noqa: E402
-from tierlog.storage.cleaner.manager import clean_log  # noqa: E402
-from tierlog.storage.cleaner.offset_map import OffsetMap, key_digest  # noqa: E402
-from tierlog.storage.loader import LoadOptions, load_log  # noqa: E402
-from tierlog.testing import ManualClock  # noqa: E402
+from _common import command_line, report
+from tierlog.config import LogConfig
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.storage.cleaner.cleaner import Cleaner
+from tierlog.storage.cleaner.manager import clean_log
+from tierlog.storage.cleaner.offset_map import OffsetMap, key_digest
+from tierlog.storage.loader import LoadOptions, load_log
+from tierlog.testing import ManualClock
 
 TS = 1_700_000_000_000
 IO_BUFFER = 524288
