@@ -17,6 +17,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.metadata_cmd",
     "tierlog.cli.config_cmd",
     "tierlog.cli.tier_cmd",
+    "tierlog.cli.cleaner_cmd",
     "tierlog.cli.spark_cmd",
     "tierlog.cli.topics_cmd",
     "tierlog.cli.clients_cmd",

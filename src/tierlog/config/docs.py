@@ -31,6 +31,7 @@ GROUP_TITLES: dict[str, str] = {
     "log": "Log and retention",
     "producer": "Producer state",
     "metadata": "Metadata log and snapshots",
+    "cleaner": "Log compaction (the log cleaner)",
     "tiered": "Tiered storage",
     "network": "Network",
     "groups": "Consumer groups",

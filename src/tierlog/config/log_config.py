@@ -41,6 +41,10 @@ class LogConfig:
     local_retention_bytes: int = _key("local.retention.bytes")
     message_timestamp_before_max_ms: int = _key("message.timestamp.before.max.ms")
     message_timestamp_after_max_ms: int = _key("message.timestamp.after.max.ms")
+    min_cleanable_dirty_ratio: float = _key("min.cleanable.dirty.ratio")
+    delete_retention_ms: int = _key("delete.retention.ms")
+    min_compaction_lag_ms: int = _key("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _key("max.compaction.lag.ms")
 
     def __post_init__(self) -> None:
         _validate_local_retention("local.retention.ms", self.local_retention_ms, self.retention_ms)
@@ -77,6 +81,18 @@ class LogConfig:
     @property
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms when smaller on a compacted topic, so the active
+        segment (never cleaned) rolls in time for the lag to hold (LogConfig#maxSegmentMs)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def effective_local_retention_ms(self) -> int:

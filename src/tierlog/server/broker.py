@@ -56,6 +56,7 @@ from tierlog.storage.checkpoints import (
     uuid_to_base64,
     well_formed_cluster_id,
 )
+from tierlog.storage.cleaner.manager import LogCleaner, settings_from
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered import RemoteLogManager
@@ -128,6 +129,7 @@ class Broker:
         self._scheduler: ThreadScheduler | None = None
         self._dir_locks: list[DirLock] = []
         self._stopped = False
+        self._log_cleaner: LogCleaner | None = None
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -173,6 +175,10 @@ class Broker:
             controller.add_listener(tier_sync.on_commit)
             remote.start()
         manager.start_background_tasks()
+        cleaner_settings = settings_from(config.get)
+        if cleaner_settings.enable:
+            self._log_cleaner = LogCleaner(manager, cleaner_settings, clock=self.clock)
+            self._log_cleaner.start()
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))
@@ -191,7 +197,7 @@ class Broker:
             log_manager=manager, partitions=partitions, io=io,
             # Never an id the logs' producer states hold, even if the metadata lost its allocation.
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
-            remote_log_manager=remote,
+            remote_log_manager=remote, log_cleaner=self._log_cleaner,
         )
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
@@ -272,6 +278,8 @@ class Broker:
         # not leave the metadata log open (the next start then recovers that dir, as after a crash).
         # The remote log manager goes first: its copy tasks read the local segments.
         steps = [ctx.log_manager.shutdown, ctx.controller.close]
+        if ctx.log_cleaner is not None:
+            steps.insert(0, ctx.log_cleaner.shutdown)  # a cleaning stops between groups, before the logs close
         if ctx.remote_log_manager is not None:
             steps.insert(0, ctx.remote_log_manager.close)
         for step in steps:

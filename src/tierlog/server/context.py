@@ -21,6 +21,7 @@ from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
+from tierlog.storage.cleaner.manager import LogCleaner
 from tierlog.storage.log_manager import LogManager
 from tierlog.tiered import RemoteLogManager
 
@@ -71,6 +72,8 @@ class BrokerContext:
     transactions: TransactionCoordinator | None = None
     #: The remote tier; None unless ``remote.log.storage.system.enable``.
     remote_log_manager: RemoteLogManager | None = None
+    #: Kafka's log cleaner (compaction), None when ``log.cleaner.enable`` is false.
+    log_cleaner: LogCleaner | None = None
 
     @property
     def image(self) -> MetadataImage:

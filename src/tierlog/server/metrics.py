@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 from tierlog.config.definition import HostPort
 from tierlog.metadata.policy import SnapshotReason
 from tierlog.protocol import api_spec
+from tierlog.server.cleaner_metrics import cleaner_metrics
 from tierlog.storage.retention import DeletionReason
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class BrokerCollector(Collector):
         yield from self._metadata()
         yield self._connections()
         yield from self._transactions()
+        yield from cleaner_metrics(self._ctx.log_cleaner)
 
     # -- transactions ---------------------------------------------------------------------------
 

@@ -56,6 +56,8 @@ def group_settings(config: BrokerConfig) -> GroupSettings:
         min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
         max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
         retention_check_interval_ms=config.get_int("offsets.retention.check.interval.ms"),
+        offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+        segment_bytes=config.get_int("offsets.topic.segment.bytes"),
         consumer=ConsumerGroupSettings(
             session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
             heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),

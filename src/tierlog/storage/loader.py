@@ -16,6 +16,7 @@ from tierlog.records.header import BatchHeader
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.checkpoints import PARTITION_METADATA, PartitionMetadataFile
+from tierlog.storage.cleaner.swap import next_offset_of_log_file
 from tierlog.storage.epoch_rebuild import cache_disagrees, open_leader_epoch_cache, rebuild_leader_epochs
 from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.listing_manifest import PartitionListing
@@ -88,6 +89,7 @@ def _clean_leftovers(directory: Path, names: list[str], stats: LoadStats) -> lis
             swaps.append(name)
         else:
             keep.append(name)
+    usable: list[str] = []
     for name in swaps:
         stem = name.partition(".")[0]
         if cleaned_min is not None and (not stem.isdigit() or int(stem) >= cleaned_min):
@@ -95,6 +97,36 @@ def _clean_leftovers(directory: Path, names: list[str], stats: LoadStats) -> lis
             (directory / name).unlink(missing_ok=True)
             stats.removed_files += 1
             continue
+        usable.append(name)
+    # A cleaned segment swapped in replaces every old segment whose offsets it covers (the cleaner's
+    # group of segments): those still on disk are deleted before the swap completes, so the new log
+    # never holds two versions of an offset (LogLoader's swap recovery).
+    covered: set[str] = set()
+    for name in usable:
+        if name.endswith(files.LOG_SUFFIX + files.SWAP_SUFFIX):
+            stem = name.partition(".")[0]
+            if not stem.isdigit():
+                continue
+            end = next_offset_of_log_file(directory / name)
+            first = int(stem)
+            for other in logs:
+                if other.isdigit() and first <= int(other) and ((end is None and int(other) == first) or
+                                                                (end is not None and int(other) < end)):
+                    covered.add(other)
+    if covered:
+        log.warning("completing an interrupted swap of cleaned segments in %s: replacing segments %s", directory,
+                    ", ".join(sorted(covered)))
+        for name in list(keep):
+            if name.partition(".")[0] in covered:
+                (directory / name).unlink(missing_ok=True)
+                keep.remove(name)
+        for stem, name in list(indexes):
+            if stem in covered:
+                (directory / name).unlink(missing_ok=True)
+                indexes.remove((stem, name))
+        logs -= covered
+    for name in usable:
+        stem = name.partition(".")[0]
         target = name[: -len(files.SWAP_SUFFIX)]
         os.replace(directory / name, directory / target)
         if target.endswith(files.LOG_SUFFIX):

@@ -104,7 +104,11 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
                 f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
             )
         # Only clients are refused control batches; the coordinator writes transaction markers.
-        stats.append(validate_batch(h, from_client=from_client))
+        st = validate_batch(h, from_client=from_client)
+        if st.has_null_key and from_client and config.compact:
+            # Kafka's LogValidator: the cleaner could never decide which null-keyed record is "latest".
+            raise InvalidRecordError("Compacted topic cannot accept message without key")
+        stats.append(st)
     if len(buf) > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
@@ -372,7 +376,7 @@ class UnifiedLog(LogTieringMixin):
         if should_roll(
             segment_size=seg.size_bytes, max_segment_bytes=self.config.segment_bytes, messages_size=size,
             first_batch_timestamp=seg.first_batch_timestamp, created_ms=seg.created_ms, now_ms=now_ms,
-            max_timestamp_in_messages=max_ts, max_segment_ms=self.config.segment_ms,
+            max_timestamp_in_messages=max_ts, max_segment_ms=self.config.max_segment_ms,
             roll_jitter_ms=seg.roll_jitter_ms, indexes_full=seg.indexes_full(), base_offset=seg.base_offset,
             max_offset_in_messages=last_offset,
         ):

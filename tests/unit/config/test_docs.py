@@ -96,7 +96,7 @@ def test_groups_come_in_the_documented_order() -> None:
     assert broker == sorted(broker, key=titles.index)
     assert broker[0] == "General"
     assert [h for h in headings if h.startswith("Topic: ")] == [
-        "Topic: Log and retention", "Topic: Tiered storage",
+        "Topic: Log and retention", "Topic: Log compaction (the log cleaner)", "Topic: Tiered storage",
         "Topic: Apache Kafka's other keys (accepted, stored and described; tierlog does not act on them)"]
 
 

@@ -170,6 +170,7 @@ def test_remote_tier_rows_become_per_partition_metrics(tmp_path: Path) -> None:
     ]
     ctx: Any = SimpleNamespace(
         log_manager=manager, remote_log_manager=SimpleNamespace(status=lambda: rows), listeners=[], transactions=None,
+        log_cleaner=None,
         controller=SimpleNamespace(metrics=SnapshotMetrics(), latest_snapshot_age_ms=-1,
                                    metadata_log=SimpleNamespace(dir=tmp_path / "missing")))
     registry = CollectorRegistry()

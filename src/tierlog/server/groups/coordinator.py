@@ -38,6 +38,7 @@ from tierlog.server.groups.group import (
     SyncResult,
 )
 from tierlog.server.groups.offset_delete import classic_group_error, classic_subscribed_topics
+from tierlog.server.groups.offsets_retention import EmptySince, expired_offsets
 from tierlog.server.groups.records import (
     GroupKey,
     OffsetKey,
@@ -81,6 +82,10 @@ class GroupSettings:
     retention_check_interval_ms: int = broker_default("offsets.retention.check.interval.ms")
     #: Consumer groups of the KIP-848 protocol (group.consumer.*).
     consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
+    #: Kafka's offsets.retention.minutes, in ms.
+    offsets_retention_ms: int = broker_default("offsets.retention.minutes") * 60_000
+    #: Kafka's offsets.topic.segment.bytes.
+    segment_bytes: int = broker_default("offsets.topic.segment.bytes")
 
 
 TopicPartition = tuple[str, int]
@@ -104,6 +109,7 @@ class GroupCoordinator:
         self._ticker: asyncio.Task[None] | None = None
         self._topic_lock = asyncio.Lock()
         self._last_cleanup_ms = self.now_ms()
+        self._empty_since = EmptySince()
 
     def now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -112,9 +118,10 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
+            started_ns = self.clock.monotonic_ns()
             loaded = await self.io.run(self._load_blocking)
-            log.info("loaded %d committed offsets of %d groups from %s", loaded, len(self.offsets),
-                     CONSUMER_OFFSETS_TOPIC)
+            log.info("loaded %d committed offsets of %d groups from %s in %.3f s", loaded, len(self.offsets),
+                     CONSUMER_OFFSETS_TOPIC, (self.clock.monotonic_ns() - started_ns) / 1e9)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
 
     async def stop(self) -> None:
@@ -144,7 +151,38 @@ class GroupCoordinator:
         self.consumer.tick(now)
         if now - self._last_cleanup_ms >= self.settings.retention_check_interval_ms:
             self._last_cleanup_ms = now
+            self.expire_offsets()
             self.remove_empty_groups()
+
+    def expire_offsets(self) -> int:
+        """offsets.retention.minutes: tombstones for the offsets of groups empty that long (see
+        offsets_retention); returns the offsets expired."""
+        now = self.clock.wall_ms()
+        expired_total = 0
+        for group_id, offsets in list(self.offsets.items()):
+            group = self.groups.get(group_id)
+            empty = group is None or (group.state is GroupState.EMPTY and not group.members
+                                      and not group.pending_members)
+            had_members = group is not None and group.generation_id > 0
+            since = self._empty_since.observe(group_id, empty=empty, had_members=had_members, now_ms=now)
+            if not empty:
+                continue
+            expired = expired_offsets(offsets, empty_since_ms=since, now_ms=now,
+                                      retention_ms=self.settings.offsets_retention_ms)
+            if not expired:
+                continue
+            for tp in expired:
+                del offsets[tp]
+            if not offsets:
+                del self.offsets[group_id]
+                self._empty_since.forget(group_id)
+            expired_total += len(expired)
+            task = asyncio.get_running_loop().create_task(self._append(
+                group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in expired]))
+            task.add_done_callback(_log_failure)
+        if expired_total:
+            log.info("expired %d committed offsets (offsets.retention.minutes)", expired_total)
+        return expired_total
 
     def remove_empty_groups(self) -> int:
         """Kafka's periodic group cleanup: an empty group without committed offsets is forgotten,
@@ -269,7 +307,7 @@ class GroupCoordinator:
                 return
             try:
                 await self.io.run(self.controller.create_topic, CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions, 1,
-                                  {"cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
+                                  {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)})
                 log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions)
             except TopicExistsError:
                 pass

@@ -1,0 +1,151 @@
+"""The cleaner against a model: random keys, values, tombstones, idempotent producers, rolls and
+cleanings at advancing times. After every cleaning each live key reads back its latest value, a
+deleted key reads back as a tombstone or not at all (the latter only past delete.retention.ms), every
+kept record sits at the offset it was appended at with the same key and value, and every batch's CRC
+holds. A reader fetching during cleanings always sees whole, valid batches in offset order."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tierlog.errors import OffsetOutOfRangeError
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.records.header import iter_headers
+from tierlog.storage.cleaner.cleaner import Cleaner
+from tierlog.storage.cleaner.manager import clean_log
+from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.loader import LoadOptions, load_log
+from tierlog.testing import ManualClock
+
+from .helpers import TS, compact_config, put, records, table
+
+RETENTION_MS = 5_000
+
+op = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 12), st.binary(min_size=0, max_size=20)),
+    st.tuples(st.just("delete"), st.integers(0, 12), st.just(b"")),
+    st.tuples(st.just("producer"), st.integers(0, 12), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("roll"), st.just(0), st.just(b"")),
+    st.tuples(st.just("clean"), st.integers(0, 4_000), st.just(b"")),
+)
+
+_dirs = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op, min_size=1, max_size=120), slots=st.sampled_from([4, 16, 10_000]))
+def test_cleaning_matches_the_model(tmp_path: Path, ops: list[tuple[str, int, bytes]], slots: int) -> None:
+    clock = ManualClock(TS)
+    ulog = load_log(tmp_path / f"t-{next(_dirs)}", compact_config(segment_bytes=300, delete_retention_ms=RETENTION_MS),
+                    LoadOptions(had_clean_shutdown=True), clock=clock)
+    model: dict[bytes, bytes | None] = {}
+    appended: dict[int, tuple[bytes, bytes | None]] = {}
+    deleted_at: dict[bytes, int] = {}
+    cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=256)
+    checkpoint: int | None = None
+    now = TS
+    seq = 0
+    for kind, n, value in ops:
+        key = b"key-%d" % n
+        if kind in ("put", "delete", "producer"):
+            v = None if kind == "delete" else value
+            if kind == "producer":
+                data = build_batch([SimpleRecord(key, v, timestamp=now)], producer_id=11, producer_epoch=0,
+                                   base_sequence=seq)
+                seq += 1
+                offset = ulog.append_as_leader(data).first_offset
+            else:
+                offset = put(ulog, key, v, ts=now)
+            appended[offset] = (key, v)
+            model[key] = v
+            if v is None:
+                deleted_at[key] = now
+            else:
+                deleted_at.pop(key, None)
+        elif kind == "roll":
+            ulog.roll()
+        else:
+            now += n
+            clock.set_wall_ms(now)
+            result = clean_log(ulog, cleaner, checkpoint, now)
+            if not result.aborted:
+                checkpoint = result.end_offset
+            _check(ulog, model, appended, deleted_at, now)
+    ulog.roll()
+    result = clean_log(ulog, cleaner, checkpoint, now)
+    _check(ulog, model, appended, deleted_at, now)
+
+
+def _check(ulog: object, model: dict[bytes, bytes | None], appended: dict[int, tuple[bytes, bytes | None]],
+           deleted_at: dict[bytes, int], now: int) -> None:
+    from tierlog.storage.log import UnifiedLog
+    assert isinstance(ulog, UnifiedLog)
+    got = table(ulog)  # checks every CRC on the way
+    for key, value in model.items():
+        if value is not None:
+            assert got.get(key) == value, key
+        else:
+            assert got.get(key) is None, key
+            if key not in got:  # the tombstone itself went: only after delete.retention.ms
+                assert now >= deleted_at[key] + RETENTION_MS, key
+    for r in records(ulog):
+        assert appended[r.offset] == (r.key, r.value)  # same offset, same record
+    offsets = [r.offset for r in records(ulog)]
+    assert offsets == sorted(set(offsets))
+
+
+def test_a_reader_during_cleaning_sees_a_valid_log(tmp_path: Path) -> None:
+    clock = ManualClock(TS)
+    ulog = load_log(tmp_path / "t-0", compact_config(segment_bytes=600), LoadOptions(had_clean_shutdown=True),
+                    clock=clock)
+    for i in range(600):
+        put(ulog, b"k%d" % (i % 17), b"v%d" % i)
+    ulog.roll()
+    stop = threading.Event()
+    reads = 0
+    problems: list[str] = []
+
+    def reader() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            offset, last = 0, -1
+            while offset < ulog.log_end_offset:
+                try:
+                    data = ulog.read(offset, 4096).read_bytes()
+                except OffsetOutOfRangeError as e:
+                    problems.append(str(e))
+                    return
+                if not data:
+                    break
+                for h in iter_headers(data):
+                    if not h.is_valid() or h.base_offset <= last:
+                        problems.append(f"bad batch at {h.base_offset} after {last}")
+                        return
+                    last = h.last_offset
+                    offset = h.next_offset
+            reads += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        checkpoint = None
+        for _ in range(3):
+            result = clean_log(ulog, Cleaner(OffsetMap(100), io_buffer_bytes=512), checkpoint, TS)
+            checkpoint = result.end_offset
+            for i in range(50):
+                put(ulog, b"k%d" % (i % 17), b"w%d" % i)
+            ulog.roll()
+        # Wait until the reader finished at least two full passes after the cleanings.
+        done = reads + 2
+        while reads < done and t.is_alive():
+            t.join(0.01)
+    finally:
+        stop.set()
+        t.join()
+    assert not problems
+    assert reads >= 2
