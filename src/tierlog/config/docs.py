@@ -36,6 +36,7 @@ GROUP_TITLES: dict[str, str] = {
     "groups": "Consumer groups",
     "transactions": "Transactions",
     "operations": "Operations",
+    "security": "Security",
     "compatibility": "Kafka compatibility (accepted and ignored)",
 }
 

@@ -29,6 +29,7 @@ from tierlog.config.definition import (
     between,
     one_of,
 )
+from tierlog.config.security_keys import SECURITY_KEYS
 
 H = Importance.HIGH
 M = Importance.MEDIUM
@@ -359,9 +360,6 @@ BROKER_KEYS: list[ConfigKey] = [
     _compat("controller.quorum.voters", Type.LIST, ()),
     _compat("controller.quorum.bootstrap.servers", Type.LIST, ()),
     _compat("controller.listener.names", Type.LIST, None),
-    _compat("inter.broker.listener.name", Type.STRING, None),
-    _compat("listener.security.protocol.map", Type.LIST,
-            ("SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT")),
     _compat("num.network.threads", Type.INT, 3, validator=at_least(1)),
     _compat("num.io.threads", Type.INT, 8, validator=at_least(1)),
     _compat("socket.send.buffer.bytes", Type.INT, 102400, validator=at_least(-1)),
@@ -377,7 +375,7 @@ BROKER_KEYS: list[ConfigKey] = [
 ]
 
 TOPIC_DEF = ConfigDef(TOPIC_KEYS)
-BROKER_DEF = ConfigDef(BROKER_KEYS + _synonym_keys())
+BROKER_DEF = ConfigDef(BROKER_KEYS + SECURITY_KEYS + _synonym_keys())
 
 
 def is_rsm_property(name: str) -> bool:

@@ -43,6 +43,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
@@ -117,6 +118,8 @@ class Broker:
         queued_max = config.get_int("queued.max.request.bytes")
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
+        #: TLS contexts are built here, so a certificate that does not load stops the start at once.
+        self.security = ListenerSecurity(config)
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -205,13 +208,13 @@ class Broker:
         receive_timeout_s = config.get_int("socket.request.receive.timeout.ms") / 1000.0
         asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
         bound: list[BoundListener] = []
-        for spec in specs:
-            def factory(name: str = spec.name) -> KafkaConnection:
-                return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
-                                       observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                       memory_pool=self.request_memory)
+        def connection(name: str) -> KafkaConnection:
+            return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
+                                   observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
+                                   memory_pool=self.request_memory)
 
-            bound += await self._server.start([spec], factory, advertised)
+        for spec in specs:
+            bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)
         self.listeners = ctx.listeners = bound
         metrics_address = config.get_optional_str("metrics.listener")
         if metrics_address:

@@ -52,6 +52,8 @@ MAX_QUEUED_BYTES = 32 << 20
 #: After closing, how long a client that does not read may keep its unsent responses before the
 #: socket is aborted (a close waits for the write buffer to drain, which such a client never lets).
 CLOSE_GRACE_S = 5.0
+#: Under TLS a file slice is read and written in chunks of this size instead of sendfile.
+COPY_CHUNK_BYTES = 1 << 20
 
 _connection_ids = itertools.count(1)
 
@@ -109,6 +111,11 @@ class ClientInfo:
     client_id: str = ""
     #: Name of the listener the connection came in on (its address is what Metadata advertises).
     listener: str = "PLAINTEXT"
+    #: Who the client is (Kafka's principal, ``User:name``): from its certificate on a TLS listener
+    #: with client authentication, from SASL on a SASL listener, else ``User:ANONYMOUS``.
+    principal: str = "User:ANONYMOUS"
+    #: The listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+    security_protocol: str = "PLAINTEXT"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -484,10 +491,29 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             reply.close()
 
+    async def _copy_file(self, part: FileSlice) -> None:
+        """Send a file slice by reading it in chunks (pread off the event loop) and writing them;
+        each write waits while the client is not keeping up (pause_writing)."""
+        loop = asyncio.get_running_loop()
+        position, left = part.position, part.size
+        while left > 0:
+            chunk = await loop.run_in_executor(None, os.pread, part.fd, min(left, COPY_CHUNK_BYTES), position)
+            if not chunk:
+                raise OSError(f"file slice ended {left} bytes early")
+            await self._write(chunk)
+            if self._closed:
+                return
+            position += len(chunk)
+            left -= len(chunk)
+
     async def _sendfile(self, part: FileSlice) -> None:
         if self._write_resumed is not None:
             await self._write_resumed
         if self._closed or self._transport is None or self._transport.is_closing() or part.size == 0:
+            return
+        if self._transport.get_extra_info("ssl_object") is not None:
+            # TLS encrypts in user space, so the kernel cannot send the file: copy it through.
+            await self._copy_file(part)
             return
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
         self._sending_file = True
