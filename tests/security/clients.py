@@ -102,8 +102,9 @@ def kcat_roundtrip(bootstrap: str, props: dict[str, str], topic: str, count: int
     assert KCAT is not None, "kcat is not on PATH"
     x = [arg for k, v in props.items() for arg in ("-X", f"{k}={v}")]
     lines = "\n".join(f"v{i}" for i in range(count)) + "\n"
-    subprocess.run([KCAT, "-b", bootstrap, *x, "-P", "-t", topic], input=lines, text=True, check=True,
-                   timeout=TIMEOUT_S, capture_output=True)
+    produced = subprocess.run([KCAT, "-b", bootstrap, *x, "-P", "-t", topic], input=lines, text=True,
+                              timeout=TIMEOUT_S, capture_output=True)
+    assert produced.returncode == 0, produced.stderr
     out = subprocess.run([KCAT, "-b", bootstrap, *x, "-C", "-t", topic, "-o", "beginning", "-e", "-q"],
                          text=True, check=True, timeout=TIMEOUT_S, capture_output=True).stdout
     assert sorted(out.split()) == sorted(f"v{i}" for i in range(count))

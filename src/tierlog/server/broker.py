@@ -202,6 +202,7 @@ class Broker:
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
+        self.security.image = lambda: controller.image
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = config.get_int("socket.request.max.bytes")

@@ -25,8 +25,9 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tierlog.protocol import (
     ApiKey,
@@ -41,6 +42,9 @@ from tierlog.protocol import (
     unsupported_api_versions_response,
 )
 from tierlog.server.limits import RequestMemoryPool, socket_fd
+
+if TYPE_CHECKING:
+    from tierlog.server.auth.session import SaslSession
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +120,14 @@ class ClientInfo:
     principal: str = "User:ANONYMOUS"
     #: The listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
     security_protocol: str = "PLAINTEXT"
+    #: The SASL session on a SASL listener (None elsewhere).
+    sasl: SaslSession | None = None
+    #: Set by a handler whose response must be the last one (a failed SASL authentication): the
+    #: connection closes once it is written.
+    close_after_response: str | None = None
+    #: After SaslHandshake v0 the client sends raw SASL tokens, not requests: each frame goes here,
+    #: which returns the token to send back (None: nothing) and whether to close afterwards.
+    raw_frames: Callable[[bytes], tuple[bytes | None, bool]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -148,6 +160,7 @@ class KafkaConnection(asyncio.Protocol):
         self._registry = registry
         self._observer = observer
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
         self._receive_timeout_s = receive_timeout_s
         self._receive_timer: asyncio.TimerHandle | None = None
         self._pool = memory_pool
@@ -198,6 +211,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
+        if self.client.sasl is not None:
+            # Before authentication a frame may only be as large as a SASL token may be.
+            self._decoder.max_frame_bytes = self.client.sasl.max_frame_bytes(self._max_frame_bytes)
         try:
             frames = self._decoder.feed(data)
         except FrameError as e:
@@ -421,6 +437,9 @@ class KafkaConnection(asyncio.Protocol):
             self._worker = None
 
     async def _handle_frame(self, frame: bytes) -> None:
+        if self.client.raw_frames is not None:
+            await self._raw_frame(self.client.raw_frames, frame)
+            return
         started = time.perf_counter()
         try:
             request = parse_request(frame)
@@ -466,7 +485,21 @@ class KafkaConnection(asyncio.Protocol):
             return size
         data = encode_response(request.api_key, request.api_version, request.correlation_id, reply)
         await self._write(data)
+        reason = self.client.close_after_response
+        if reason is not None:
+            log.info("closing connection %s from %s:%d after its response: %s", self.client.connection_id,
+                     self.client.host, self.client.port, reason)
+            self.close()
         return len(data)
+
+    async def _raw_frame(self, handler: Callable[[bytes], tuple[bytes | None, bool]], frame: bytes) -> None:
+        token, close = handler(frame)
+        if token is not None:
+            await self._write(len(token).to_bytes(4, "big") + token)
+        if close:
+            log.info("closing connection %s from %s:%d: SASL authentication failed", self.client.connection_id,
+                     self.client.host, self.client.port)
+            self.close()
 
     def _reject(self, error: RequestError) -> None:
         log.warning("closing connection %s from %s:%d (client %r): %s", self.client.connection_id,
