@@ -96,3 +96,26 @@ def test_bad_credentials_fail_with_one_message(sasl_broker: SecureBroker, pki: P
     with pytest.raises(KafkaException) as e:
         admin.list_topics(timeout=10)
     print(f"{mechanism} as {user!r} with a wrong password: {e.value}")
+
+
+def test_requests_before_authentication_and_oversized_frames_close_only_that_connection(
+        sasl_broker: SecureBroker, pki: Pki, topic_name: str) -> None:
+    import socket
+    import struct
+
+    def attempt(what: str, payload: bytes) -> None:
+        with socket.create_connection(("127.0.0.1", sasl_broker.ports["SASL_PLAINTEXT"]), timeout=10) as s:
+            s.sendall(payload)
+            try:
+                data = s.recv(65536)
+            except ConnectionError:
+                data = b""
+            print(f"{what}: {'connection closed' if not data else f'answered {len(data)} bytes'}")
+            assert data == b"", what
+
+    metadata_v1 = struct.pack(">hhih", 3, 1, 5, -1) + struct.pack(">i", -1)
+    attempt("Metadata before authentication", struct.pack(">i", len(metadata_v1)) + metadata_v1)
+    attempt("a 1 MiB frame before authentication", struct.pack(">i", 1 << 20) + b"\0" * 1024)
+    # An authenticated client on the same listener is unaffected.
+    clients.confluent_roundtrip(sasl_broker.address("SASL_PLAINTEXT"),
+                                _ck(pki, "SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret"), topic_name)
