@@ -49,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         from tierlog.server.transport import parse_listeners
 
         parse_listeners(config.get_list("listeners"))
+        # ... and TLS certificates load (a key that does not match its certificate is a config error).
+        from tierlog.server.security.listeners import ListenerSecurity
+
+        ListenerSecurity(config)
     except ConfigError as e:
         print(f"tierlog: invalid configuration: {e}", file=sys.stderr)
         return 2

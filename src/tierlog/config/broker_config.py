@@ -14,6 +14,13 @@ from pathlib import Path
 from tierlog.config.definition import HostPort, Listeners, Value, format_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF, is_rsm_property
 from tierlog.config.log_config import local_retention_problem
+from tierlog.config.security_keys import (
+    JAAS_SUFFIX,
+    LISTENER_KEY_NAMES,
+    LISTENER_PREFIX,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+)
 from tierlog.errors import ConfigError
 
 OVERRIDE_ORIGIN = "--override"
@@ -91,6 +98,11 @@ class BrokerConfig:
         try:
             self.plugin_props = {k: str(v) for k, v in props.items() if is_rsm_property(k)}
             broker_props = {k: v for k, v in props.items() if not is_rsm_property(k)}
+            #: Per-listener overrides (listener name upper case → canonical key → value), and the JAAS
+            #: configs by (listener, mechanism).
+            self.listener_props: dict[str, dict[str, Value]] = {}
+            self.jaas_configs: dict[tuple[str, str], str] = {}
+            broker_props = self._split_listener_props(broker_props)
             _reject_topic_keys(broker_props)
             self._explicit = BROKER_DEF.parse(broker_props)
             self._values: dict[str, Value] = {name: key.default for name, key in BROKER_DEF.keys.items()}
@@ -123,6 +135,56 @@ class BrokerConfig:
         if path is not None:
             return cls.from_file(path, pairs)
         return cls(pairs, origins=dict.fromkeys(pairs, OVERRIDE_ORIGIN))
+
+    def _split_listener_props(self, props: Mapping[str, object]) -> dict[str, object]:
+        """Take Kafka's ``listener.name.<listener>.<key>`` overrides out of ``props``."""
+        rest: dict[str, object] = {}
+        for name, raw in props.items():
+            if not name.startswith(LISTENER_PREFIX):
+                rest[name] = raw
+                continue
+            listener, dot, key = name[len(LISTENER_PREFIX):].partition(".")
+            if not dot or not listener or not key:
+                raise ConfigError(name, "expected listener.name.<listener>.<key>")
+            listener = listener.upper()
+            if key.endswith(JAAS_SUFFIX) and key != JAAS_SUFFIX[1:]:
+                mechanism = key[: -len(JAAS_SUFFIX)].upper()
+                if mechanism not in SASL_MECHANISMS:
+                    raise ConfigError(name, f"unknown SASL mechanism {mechanism}; valid: {', '.join(SASL_MECHANISMS)}")
+                self.jaas_configs[(listener, mechanism)] = str(raw)
+                continue
+            if key not in LISTENER_KEY_NAMES:
+                raise ConfigError(name, f"{key} cannot be set per listener; per-listener keys: "
+                                        f"{', '.join(sorted(LISTENER_KEY_NAMES))}, <mechanism>{JAAS_SUFFIX}")
+            try:
+                parsed = BROKER_DEF.parse({key: raw})
+            except ConfigError as e:
+                raise ConfigError(name, str(e).removeprefix(f"{e.key}: ")) from None
+            self.listener_props.setdefault(listener, {}).update(parsed)
+        return rest
+
+    def listener_value(self, listener: str, name: str) -> Value:
+        """The value of a per-listener key for ``listener``: its override, else the broker-wide value."""
+        overrides = self.listener_props.get(listener.upper(), {})
+        key = BROKER_DEF.require(name)
+        return overrides[key.name] if key.name in overrides else self._values[key.name]
+
+    def security_protocol_map(self) -> dict[str, str]:
+        """Listener name → security protocol (``listener.security.protocol.map``)."""
+        out: dict[str, str] = {}
+        for item in self.get_list("listener.security.protocol.map"):
+            name, colon, protocol = item.partition(":")
+            name, protocol = name.strip().upper(), protocol.strip().upper()
+            if not colon or not name or protocol not in SECURITY_PROTOCOLS:
+                raise ConfigError("listener.security.protocol.map",
+                                  f"{item!r} is not NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+            if name in out:
+                raise ConfigError("listener.security.protocol.map", f"listener name {name} is mapped twice")
+            out[name] = protocol
+        return out
+
+    def security_protocol(self, listener: str) -> str:
+        return self.security_protocol_map()[listener.upper()]
 
     def is_set(self, name: str) -> bool:
         return name in self._explicit
@@ -248,6 +310,26 @@ class BrokerConfig:
     def _check_listeners(self) -> None:
         listeners = [Listeners.split(item) for item in self.get_list("listeners")]
         names = [name for name, _, _ in listeners]
+        protocols = self.security_protocol_map()
+        for name in names:
+            if name not in protocols:
+                raise ConfigError("listener.security.protocol.map",
+                                  f"no security protocol for listener {name}; add {name}:<protocol>")
+        inter = self.get_optional_str("inter.broker.listener.name")
+        if inter and inter.upper() not in names:
+            raise ConfigError("inter.broker.listener.name", f"{inter} is not one of listeners ({', '.join(names)})")
+        known = set(names) | {n.upper() for n in self.get_list("controller.listener.names")}
+        for name in [*self.listener_props, *(listener for listener, _ in self.jaas_configs)]:
+            if name not in known:
+                raise ConfigError(f"{LISTENER_PREFIX}{name.lower()}",
+                                  f"listener {name} is not one of listeners ({', '.join(names)})")
+        for name in names:
+            if protocols[name] in ("SSL", "SASL_SSL") and not (
+                    self.listener_value(name, "ssl.keystore.location")
+                    or self.listener_value(name, "ssl.keystore.certificate.chain")):
+                raise ConfigError(f"{LISTENER_PREFIX}{name.lower()}.ssl.keystore.location",
+                                  f"listener {name} uses {protocols[name]} and needs a certificate: set "
+                                  "ssl.keystore.location (or ssl.keystore.certificate.chain and ssl.keystore.key)")
         for name, _, _ in (Listeners.split(item) for item in self.get_list("advertised.listeners")):
             if name not in names:
                 raise ConfigError("advertised.listeners", f"listener name {name} is not one of listeners "

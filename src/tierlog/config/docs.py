@@ -37,6 +37,7 @@ GROUP_TITLES: dict[str, str] = {
     "groups": "Consumer groups",
     "transactions": "Transactions",
     "operations": "Operations",
+    "security": "Security",
     "compatibility": "Kafka compatibility (accepted and ignored)",
     "kafka": "Apache Kafka's other keys (accepted, stored and described; tierlog does not act on them)",
 }

@@ -30,6 +30,7 @@ from tierlog.config.definition import (
     one_of,
 )
 from tierlog.config.kafka_keys import KAFKA_KEYS
+from tierlog.config.security_keys import SECURITY_KEYS
 
 H = Importance.HIGH
 M = Importance.MEDIUM
@@ -411,9 +412,6 @@ BROKER_KEYS: list[ConfigKey] = [
     _compat("controller.quorum.voters", Type.LIST, ()),
     _compat("controller.quorum.bootstrap.servers", Type.LIST, ()),
     _compat("controller.listener.names", Type.LIST, None),
-    _compat("inter.broker.listener.name", Type.STRING, None),
-    _compat("listener.security.protocol.map", Type.LIST,
-            ("SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT")),
     _compat("num.network.threads", Type.INT, 3, validator=at_least(1)),
     _compat("num.io.threads", Type.INT, 8, validator=at_least(1)),
     _compat("socket.send.buffer.bytes", Type.INT, 102400, validator=at_least(-1)),
@@ -471,10 +469,10 @@ def _unmodelled(scope: str, defined: list[ConfigKey]) -> list[ConfigKey]:
 
 
 TOPIC_KEYS += _unmodelled("topic", TOPIC_KEYS)
-BROKER_KEYS += _unmodelled("broker", BROKER_KEYS + _synonym_keys())
+BROKER_KEYS += _unmodelled("broker", BROKER_KEYS + SECURITY_KEYS + _synonym_keys())
 
 TOPIC_DEF = ConfigDef(TOPIC_KEYS)
-BROKER_DEF = ConfigDef(BROKER_KEYS + _synonym_keys())
+BROKER_DEF = ConfigDef(BROKER_KEYS + SECURITY_KEYS + _synonym_keys())
 
 
 def is_rsm_property(name: str) -> bool:

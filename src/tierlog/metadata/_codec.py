@@ -79,6 +79,10 @@ class Writer:
         self.uvarint(len(data) + 1)
         self.buf += data
 
+    def compact_bytes(self, value: bytes) -> None:
+        self.uvarint(len(value) + 1)
+        self.buf += value
+
     def nullable_string(self, value: str | None) -> None:
         if value is None:
             self.buf.append(0)
@@ -166,6 +170,13 @@ class Reader:
     def uuid(self) -> bytes:
         pos = self._need(16)
         return self.buf[pos : pos + 16]
+
+    def compact_bytes(self) -> bytes:
+        n = self.uvarint()
+        if n == 0:
+            raise MetadataReplayError("null where a metadata record requires bytes")
+        pos = self._need(n - 1)
+        return bytes(self.buf[pos : pos + n - 1])
 
     def nullable_string(self) -> str | None:
         n = self.uvarint()

@@ -484,6 +484,15 @@ class Controller:
         self._after_commit()
         return ProducerIdsBlock(broker_id, first, PRODUCER_ID_BLOCK_SIZE)
 
+    def commit_records(self, records: Sequence[MetadataRecord]) -> MetadataImage:
+        """Commit records planned by a caller as one batch (SCRAM credentials: the server's security
+        code decides them, the log only stores them); the image after."""
+        with self._lock:
+            self._ensure_active()
+            image = self._commit(records) if records else self._image
+        self._after_commit()
+        return image
+
     def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False) -> None:
         """UpdateFeatures: every update is applied, in one batch, or none (InvalidUpdateVersionError
         names the first one refused). A metadata.version change triggers a snapshot (seed 000)."""

@@ -34,7 +34,9 @@ from tierlog.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     decode_partition_value,
     decode_record,
 )
@@ -61,6 +63,7 @@ class MetadataDelta:
         self._deleted_topics: dict[bytes, TopicImage] = {}
         self._configs: dict[ConfigKey, dict[str, str]] = {}
         self._producer_ids: ProducerIdsImage | None = None
+        self._scram: dict[tuple[str, int], UserScramCredentialRecord] | None = None
         self._provenance: MetadataProvenance | None = None
         #: True once metadata.version moved from one level to another (not on its first setting).
         self.metadata_version_changed = False
@@ -78,6 +81,8 @@ class MetadataDelta:
             ProducerIdsRecord: self._replay_producer_ids,
             RegisterBrokerRecord: self._replay_register_broker,
             NoOpRecord: _ignore,
+            UserScramCredentialRecord: self._replay_scram,
+            RemoveUserScramCredentialRecord: self._replay_remove_scram,
         }
 
     # -- replay -------------------------------------------------------------------------------------
@@ -175,6 +180,16 @@ class MetadataDelta:
         if r.name == METADATA_VERSION_FEATURE and previous is not None and previous != r.feature_level:
             self.metadata_version_changed = True
 
+    def _replay_scram(self, r: UserScramCredentialRecord) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        self._scram[(r.name, r.mechanism)] = r
+
+    def _replay_remove_scram(self, r: RemoveUserScramCredentialRecord) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        self._scram.pop((r.name, r.mechanism), None)
+
     def _replay_producer_ids(self, r: ProducerIdsRecord) -> None:
         current = self._producer_ids or self.image.producer_ids
         if r.next_producer_id < current.next_producer_id:
@@ -265,6 +280,7 @@ class MetadataDelta:
             topics_by_name=topics_by_name,
             configs=configs,
             producer_ids=self._producer_ids or image.producer_ids,
+            scram_credentials=image.scram_credentials if self._scram is None else MappingProxyType(self._scram),
         )
 
 

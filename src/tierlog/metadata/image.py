@@ -23,6 +23,7 @@ from tierlog.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     encode_partition_record,
     encode_record,
 )
@@ -139,6 +140,9 @@ class MetadataImage:
     #: "" for the cluster-wide default. Only non-empty maps are kept.
     configs: Mapping[ConfigKey, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     producer_ids: ProducerIdsImage = ProducerIdsImage()
+    #: SCRAM credentials by (user name, mechanism id).
+    scram_credentials: Mapping[tuple[str, int], UserScramCredentialRecord] = field(
+        default_factory=lambda: MappingProxyType({}))
     #: The metadata log offset of the last batch that set a feature level: ApiVersions'
     #: FinalizedFeaturesEpoch, as Kafka's controller reports it (FeaturesPublisher). An image loaded
     #: from a snapshot has the snapshot's last offset, as in Kafka; -1 when no feature is set. Not
@@ -196,6 +200,8 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
     if not image.producer_ids.is_empty:
         pids = image.producer_ids
         yield other(ProducerIdsRecord(pids.last_broker_id, pids.last_broker_epoch, pids.next_producer_id))
+    for key in sorted(image.scram_credentials):
+        yield other(image.scram_credentials[key])
     for resource in sorted(k for k in image.configs if k[0] != ConfigResourceType.TOPIC):
         for rec in _config_records(resource, image.configs[resource]):
             yield other(rec)

@@ -453,3 +453,54 @@ __all__ = [
     "encode_record",
     "register",
 ]
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord(MetadataRecord):
+    """A user's SCRAM credential (KIP-554): never the password, only what RFC 5802 lets a server
+    check a proof with. Mechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (Kafka's ScramMechanism ids)."""
+
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    API_KEY: ClassVar[int] = 11
+
+    def write(self, w: Writer) -> None:
+        w.string(self.name)
+        w.i8(self.mechanism)
+        w.compact_bytes(self.salt)
+        w.compact_bytes(self.stored_key)
+        w.compact_bytes(self.server_key)
+        w.i32(self.iterations)
+        w.tagged_fields()
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> UserScramCredentialRecord:
+        rec = cls(r.string(), r.i8(), r.compact_bytes(), r.compact_bytes(), r.compact_bytes(), r.i32())
+        r.tagged_fields()
+        return rec
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord(MetadataRecord):
+    name: str
+    mechanism: int
+
+    API_KEY: ClassVar[int] = 22
+
+    def write(self, w: Writer) -> None:
+        w.string(self.name)
+        w.i8(self.mechanism)
+        w.tagged_fields()
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> RemoveUserScramCredentialRecord:
+        rec = cls(r.string(), r.i8())
+        r.tagged_fields()
+        return rec

@@ -61,6 +61,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -74,10 +75,13 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -121,6 +125,7 @@ _SPECS = (
     ApiSpec(ApiKey.SYNC_GROUP, "SyncGroup", 0, 5),
     ApiSpec(ApiKey.DESCRIBE_GROUPS, "DescribeGroups", 0, 6),
     ApiSpec(ApiKey.LIST_GROUPS, "ListGroups", 0, 5),
+    ApiSpec(ApiKey.SASL_HANDSHAKE, "SaslHandshake", 0, 1),
     ApiSpec(ApiKey.API_VERSIONS, "ApiVersions", 0, 4),
     ApiSpec(ApiKey.CREATE_TOPICS, "CreateTopics", 2, 7),
     ApiSpec(ApiKey.DELETE_TOPICS, "DeleteTopics", 1, 6),
@@ -129,10 +134,13 @@ _SPECS = (
     ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
     ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
+    ApiSpec(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
     ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
+    ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0),
+    ApiSpec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0),
     ApiSpec(ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),

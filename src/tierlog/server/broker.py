@@ -44,6 +44,7 @@ from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_l
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
@@ -121,6 +122,8 @@ class Broker:
         queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
+        #: TLS contexts are built here, so a certificate that does not load stops the start at once.
+        self.security = ListenerSecurity(config)
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -203,19 +206,20 @@ class Broker:
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
+        self.security.image = lambda: controller.image
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = net.socket_request_max_bytes
         receive_timeout_s = net.socket_request_receive_timeout_ms / 1000.0
         asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
         bound: list[BoundListener] = []
-        for spec in specs:
-            def factory(name: str = spec.name) -> KafkaConnection:
-                return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
-                                       observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                       memory_pool=self.request_memory)
+        def connection(name: str) -> KafkaConnection:
+            return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
+                                   observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
+                                   memory_pool=self.request_memory)
 
-            bound += await self._server.start([spec], factory, advertised)
+        for spec in specs:
+            bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)
         self.listeners = ctx.listeners = bound
         metrics_address = net.metrics_listener
         if metrics_address:

@@ -25,8 +25,9 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tierlog.protocol import (
     ApiKey,
@@ -43,6 +44,9 @@ from tierlog.protocol import (
 from tierlog.server.limits import RequestMemoryPool, socket_fd
 from tierlog.server.rejections import RejectionLimiter, client_id_of
 
+if TYPE_CHECKING:
+    from tierlog.server.auth.session import SaslSession
+
 log = logging.getLogger(__name__)
 
 #: Shared by every connection of the process: a client reconnecting to be refused again is one client.
@@ -56,6 +60,8 @@ MAX_QUEUED_BYTES = 32 << 20
 #: After closing, how long a client that does not read may keep its unsent responses before the
 #: socket is aborted (a close waits for the write buffer to drain, which such a client never lets).
 CLOSE_GRACE_S = 5.0
+#: Under TLS a file slice is read and written in chunks of this size instead of sendfile.
+COPY_CHUNK_BYTES = 1 << 20
 
 _connection_ids = itertools.count(1)
 
@@ -113,6 +119,19 @@ class ClientInfo:
     client_id: str = ""
     #: Name of the listener the connection came in on (its address is what Metadata advertises).
     listener: str = "PLAINTEXT"
+    #: Who the client is (Kafka's principal, ``User:name``): from its certificate on a TLS listener
+    #: with client authentication, from SASL on a SASL listener, else ``User:ANONYMOUS``.
+    principal: str = "User:ANONYMOUS"
+    #: The listener's security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+    security_protocol: str = "PLAINTEXT"
+    #: The SASL session on a SASL listener (None elsewhere).
+    sasl: SaslSession | None = None
+    #: Set by a handler whose response must be the last one (a failed SASL authentication): the
+    #: connection closes once it is written.
+    close_after_response: str | None = None
+    #: After SaslHandshake v0 the client sends raw SASL tokens, not requests: each frame goes here,
+    #: which returns the token to send back (None: nothing) and whether to close afterwards.
+    raw_frames: Callable[[bytes], tuple[bytes | None, bool]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,6 +164,7 @@ class KafkaConnection(asyncio.Protocol):
         self._registry = registry
         self._observer = observer
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
         self._receive_timeout_s = receive_timeout_s
         self._receive_timer: asyncio.TimerHandle | None = None
         self._pool = memory_pool
@@ -195,6 +215,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
+        if self.client.sasl is not None:
+            # Before authentication a frame may only be as large as a SASL token may be.
+            self._decoder.max_frame_bytes = self.client.sasl.max_frame_bytes(self._max_frame_bytes)
         try:
             frames = self._decoder.feed(data)
         except FrameError as e:
@@ -418,6 +441,9 @@ class KafkaConnection(asyncio.Protocol):
             self._worker = None
 
     async def _handle_frame(self, frame: bytes) -> None:
+        if self.client.raw_frames is not None:
+            await self._raw_frame(self.client.raw_frames, frame)
+            return
         started = time.perf_counter()
         try:
             request = parse_request(frame)
@@ -463,7 +489,21 @@ class KafkaConnection(asyncio.Protocol):
             return size
         data = encode_response(request.api_key, request.api_version, request.correlation_id, reply)
         await self._write(data)
+        reason = self.client.close_after_response
+        if reason is not None:
+            log.info("closing connection %s from %s:%d after its response: %s", self.client.connection_id,
+                     self.client.host, self.client.port, reason)
+            self.close()
         return len(data)
+
+    async def _raw_frame(self, handler: Callable[[bytes], tuple[bytes | None, bool]], frame: bytes) -> None:
+        token, close = handler(frame)
+        if token is not None:
+            await self._write(len(token).to_bytes(4, "big") + token)
+        if close:
+            log.info("closing connection %s from %s:%d: SASL authentication failed", self.client.connection_id,
+                     self.client.host, self.client.port)
+            self.close()
 
     def _reject(self, error: RequestError, frame: bytes) -> None:
         client_id = client_id_of(frame)
@@ -501,10 +541,29 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             reply.close()
 
+    async def _copy_file(self, part: FileSlice) -> None:
+        """Send a file slice by reading it in chunks (pread off the event loop) and writing them;
+        each write waits while the client is not keeping up (pause_writing)."""
+        loop = asyncio.get_running_loop()
+        position, left = part.position, part.size
+        while left > 0:
+            chunk = await loop.run_in_executor(None, os.pread, part.fd, min(left, COPY_CHUNK_BYTES), position)
+            if not chunk:
+                raise OSError(f"file slice ended {left} bytes early")
+            await self._write(chunk)
+            if self._closed:
+                return
+            position += len(chunk)
+            left -= len(chunk)
+
     async def _sendfile(self, part: FileSlice) -> None:
         if self._write_resumed is not None:
             await self._write_resumed
         if self._closed or self._transport is None or self._transport.is_closing() or part.size == 0:
+            return
+        if self._transport.get_extra_info("ssl_object") is not None:
+            # TLS encrypts in user space, so the kernel cannot send the file: copy it through.
+            await self._copy_file(part)
             return
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
         self._sending_file = True

@@ -29,6 +29,11 @@ class Dispatcher:
         if handler is None:
             # Advertised but unhandled would be a bug; the codec already refused unknown APIs.
             return CloseConnection(f"no handler for API {request.api_key} v{request.api_version}")
+        if client.sasl is not None:
+            # Kafka's SaslServerAuthenticator: nothing but ApiVersions and SASL before authentication.
+            refusal = client.sasl.refusal(request.api_key)
+            if refusal is not None:
+                return CloseConnection(refusal)
         software = client.extra.get("software")
         key = (f"{software[0]}/{software[1]}" if software else client.client_id, request.api_key, request.api_version)
         if key not in self.versions_seen and len(self.versions_seen) < MAX_VERSIONS_SEEN:

@@ -17,9 +17,6 @@ from tierlog.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: The only security protocol served: TLS and SASL would need their own handshakes.
-PLAINTEXT = "PLAINTEXT"
-
 
 @dataclass(frozen=True, slots=True)
 class ListenerSpec:
@@ -49,9 +46,8 @@ def parse_listener(value: str) -> ListenerSpec:
     name, sep, rest = value.strip().partition("://")
     if not sep or not name:
         raise ConfigError("listeners", f"{value!r} is not of the form NAME://host:port")
+    # Which security protocol the name stands for is listener.security.protocol.map's business.
     name = name.upper()
-    if name != PLAINTEXT:
-        raise ConfigError("listeners", f"{value!r}: only PLAINTEXT listeners are supported")
     host, colon, port_text = rest.rpartition(":")
     if not colon or not port_text.isdigit():
         raise ConfigError("listeners", f"{value!r} has no port")

@@ -125,8 +125,12 @@ def _check_response(api_key: int, version: int) -> None:
 
 # ApiVersions' api_keys is a map keyed by api_key in kafka-python: random duplicates do not survive
 # its decoding. ApiVersions has its own exact tests in test_protocol_codec.py.
+# SaslAuthenticate v1+ responses carry session_lifetime_ms, which kio holds as a timedelta: hypothesis
+# draws timedeltas whose milliseconds overflow on the way back (kio's limit, not the wire format's);
+# tests/unit/server/security covers that response with real values.
 def _cases(every: bool, kind: str) -> list[tuple[int, int]]:
-    return [(k, v) for k, v in _versions(every) if not (k == 18 and kind == "response")]
+    return [(k, v) for k, v in _versions(every)
+            if not (k == 18 and kind == "response") and not (k == 36 and v >= 1 and kind == "response")]
 
 
 @pytest.mark.parametrize(("api_key", "version"), _cases(False, "request"))

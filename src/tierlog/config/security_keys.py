@@ -1,0 +1,114 @@
+"""The security keys: listeners' protocols, TLS, SASL, authorization and quotas (Kafka's names).
+
+Every key of :data:`LISTENER_KEYS` may also be set for one listener with Kafka's prefix
+``listener.name.<listener name, lower case>.<key>``; that value wins over the broker-wide one for
+that listener. ``sasl.jaas.config`` is only given that way, with the mechanism in between
+(``listener.name.sasl_ssl.plain.sasl.jaas.config``), as in Kafka.
+"""
+
+from __future__ import annotations
+
+from tierlog.config.definition import ConfigKey, Importance, Scope, Type, Validator, Value, at_least, one_of
+
+H = Importance.HIGH
+M = Importance.MEDIUM
+L = Importance.LOW
+
+#: Kafka's security protocols, in the order its docs list them.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The SASL mechanisms tierlog's brokers serve.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: The prefix of a per-listener override.
+LISTENER_PREFIX = "listener.name."
+#: The per-listener key naming a mechanism's JAAS configuration.
+JAAS_SUFFIX = ".sasl.jaas.config"
+
+
+def _key(name: str, type_: Type, default: Value, doc: str, *, importance: Importance = M,
+         validator: Validator | None = None, valid: str = "", dynamic: bool = False, group: str = "security") -> ConfigKey:
+    return ConfigKey(name=name, type=type_, default=default, doc=doc, importance=importance, scope=Scope.BROKER,
+                     validator=validator, valid_values=valid, dynamic=dynamic, group=group)
+
+
+LISTENER_KEYS: list[ConfigKey] = [
+    _key("ssl.keystore.type", Type.STRING, "PEM",
+         "The format of the broker's certificate and key; tierlog reads PEM only (Kafka's PEM keystore).",
+         validator=one_of("PEM", case_insensitive=True)),
+    _key("ssl.keystore.location", Type.STRING, None,
+         "A PEM file holding the broker's private key and its certificate chain (leaf first). The file is "
+         "checked for changes as connections arrive (at most once a second) and a changed one is used for new "
+         "connections without a restart.", importance=H),
+    _key("ssl.keystore.password", Type.PASSWORD, None,
+         "Accepted for Kafka compatibility; a PEM keystore has no store password (use ssl.key.password)."),
+    _key("ssl.key.password", Type.PASSWORD, None,
+         "The password of an encrypted private key in ssl.keystore.location or ssl.keystore.key.", importance=H),
+    _key("ssl.keystore.certificate.chain", Type.PASSWORD, None,
+         "The broker's certificate chain in PEM, inline (instead of ssl.keystore.location)."),
+    _key("ssl.keystore.key", Type.PASSWORD, None,
+         "The broker's private key in PEM, inline (instead of ssl.keystore.location)."),
+    _key("ssl.truststore.type", Type.STRING, "PEM",
+         "The format of the trusted certificates that client certificates are checked against; PEM only.",
+         validator=one_of("PEM", case_insensitive=True)),
+    _key("ssl.truststore.location", Type.STRING, None,
+         "A PEM file of CA certificates trusted to sign client certificates (mutual TLS).", importance=H),
+    _key("ssl.truststore.password", Type.PASSWORD, None,
+         "Accepted for Kafka compatibility; a PEM truststore has no password."),
+    _key("ssl.truststore.certificates", Type.PASSWORD, None,
+         "Trusted CA certificates in PEM, inline (instead of ssl.truststore.location)."),
+    _key("ssl.client.auth", Type.STRING, "none",
+         "Whether TLS clients must present a certificate: required refuses a client without a trusted one, "
+         "requested asks for one and accepts a client without, none does not ask.",
+         importance=M, validator=one_of("required", "requested", "none")),
+    _key("ssl.enabled.protocols", Type.LIST, ("TLSv1.2", "TLSv1.3"), "The TLS versions accepted.",
+         validator=one_of("TLSv1.2", "TLSv1.3")),
+    _key("ssl.protocol", Type.STRING, "TLSv1.3",
+         "Accepted for Kafka compatibility; the versions used are ssl.enabled.protocols."),
+    _key("ssl.cipher.suites", Type.LIST, (),
+         "The TLS 1.2 cipher suites accepted, by IANA or OpenSSL name; empty: OpenSSL's secure defaults. "
+         "TLS 1.3 suites are always OpenSSL's."),
+    _key("ssl.principal.mapping.rules", Type.STRING, "DEFAULT",
+         "How the distinguished name of a client certificate becomes the principal's name: Kafka's rules, "
+         "RULE:pattern/replacement/[LU] or DEFAULT (the whole name, RFC 2253), separated by commas; the first "
+         "rule whose pattern matches applies."),
+    _key("ssl.endpoint.identification.algorithm", Type.STRING, "https",
+         "Accepted for Kafka compatibility (it concerns a client checking the broker's name)."),
+    _key("sasl.enabled.mechanisms", Type.LIST, ("GSSAPI",),
+         "The SASL mechanisms served on SASL listeners; tierlog serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and "
+         "OAUTHBEARER (Kafka's default, GSSAPI, is not served and is ignored in this list).", importance=H,
+         validator=one_of("GSSAPI", *SASL_MECHANISMS)),
+    _key("connections.max.reauth.ms", Type.LONG, 0,
+         "KIP-368: the longest a SASL session lasts before the client must authenticate again (0: for ever). "
+         "A request on an expired session closes the connection.", validator=at_least(0)),
+    _key("sasl.oauthbearer.jwks.endpoint.url", Type.STRING, None,
+         "Where the JSON Web Key Set that signs OAUTHBEARER tokens is fetched (http(s):// or file:)."),
+    _key("sasl.oauthbearer.expected.audience", Type.LIST, (),
+         "The audiences a token must name one of (aud claim); empty: not checked."),
+    _key("sasl.oauthbearer.expected.issuer", Type.STRING, None, "The issuer a token must name (iss); unset: not checked."),
+    _key("sasl.oauthbearer.clock.skew.seconds", Type.INT, 30,
+         "How far the broker's clock and the token issuer's may disagree when exp, nbf and iat are checked.",
+         validator=at_least(0)),
+    _key("sasl.oauthbearer.sub.claim.name", Type.STRING, "sub", "The claim naming the principal."),
+    _key("sasl.oauthbearer.jwks.endpoint.refresh.ms", Type.LONG, 3600000,
+         "How often the JWKS is fetched again (also at once when a token names an unknown key id).",
+         validator=at_least(1)),
+]
+
+OTHER_KEYS: list[ConfigKey] = [
+    _key("listener.security.protocol.map", Type.LIST,
+         ("SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"),
+         "The security protocol of each listener name, NAME:PROTOCOL; every listener's name must be in it. "
+         "Every ssl.*, sasl.* and connections.max.reauth.ms key may also be set for one listener as "
+         "listener.name.<name>.<key>, and SASL/PLAIN users are listed in "
+         "listener.name.<name>.plain.sasl.jaas.config (Kafka's PlainLoginModule syntax).",
+         importance=H),
+    _key("inter.broker.listener.name", Type.STRING, None,
+         "Accepted (it must name a listener); a single tierlog node has no other broker to talk to."),
+    _key("security.inter.broker.protocol", Type.STRING, "PLAINTEXT",
+         "Accepted for Kafka compatibility; a single tierlog node has no other broker to talk to.",
+         validator=one_of(*SECURITY_PROTOCOLS)),
+    _key("sasl.mechanism.inter.broker.protocol", Type.STRING, "GSSAPI",
+         "Accepted for Kafka compatibility; a single tierlog node has no other broker to talk to."),
+]
+
+SECURITY_KEYS = LISTENER_KEYS + OTHER_KEYS
+LISTENER_KEY_NAMES = frozenset(k.name for k in LISTENER_KEYS)

@@ -1,0 +1,1 @@
+"""SASL authentication (sans-IO mechanism servers) and the per-connection SASL session."""

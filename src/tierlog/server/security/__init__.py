@@ -1,0 +1,1 @@
+"""Listener security: TLS contexts, client principals, SASL authentication (Kafka's rules and keys)."""

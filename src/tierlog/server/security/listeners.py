@@ -1,0 +1,133 @@
+"""What each listener's security protocol adds to an accepted socket (the composition root calls this).
+
+PLAINTEXT: nothing. SSL: the TLS handshake (and the certificate's principal). SASL_PLAINTEXT: SASL
+authentication before any other request. SASL_SSL: both, TLS first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from tierlog.config import BrokerConfig
+from tierlog.config.security_keys import SASL_MECHANISMS
+from tierlog.errors import ConfigError
+from tierlog.metadata import MetadataImage
+from tierlog.server.auth.mechanisms import (
+    SCRAM_MECHANISMS,
+    MechanismServer,
+    PlainServer,
+    ScramCredential,
+    ScramServer,
+    parse_plain_jaas,
+)
+from tierlog.server.auth.session import SaslSession
+from tierlog.server.connection import KafkaConnection
+from tierlog.server.security.acceptor import TlsAcceptor
+from tierlog.server.security.peer_log import PeerLogLimiter
+from tierlog.server.security.principal import PrincipalMapper
+from tierlog.server.security.tls import TlsContextSource, TlsSettings
+
+log = logging.getLogger("tierlog.security")
+
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+class ListenerSecurity:
+    """Per listener: its protocol and, for TLS ones, the context source (built at startup, so a bad
+    certificate stops the broker before it listens)."""
+
+    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.protocols = config.security_protocol_map()
+        self.refusals = PeerLogLimiter(log, now_s)
+        self._now_s = now_s
+        self.tls: dict[str, TlsContextSource] = {}
+        self.mappers: dict[str, PrincipalMapper] = {}
+        #: SASL listeners: the mechanisms served, PLAIN's users, the re-authentication interval.
+        self.sasl_mechanisms: dict[str, tuple[str, ...]] = {}
+        self.plain_users: dict[str, dict[str, str]] = {}
+        self.reauth_ms: dict[str, int] = {}
+        #: The metadata image (SCRAM credentials), set by the broker once the controller is up.
+        self.image: Callable[[], MetadataImage] | None = None
+        # Salts of unknown SCRAM users are derived from it: stable per name, unguessable.
+        self._unknown_user_secret = os.urandom(32)
+        for item in config.get_list("listeners"):
+            name = item.partition("://")[0].upper()
+            if self.protocols.get(name) in TLS_PROTOCOLS:
+                self.tls[name] = TlsContextSource(TlsSettings.from_config(config, name), now_s)
+                self.mappers[name] = PrincipalMapper(str(config.listener_value(name, "ssl.principal.mapping.rules")))
+            if self.protocols.get(name) in SASL_PROTOCOLS:
+                self._configure_sasl(name)
+
+    def _configure_sasl(self, name: str) -> None:
+        key = "sasl.enabled.mechanisms"
+        configured = self.config.listener_value(name, key)
+        mechanisms = tuple(m.upper() for m in (configured if isinstance(configured, tuple) else ())
+                           if m.upper() in SASL_MECHANISMS)
+        if not mechanisms:
+            raise ConfigError(f"listener.name.{name.lower()}.{key}",
+                              f"listener {name} uses SASL but enables none of {', '.join(SASL_MECHANISMS)}")
+        if "OAUTHBEARER" in mechanisms:
+            raise ConfigError(f"listener.name.{name.lower()}.{key}", "OAUTHBEARER is not served yet")
+        if "PLAIN" in mechanisms:
+            jaas_key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
+            text = self.config.jaas_configs.get((name, "PLAIN"))
+            if text is None:
+                raise ConfigError(jaas_key, f"listener {name} enables PLAIN and needs its users: "
+                                            'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                            'user_<name>="<password>";')
+            try:
+                self.plain_users[name] = parse_plain_jaas(text)
+            except ValueError as e:
+                raise ConfigError(jaas_key, str(e)) from None
+        self.sasl_mechanisms[name] = mechanisms
+        reauth = self.config.listener_value(name, "connections.max.reauth.ms")
+        self.reauth_ms[name] = int(reauth) if isinstance(reauth, int) else 0
+
+    def _mechanism_server(self, listener: str, mechanism: str) -> MechanismServer:
+        if mechanism == "PLAIN":
+            return PlainServer(self.plain_users.get(listener, {}))
+        scram = SCRAM_MECHANISMS[mechanism]
+
+        def lookup(user: str) -> ScramCredential | None:
+            record = self.image().scram_credentials.get((user, scram.id)) if self.image is not None else None
+            if record is None:
+                return None
+            return ScramCredential(record.salt, record.stored_key, record.server_key, record.iterations)
+
+        return ScramServer(scram, lookup, self._unknown_user_secret)
+
+    def sasl_session(self, listener: str) -> SaslSession:
+        return SaslSession(self.sasl_mechanisms[listener], lambda m: self._mechanism_server(listener, m),
+                           self.reauth_ms[listener], lambda: int(self._now_s() * 1000))
+
+    def protocol(self, listener: str) -> str:
+        return self.protocols[listener.upper()]
+
+    def factory(self, listener: str, make_connection: Callable[[str], KafkaConnection]
+                ) -> Callable[[], asyncio.Protocol]:
+        """The protocol factory of ``listener``'s server socket."""
+        name = listener.upper()
+        protocol = self.protocol(name)
+
+        def connection() -> KafkaConnection:
+            conn = make_connection(name)
+            conn.client.security_protocol = protocol
+            if protocol in SASL_PROTOCOLS:
+                conn.client.sasl = self.sasl_session(name)
+                conn.client.extra["refusals"] = self.refusals
+            return conn
+
+        if protocol not in TLS_PROTOCOLS:
+            return connection
+        contexts, mapper, refusals = self.tls[name], self.mappers[name], self.refusals
+
+        def acceptor() -> asyncio.Protocol:
+            return TlsAcceptor(connection, contexts, mapper, refusals)
+
+        return acceptor

@@ -1,0 +1,181 @@
+"""TLS for SSL and SASL_SSL listeners: contexts from Kafka's ``ssl.*`` keys, reloaded when files change.
+
+Only PEM keystores and truststores are read (``ssl.keystore.type=PEM``): a file holding the key and
+the certificate chain, or both inline. A context is built per listener; the files it was built from
+are looked at again (at most once a second, when a connection arrives) and a changed certificate is
+used for new connections without a restart, as Kafka's dynamic keystore update does. A file that no
+longer loads leaves the previous context in place and is reported once per change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tierlog.config import BrokerConfig
+from tierlog.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: How often the files behind a context are looked at, at most.
+RECHECK_INTERVAL_S = 1.0
+
+_CLIENT_AUTH = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    listener: str
+    keystore_location: str | None
+    key_password: str | None
+    certificate_chain: str | None
+    private_key: str | None
+    truststore_location: str | None
+    truststore_certificates: str | None
+    client_auth: str
+    enabled_protocols: tuple[str, ...]
+    cipher_suites: tuple[str, ...]
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig, listener: str) -> TlsSettings:
+        def text(key: str) -> str | None:
+            value = config.listener_value(listener, key)
+            return None if value is None or value == "" else str(value)
+
+        def items(key: str) -> tuple[str, ...]:
+            value = config.listener_value(listener, key)
+            return value if isinstance(value, tuple) else ()
+
+        return cls(listener=listener, keystore_location=text("ssl.keystore.location"),
+                   key_password=text("ssl.key.password"), certificate_chain=text("ssl.keystore.certificate.chain"),
+                   private_key=text("ssl.keystore.key"), truststore_location=text("ssl.truststore.location"),
+                   truststore_certificates=text("ssl.truststore.certificates"),
+                   client_auth=text("ssl.client.auth") or "none",
+                   enabled_protocols=items("ssl.enabled.protocols") or ("TLSv1.2", "TLSv1.3"),
+                   cipher_suites=items("ssl.cipher.suites"))
+
+    def watched_files(self) -> tuple[str, ...]:
+        return tuple(p for p in (self.keystore_location, self.truststore_location) if p)
+
+    def key(self, name: str) -> str:
+        """A key's name as the operator would set it for this listener (for error messages)."""
+        return f"listener.name.{self.listener.lower()}.{name}"
+
+
+def openssl_cipher_name(name: str) -> str:
+    """Kafka takes IANA suite names (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256); OpenSSL wants its own
+    (ECDHE-RSA-AES128-GCM-SHA256). A name without ``_WITH_`` is taken as an OpenSSL name."""
+    if not name.startswith("TLS_") or "_WITH_" not in name:
+        return name
+    kx, _, cipher = name[len("TLS_"):].partition("_WITH_")
+    cipher = cipher.replace("AES_128", "AES128").replace("AES_256", "AES256").replace("_CBC", "")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
+    return f"{kx}_{cipher}".replace("_", "-")
+
+
+def build_context(settings: TlsSettings) -> ssl.SSLContext:
+    """A server context for ``settings``; ConfigError naming the key at fault."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = sorted(_VERSIONS[p] for p in settings.enabled_protocols if p in _VERSIONS)
+    if not versions:
+        raise ConfigError(settings.key("ssl.enabled.protocols"), "names no TLS version tierlog serves")
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    suites = [openssl_cipher_name(s) for s in settings.cipher_suites if not s.startswith("TLS_AES_")
+              and not s.startswith("TLS_CHACHA20_")]
+    if suites:
+        try:
+            ctx.set_ciphers(":".join(suites))
+        except ssl.SSLError:
+            raise ConfigError(settings.key("ssl.cipher.suites"),
+                              f"no usable cipher suite in {', '.join(settings.cipher_suites)}") from None
+    _load_keystore(ctx, settings)
+    ctx.verify_mode = _CLIENT_AUTH[settings.client_auth]
+    if settings.client_auth != "none":
+        _load_truststore(ctx, settings)
+    return ctx
+
+
+def _load_keystore(ctx: ssl.SSLContext, s: TlsSettings) -> None:
+    where = s.key("ssl.keystore.location")
+    try:
+        if s.keystore_location:
+            ctx.load_cert_chain(s.keystore_location, password=s.key_password)
+            return
+        if not s.certificate_chain or not s.private_key:
+            raise ConfigError(where, "set ssl.keystore.location, or both ssl.keystore.certificate.chain and "
+                                     "ssl.keystore.key")
+        where = s.key("ssl.keystore.certificate.chain")
+        # The ssl module loads keys from files only: a private directory that lives for the call.
+        with tempfile.TemporaryDirectory(prefix="tierlog-tls-") as tmp:
+            chain, key = Path(tmp, "chain.pem"), Path(tmp, "key.pem")
+            for path, data in ((chain, s.certificate_chain), (key, s.private_key)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w", encoding="ascii") as f:
+                    f.write(data)
+            ctx.load_cert_chain(chain, key, password=s.key_password)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise ConfigError(where, f"cannot load the certificate and key: {e}") from None
+
+
+def _load_truststore(ctx: ssl.SSLContext, s: TlsSettings) -> None:
+    try:
+        if s.truststore_location:
+            ctx.load_verify_locations(cafile=s.truststore_location)
+        elif s.truststore_certificates:
+            ctx.load_verify_locations(cadata=s.truststore_certificates)
+        else:
+            ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise ConfigError(s.key("ssl.truststore.location"), f"cannot load the trusted certificates: {e}") from None
+
+
+def _stamp(paths: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
+    out: list[tuple[int, int, int]] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((0, -1, 0))
+    return tuple(out)
+
+
+class TlsContextSource:
+    """The current context of one listener, rebuilt when its files change."""
+
+    def __init__(self, settings: TlsSettings, now_s: Callable[[], float]) -> None:
+        self.settings = settings
+        self._now_s = now_s
+        self._stamp = _stamp(settings.watched_files())
+        self._context = build_context(settings)
+        self._checked_s = now_s()
+        self._failed_stamp: tuple[tuple[int, int, int], ...] | None = None
+        self.reloads = 0
+
+    def current(self) -> ssl.SSLContext:
+        now = self._now_s()
+        if now - self._checked_s >= RECHECK_INTERVAL_S:
+            self._checked_s = now
+            self._maybe_reload()
+        return self._context
+
+    def _maybe_reload(self) -> None:
+        stamp = _stamp(self.settings.watched_files())
+        if stamp == self._stamp or stamp == self._failed_stamp:
+            return
+        try:
+            context = build_context(self.settings)
+        except ConfigError as e:
+            # Half-written files (a copy in progress) land here too; the next change is tried again.
+            self._failed_stamp = stamp
+            log.error("listener %s keeps its previous certificate: %s", self.settings.listener, e)
+            return
+        self._context, self._stamp, self._failed_stamp = context, stamp, None
+        self.reloads += 1
+        log.info("listener %s: reloaded its certificate and trusted certificates", self.settings.listener)
