@@ -128,6 +128,10 @@ class Broker:
         self._scheduler: ThreadScheduler | None = None
         self._dir_locks: list[DirLock] = []
         self._stopped = False
+        #: Why the broker must stop on its own (every log dir offline), once that happened.
+        self.fatal_reason: str | None = None
+        #: Called (from any thread) when the broker must stop on its own; serve() sets it.
+        self.on_fatal: Callable[[], None] | None = None
 
     # -- start -----------------------------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class Broker:
         # Every log dir gets this broker's one cluster id (left empty, each new dir would draw its own).
         settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
         manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
+        manager.failure_channel.on_all_offline = self._all_log_dirs_offline
         report = manager.startup_logs()
         sync = LogSync(manager, lambda: controller.image)
         lost = controller.load_result.lost_records
@@ -226,6 +231,11 @@ class Broker:
         gc.freeze()
         self._idle_task = asyncio.get_running_loop().create_task(self._expire_idle())
         return bound
+
+    def _all_log_dirs_offline(self, reason: str) -> None:
+        self.fatal_reason = f"every log dir is offline (last: {reason})"
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     async def _expire_idle(self) -> None:
         idle_s = self._net.connections_max_idle_ms / 1000.0
@@ -340,6 +350,11 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    def fatal() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    broker.on_fatal = fatal
     try:
         bound = await broker.start()
     except TierlogError as e:
@@ -363,6 +378,9 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
         await broker.stop()
     except RuntimeError as e:
         print(f"tierlog: {e}", file=sys.stderr, flush=True)
+        return 1
+    if broker.fatal_reason is not None:
+        print(f"tierlog: stopped: {broker.fatal_reason}", file=sys.stderr, flush=True)
         return 1
     print("tierlog stopped cleanly", flush=True)
     return 0
