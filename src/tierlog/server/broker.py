@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
@@ -138,14 +139,14 @@ class Broker:
     def _open_storage(self) -> tuple[Controller, LogManager, RemoteLogManager | None, str]:
         config = self.config
         for d in config.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            _make_durable_dir(d)
         # Before anything reads a file: a second broker on the same directories must not start.
         for d in dict.fromkeys([*config.log_dirs, metadata_log_dir(config).parent]):
             self._dir_locks.append(DirLock(d).acquire())
         cluster_id = _existing_cluster_id(config.log_dirs) or uuid_to_base64(uuid.uuid4().bytes)
         scheduler = self._scheduler = ThreadScheduler(threads=2)
         mdir = metadata_log_dir(config)
-        mdir.mkdir(parents=True, exist_ok=True)
+        _make_durable_dir(mdir)
         controller = Controller.open(mdir, controller_settings(config), clock=self.clock,
                                      scheduler=scheduler)
         node_id = config.node_id
@@ -191,6 +192,7 @@ class Broker:
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
+        partitions.durable_internal = config.get_str("log.durable.acks") != "none"
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io,
@@ -296,6 +298,15 @@ class Broker:
             log.info("broker stopped cleanly")
         else:
             raise RuntimeError("the broker did not stop cleanly; the next start recovers")
+
+
+def _make_durable_dir(d: Path) -> None:
+    """Create ``d`` (and its parents) with every new entry fsynced: a directory whose entry is lost
+    in a power cut takes everything acknowledged inside it along."""
+    missing = [p for p in (d, *d.parents) if not p.exists()]
+    d.mkdir(parents=True, exist_ok=True)
+    for p in reversed(missing):
+        fsync_dir(p.parent)
 
 
 def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:

@@ -151,6 +151,9 @@ class PartitionManager:
         #: Where a read's bytes come from: the local log, or the remote tier (tiered.reader).
         self.reader = TieredReader(remote)
         self.waiters = DataWaiters()
+        #: Whether the coordinators' own appends (offset commits) wait for their fsync too: set by the
+        #: composition root from ``log.durable.acks`` (anything but none).
+        self.durable_internal = False
 
     @property
     def image(self) -> MetadataImage:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
@@ -461,6 +462,12 @@ class UnifiedLog(LogTieringMixin):
                     break
                 if self.segments.is_materialized(seg.base_offset):
                     seg.flush()
+                    if seg.log.needs_dir_sync:
+                        # A new segment's entry (and a new partition dir's) must survive a power cut
+                        # too (Kafka's LocalLog.flush syncs the dir after a roll).
+                        fsync_dir(self.dir)
+                        fsync_dir(self.dir.parent)
+                        seg.log.needs_dir_sync = False
                 if seg.base_offset >= target:
                     break
             self.producer_state.flush_snapshots()
