@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,11 +214,17 @@ def verify(broker: ChaosBroker, partitions: int, acked: dict[int, list[tuple[int
 
 def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int = 3000,
                    min_uptime_s: float = 0.5, max_uptime_s: float = 3.0, kill_while_starting: float = 0.15,
-                   seed: int | None = None, progress: bool = False) -> CrashLoopResult:
+                   seed: int | None = None, progress: bool = False, overrides: dict[str, str] | None = None,
+                   after_kill: Callable[[], None] | None = None, stop_on_loss: bool = True,
+                   broker_log: Path | None = None) -> CrashLoopResult:
+    """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
+    ``stop_on_loss=False`` goes on after a loss (to count what Kafka's behaviour loses)."""
     rng = random.Random(seed)
     result = CrashLoopResult()
     t0 = time.monotonic()
-    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10)})
+    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10), **(overrides or {})})
+    if broker_log is not None:
+        broker.log_path = broker_log
     broker.start()
     create_topic(broker.port, TOPIC, partitions)
     producing = _Producing(broker.bootstrap, partitions, rate)
@@ -232,6 +239,8 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
             result.peak_rss_bytes = max(result.peak_rss_bytes, broker.rss())
             broker.sigkill()
             result.kills += 1
+            if after_kill is not None:
+                after_kill()
             if rng.random() < kill_while_starting:
                 # Killed again while recovering from the first kill.
                 broker.kill_while_starting(rng.uniform(0.2, 2.0))
@@ -246,7 +255,7 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                 print(f"kill {k + 1}/{kills}: restart {result.restart_seconds[-1]:.1f} s, "
                       f"{sum(map(len, acked.values()))} acked, {result.records_in_log} in the log, "
                       f"lost {result.lost}, duplicated {result.duplicated}", flush=True)
-            if not result.ok:
+            if not result.ok and stop_on_loss:
                 break
     finally:
         producing.stop_event.set()

@@ -235,6 +235,13 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(1), group="log"),
     _broker("log.flush.scheduler.interval.ms", Type.LONG, INT64_MAX,
             "How often logs are checked for data older than flush.ms.", validator=at_least(1), group="log"),
+    _broker("log.durable.acks", Type.STRING, "all",
+            "The lowest acks level answered only once the produced batches are fsynced (group commit: the "
+            "produce requests of a log dir share one fdatasync). all: acks=all waits for the disk; 1: acks=1 and "
+            "acks=all wait; none: Kafka's behaviour, answer once appended (to the page cache) and flush by "
+            "flush.messages and flush.ms -- acknowledged records then survive a process crash but not a power "
+            "cut. tierlog has no replicas, so all is the default.",
+            importance=H, validator=one_of("all", "1", "none"), group="log"),
     _broker("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000,
             "How often each log directory's recovery points are checkpointed.",
             validator=at_least(0), group="log"),

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
@@ -133,20 +134,24 @@ class Broker:
         self._dir_locks: list[DirLock] = []
         self._stopped = False
         self._log_cleaner: LogCleaner | None = None
+        #: Why the broker must stop on its own (every log dir offline), once that happened.
+        self.fatal_reason: str | None = None
+        #: Called (from any thread) when the broker must stop on its own; serve() sets it.
+        self.on_fatal: Callable[[], None] | None = None
 
     # -- start -----------------------------------------------------------------------------------
 
     def _open_storage(self) -> tuple[Controller, LogManager, RemoteLogManager | None, str]:
         config = self.config
         for d in config.log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            _make_durable_dir(d)
         # Before anything reads a file: a second broker on the same directories must not start.
         for d in dict.fromkeys([*config.log_dirs, metadata_log_dir(config).parent]):
             self._dir_locks.append(DirLock(d).acquire())
         cluster_id = _existing_cluster_id(config.log_dirs) or uuid_to_base64(uuid.uuid4().bytes)
         scheduler = self._scheduler = ThreadScheduler(threads=2)
         mdir = metadata_log_dir(config)
-        mdir.mkdir(parents=True, exist_ok=True)
+        _make_durable_dir(mdir)
         controller = Controller.open(mdir, controller_settings(config), clock=self.clock,
                                      scheduler=scheduler)
         node_id = config.node_id
@@ -162,6 +167,7 @@ class Broker:
         # Every log dir gets this broker's one cluster id (left empty, each new dir would draw its own).
         settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
         manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
+        manager.failure_channel.on_all_offline = self._all_log_dirs_offline
         report = manager.startup_logs()
         sync = LogSync(manager, lambda: controller.image)
         lost = controller.load_result.lost_records
@@ -195,6 +201,7 @@ class Broker:
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
+        partitions.durable_internal = config.get_str("log.durable.acks") != "none"
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io,
@@ -236,6 +243,11 @@ class Broker:
         gc.freeze()
         self._idle_task = asyncio.get_running_loop().create_task(self._expire_idle())
         return bound
+
+    def _all_log_dirs_offline(self, reason: str) -> None:
+        self.fatal_reason = f"every log dir is offline (last: {reason})"
+        if self.on_fatal is not None:
+            self.on_fatal()
 
     async def _expire_idle(self) -> None:
         idle_s = self._net.connections_max_idle_ms / 1000.0
@@ -300,6 +312,15 @@ class Broker:
             raise RuntimeError("the broker did not stop cleanly; the next start recovers")
 
 
+def _make_durable_dir(d: Path) -> None:
+    """Create ``d`` (and its parents) with every new entry fsynced: a directory whose entry is lost
+    in a power cut takes everything acknowledged inside it along."""
+    missing = [p for p in (d, *d.parents) if not p.exists()]
+    d.mkdir(parents=True, exist_ok=True)
+    for p in reversed(missing):
+        fsync_dir(p.parent)
+
+
 def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:
     config = ctx.config
     assert ctx.groups is not None
@@ -352,6 +373,11 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    def fatal() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    broker.on_fatal = fatal
     try:
         bound = await broker.start()
     except TierlogError as e:
@@ -375,6 +401,9 @@ async def serve(config: BrokerConfig, log_settings: LogManagerSettings) -> int:
         await broker.stop()
     except RuntimeError as e:
         print(f"tierlog: {e}", file=sys.stderr, flush=True)
+        return 1
+    if broker.fatal_reason is not None:
+        print(f"tierlog: stopped: {broker.fatal_reason}", file=sys.stderr, flush=True)
         return 1
     print("tierlog stopped cleanly", flush=True)
     return 0

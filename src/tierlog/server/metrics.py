@@ -144,6 +144,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         yield from self._logs()
+        yield from self._log_dirs()
         yield from self._remote()
         yield from self._metadata()
         yield self._connections()
@@ -298,6 +299,28 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("tierlog_metadata_log_size_bytes", "Bytes of the metadata log directory: "
                                 "segments, indexes and snapshots.",
                                 value=directory_size_bytes(controller.metadata_log.dir))
+
+    # -- log dirs: offline (disk errors) and group commit -----------------------------------------
+
+    def _log_dirs(self) -> Iterator[Metric]:
+        manager = self._ctx.log_manager
+        offline = GaugeMetricFamily("tierlog_log_dir_offline", "1 for a log dir taken offline by a disk error "
+                                    "(the ERROR line 'log dir offline' says why), else 0.", labels=["dir"])
+        rounds = CounterMetricFamily("tierlog_group_commit_syncs", "Group commit rounds (one fdatasync per "
+                                     "segment file written since the previous round), by log dir.", labels=["dir"])
+        requests = CounterMetricFamily("tierlog_group_commit_requests", "Produce requests (and offset commits) "
+                                       "that waited for a group commit, by log dir.", labels=["dir"])
+        seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
+                                      "log dir.", labels=["dir"])
+        offline_dirs = manager.failure_channel.offline_dirs
+        for d in manager.log_dirs:
+            offline.add_metric([str(d)], 1 if d in offline_dirs else 0)
+        for d, commit in manager.group_commits.items():
+            stats = commit.stats
+            rounds.add_metric([str(d)], stats.rounds)
+            requests.add_metric([str(d)], stats.requests)
+            seconds.add_metric([str(d)], stats.sync_seconds)
+        yield from (offline, rounds, requests, seconds)
 
     # -- connections ----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tierlog.errors import (
@@ -66,6 +67,8 @@ class AppendResult:
     log_start_offset: int = -1
     error_message: str | None = None
     duplicate: bool = False
+    #: Asked for with ``durable``: completed once the batches are on disk (group commit).
+    synced: Future[None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,9 @@ class PartitionManager:
         #: Where a read's bytes come from: the local log, or the remote tier (tiered.reader).
         self.reader = TieredReader(remote)
         self.waiters = DataWaiters()
+        #: Whether the coordinators' own appends (offset commits) wait for their fsync too: set by the
+        #: composition root from ``log.durable.acks`` (anything but none).
+        self.durable_internal = False
 
     @property
     def image(self) -> MetadataImage:
@@ -184,7 +190,8 @@ class PartitionManager:
         return ulog
 
     def append_blocking(self, items: list[tuple[str, int, bytes | None]], *, internal: bool = False,
-                        origin: AppendOrigin = AppendOrigin.CLIENT) -> list[AppendResult]:
+                        origin: AppendOrigin = AppendOrigin.CLIENT, durable: bool = False) -> list[AppendResult]:
+        """Append each record set; with ``durable`` each success carries the future of its fsync."""
         out: list[AppendResult] = []
         image = self._image()
         for topic, partition, records in items:
@@ -205,8 +212,9 @@ class PartitionManager:
                     log.exception("append to %s-%d failed", topic, partition)
                 out.append(AppendResult(code, error_message=str(e) or type(e).__name__))
                 continue
+            synced = self.log_manager.sync_future(ulog, info) if durable else None
             out.append(AppendResult(NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
-                                    duplicate=info.duplicate))
+                                    duplicate=info.duplicate, synced=synced))
         return out
 
     def read_blocking(self, specs: list[ReadSpec], max_bytes: int, *, read_committed: bool = False,

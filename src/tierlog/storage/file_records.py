@@ -50,9 +50,12 @@ class FileRecords:
         self._fd: int | None = None
         self._size: int | None = None
         self._lock = threading.Lock()
+        #: A file this object created: its directory entry is not known to be on disk yet (group_commit).
+        self.needs_dir_sync = False
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             self._fd = fd
+            self.needs_dir_sync = True
             if preallocate_bytes > 0 and os.fstat(fd).st_size == 0:
                 os.posix_fallocate(fd, 0, preallocate_bytes)
                 # A preallocated file's valid bytes end where the data ends, not at EOF.
@@ -136,6 +139,15 @@ class FileRecords:
     def flush(self) -> None:
         if self._fd is not None:
             os.fsync(self._fd)
+
+    def sync_data(self) -> None:
+        """fdatasync: the data and the size, not the timestamps. Under the lock so that a concurrent
+        close cannot hand the descriptor's number to another file in between. A closed file was
+        deleted (retention) or closed after a flush (shutdown): nothing is left to sync."""
+        with self._lock:
+            if self._fd is not None:
+                # fdatasync where the platform has it (Linux); looked up per call for fault injection.
+                getattr(os, "fdatasync", os.fsync)(self._fd)
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; return how many were removed."""

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
@@ -46,7 +47,9 @@ from tierlog.storage.checkpoints import (
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
 )
+from tierlog.storage.file_records import FileRecords
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
+from tierlog.storage.log_dir_failure import LogDirFailureChannel
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
@@ -71,6 +74,8 @@ class LogAppendInfo:
     records_count: int
     valid_bytes: int
     duplicate: bool = False
+    #: The segment file holding the batches: what a durable acknowledgement waits to see synced.
+    sync_file: FileRecords | None = None
 
 
 def segment_settings(config: LogConfig) -> SegmentSettings:
@@ -174,6 +179,8 @@ class UnifiedLog(LogTieringMixin):
         #: runs it again before the partition is served.
         self.pending_restore_offset: int | None = None
         self.offline_reason: str | None = None
+        #: Set by the log manager: a disk error here takes the whole log dir offline.
+        self.failure_channel: LogDirFailureChannel | None = None
 
     # -- offsets --------------------------------------------------------------------------------------
 
@@ -255,7 +262,21 @@ class UnifiedLog(LogTieringMixin):
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
-        """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append)."""
+        """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append).
+        A disk error on the write or on a segment file's creation takes the log dir offline."""
+        try:
+            return self._append_as_leader(records, leader_epoch, origin)
+        except OSError as e:
+            raise self._disk_failed(e, f"append to {self.topic}-{self.partition}") from e
+
+    def _disk_failed(self, e: OSError, action: str) -> KafkaStorageError:
+        if self.failure_channel is not None:
+            return self.failure_channel.raise_offline(self.dir.parent, e, action)
+        return KafkaStorageError(f"{action} failed: {e}")
+
+    def _append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin
+    ) -> LogAppendInfo:
         data: bytes | bytearray | memoryview = records
         config = self.config
         self._check_online()
@@ -322,6 +343,7 @@ class UnifiedLog(LogTieringMixin):
                     max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
                     log_append_time_ms=duplicate.timestamp if config.log_append_time else -1,
                     log_start_offset=self.log_start_offset, records_count=0, valid_bytes=0, duplicate=True,
+                    sync_file=self._file_holding(duplicate.first_offset),
                 )
             max_ts, offset_of_max = -1, assigned[0].base_offset
             for h in assigned:
@@ -350,7 +372,13 @@ class UnifiedLog(LogTieringMixin):
                 max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
                 log_append_time_ms=now_ms if config.log_append_time else -1,
                 log_start_offset=self.log_start_offset, records_count=count, valid_bytes=size,
+                sync_file=segment.log,
             )
+
+    def _file_holding(self, offset: int) -> FileRecords | None:
+        """The materialised segment file holding ``offset`` (a retried batch may still await its sync)."""
+        seg = self.segments.floor(offset)
+        return seg.log if seg is not None and self.segments.is_materialized(seg.base_offset) else None
 
     def _check_timestamps(self, headers: list[BatchHeader], stats: list[BatchStats], now_ms: int,
                           config: LogConfig) -> None:
@@ -414,10 +442,22 @@ class UnifiedLog(LogTieringMixin):
         return seg
 
     def flush(self, offset: int | None = None) -> None:
-        """fsync every segment holding offsets below ``offset`` (default LEO); advance the recovery point."""
+        """fsync every segment holding offsets below ``offset`` (default LEO); advance the recovery point.
+
+        Never in an offline log dir: after a failed fsync a second one may "succeed" over pages the
+        kernel already dropped, and the recovery point must not move past them."""
         with self.lock:
             if self.deleted:
                 return
+            if self.failure_channel is not None:
+                self.failure_channel.check(self.dir.parent)
+            try:
+                self._flush(offset)
+            except OSError as e:
+                raise self._disk_failed(e, f"flush of {self.topic}-{self.partition}") from e
+
+    def _flush(self, offset: int | None) -> None:
+        with self.lock:
             target = self._log_end_offset if offset is None else offset
             if target <= self.recovery_point and offset is not None:
                 return
@@ -426,6 +466,12 @@ class UnifiedLog(LogTieringMixin):
                     break
                 if self.segments.is_materialized(seg.base_offset):
                     seg.flush()
+                    if seg.log.needs_dir_sync:
+                        # A new segment's entry (and a new partition dir's) must survive a power cut
+                        # too (Kafka's LocalLog.flush syncs the dir after a roll).
+                        fsync_dir(self.dir)
+                        fsync_dir(self.dir.parent)
+                        seg.log.needs_dir_sync = False
                 if seg.base_offset >= target:
                     break
             self.producer_state.flush_snapshots()
@@ -568,6 +614,8 @@ class UnifiedLog(LogTieringMixin):
         reason = self.offline_reason
         if reason is not None:
             raise KafkaStorageError(f"{self.topic}-{self.partition} is offline: {reason}")
+        if self.failure_channel is not None:
+            self.failure_channel.check(self.dir.parent)
 
     def producer_state_horizon(self) -> int | None:
         """The offset below which this log's producer state knows no producer (its snapshots were

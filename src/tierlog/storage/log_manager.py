@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from tierlog.storage.checkpoints import (
     uuid_to_base64,
     well_formed_cluster_id,
 )
+from tierlog.storage.group_commit import GroupCommit
 from tierlog.storage.listing_manifest import (
     PartitionListing,
     delete_manifest,
@@ -44,7 +45,8 @@ from tierlog.storage.listing_manifest import (
     write_manifest,
 )
 from tierlog.storage.loader import LoadOptions, LoadStats, load_log
-from tierlog.storage.log import UnifiedLog
+from tierlog.storage.log import LogAppendInfo, UnifiedLog
+from tierlog.storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,10 @@ class LogManager:
         self._lazy_started = 0.0
         self._lazy_done_logged = False
         self._lazy_progress = Progress(settings.progress_interval_ms)
+        #: Disk errors take a log dir offline (log_dir_failure); durable acknowledgements wait on
+        #: their dir's group commit.
+        self.failure_channel = LogDirFailureChannel(self.log_dirs)
+        self.group_commits = {d: GroupCommit(d, self.failure_channel) for d in self.log_dirs}
 
     # -- startup --------------------------------------------------------------------------------------
 
@@ -193,6 +199,7 @@ class LogManager:
                 with ThreadPoolExecutor(threads) as pool:
                     results = list(pool.map(lambda item, plan=plan: load_one(item, plan), plan.partition_dirs))
             for tp, ulog, stats in results:
+                ulog.failure_channel = self.failure_channel
                 self._logs[tp] = ulog
                 report.logs += 1
                 report.segments += stats.segments
@@ -317,16 +324,32 @@ class LogManager:
         with self._lock:
             return dict(self._logs)
 
+    def sync_future(self, ulog: UnifiedLog, info: LogAppendInfo) -> Future[None]:
+        """A future completed once the appended batches of ``info`` are on disk (group commit)."""
+        log_dir = ulog.dir.parent
+        commit = self.group_commits.get(log_dir)
+        if commit is None:
+            commit = self.group_commits.setdefault(log_dir, GroupCommit(log_dir, self.failure_channel))
+        if info.sync_file is None:
+            done: Future[None] = Future()
+            done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment
+            return done
+        return commit.request(info.sync_file)
+
     def _pick_log_dir(self) -> Path:
-        if len(self.log_dirs) == 1:
+        online = [d for d in self.log_dirs if self.failure_channel.offline_reason(d) is None]
+        if not online:
+            raise KafkaStorageError("every log dir is offline: " + "; ".join(
+                f"{d}: {r}" for d, r in self.failure_channel.offline_dirs.items()))
+        if len(online) == 1:
             # Counting every log per creation made creating N partitions cost O(N^2): 10,000 took minutes.
-            return self.log_dirs[0]
-        counts = {d: 0 for d in self.log_dirs}
+            return online[0]
+        counts = {d: 0 for d in online}
         for ulog in self._logs.values():
             parent = ulog.dir.parent
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        return min(online, key=lambda d: counts[d])
 
     def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None = None) -> UnifiedLog:
         with self._lock:
@@ -336,13 +359,17 @@ class LogManager:
                     existing.write_partition_metadata(topic_id)
                 return existing
             path = self._pick_log_dir() / files.topic_partition_dir_name(topic, partition)
-            path.mkdir(parents=True, exist_ok=True)
-            ulog = load_log(path, self.config_for_topic(topic),
-                            LoadOptions(had_clean_shutdown=True,
-                                        producer_id_expiration_ms=self.settings.producer_id_expiration_ms),
-                            clock=self.clock, scheduler=self.scheduler)
-            if topic_id is not None:
-                ulog.write_partition_metadata(topic_id)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                ulog = load_log(path, self.config_for_topic(topic),
+                                LoadOptions(had_clean_shutdown=True,
+                                            producer_id_expiration_ms=self.settings.producer_id_expiration_ms),
+                                clock=self.clock, scheduler=self.scheduler)
+                if topic_id is not None:
+                    ulog.write_partition_metadata(topic_id)
+            except OSError as e:
+                raise self.failure_channel.raise_offline(path.parent, e, f"creating the log {path.name}") from e
+            ulog.failure_channel = self.failure_channel
             self._logs[(topic, partition)] = ulog
             log.info("created log for %s-%d in %s", topic, partition, path.parent)
             return ulog
@@ -424,7 +451,8 @@ class LogManager:
             try:
                 plan = ulog.delete_old_segments(now)
             except (OSError, TierlogError) as e:
-                log.error("retention of %s-%d failed: %s", topic, partition, e)
+                if not self.failure_channel.maybe_fail(ulog.dir.parent, e, f"retention of {topic}-{partition}"):
+                    log.error("retention of %s-%d failed: %s", topic, partition, e)
                 continue
             for d in plan:
                 self.deletions[d.reason.value] += 1
@@ -436,9 +464,11 @@ class LogManager:
     def flush_dirty_logs(self) -> None:
         now = self.clock.wall_ms()
         for ulog in self.all_logs().values():
+            if self.failure_channel.offline_reason(ulog.dir.parent) is not None:
+                continue
             try:
                 ulog.maybe_flush_by_time(now)
-            except OSError as e:
+            except (OSError, TierlogError) as e:
                 log.error("flush of %s failed: %s", ulog.dir, e)
 
     def remove_expired_producers(self) -> None:
@@ -448,10 +478,11 @@ class LogManager:
                 ulog.producer_state.remove_expired_producers(now)
 
     def _by_dir(self) -> dict[Path, dict[TopicPartition, UnifiedLog]]:
+        """The logs of each online log dir (an offline dir gets no checkpoint, flush or marker)."""
         out: dict[Path, dict[TopicPartition, UnifiedLog]] = {d: {} for d in self.log_dirs}
         for tp, ulog in self.all_logs().items():
             out.setdefault(ulog.dir.parent, {})[tp] = ulog
-        return out
+        return {d: logs for d, logs in out.items() if self.failure_channel.offline_reason(d) is None}
 
     def checkpoint_recovery_points(self) -> None:
         for d, logs in self._by_dir().items():
@@ -459,7 +490,7 @@ class LogManager:
                 OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(
                     {tp: ulog.recovery_point for tp, ulog in logs.items()})
             except OSError as e:
-                raise KafkaStorageError(f"could not write the recovery point checkpoint in {d}: {e}") from e
+                raise self.failure_channel.raise_offline(d, e, "writing the recovery point checkpoint") from e
 
     def checkpoint_log_start_offsets(self) -> None:
         for d, logs in self._by_dir().items():
@@ -468,7 +499,10 @@ class LogManager:
                 first = ulog.segments.base_offsets[:1]
                 if ulog.config.remote_storage_enable or (first and ulog.log_start_offset > first[0]):
                     entries[tp] = ulog.log_start_offset
-            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(entries)
+            try:
+                OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(entries)
+            except OSError as e:
+                raise self.failure_channel.raise_offline(d, e, "writing the log start offset checkpoint") from e
 
     # -- shutdown -------------------------------------------------------------------------------------
 
@@ -478,10 +512,15 @@ class LogManager:
         for t in self._tasks:
             t.cancel()
         self._tasks.clear()
-        failed_dirs: set[Path] = set()
+        for commit in self.group_commits.values():
+            commit.close()
+        # An offline dir is left as the disk error left it: no sync is trusted, no marker written.
+        failed_dirs: set[Path] = set(self.failure_channel.offline_dirs)
         # Every log is closed without an fsync of its own, then each directory's filesystem is
         # synced once: thousands of fsyncs, each a journal commit, made shutdown take minutes.
         for ulog in self.all_logs().values():
+            if ulog.dir.parent in failed_dirs:
+                continue
             try:
                 ulog.close(sync=False)
             except (OSError, TierlogError) as e:
@@ -494,6 +533,7 @@ class LogManager:
             except OSError as e:
                 # No marker for this directory: the next start recovers it from its recovery points.
                 log.error("syncing %s failed: %s", d, e)
+                self.failure_channel.maybe_fail(d, e, "syncfs at shutdown")
                 failed_dirs.add(d)
                 continue
             for ulog in logs.values():

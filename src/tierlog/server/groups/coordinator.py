@@ -11,6 +11,7 @@ the first time a group needs it, as Kafka does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -328,7 +329,15 @@ class GroupCoordinator:
         partition = self._partition_of(group_id)
         async with self._write_lock:
             results = await self.io.run(self.partitions.append_blocking,
-                                        [(CONSUMER_OFFSETS_TOPIC, partition, batch)], internal=True)
+                                        [(CONSUMER_OFFSETS_TOPIC, partition, batch)], internal=True,
+                                        durable=self.partitions.durable_internal)
+        synced = results[0].synced
+        if synced is not None and not results[0].error_code:
+            # Outside the write lock: commits of other groups share the same group commit round.
+            try:
+                await asyncio.wrap_future(synced)
+            except TierlogError as e:
+                results = [dataclasses.replace(results[0], error_code=e.error_code, error_message=str(e))]
         if results[0].error_code:
             log.error("storing offsets of group %s failed: %s", group_id, results[0].error_message)
             # Kafka maps storage failures of the offsets topic to a retriable coordinator error.

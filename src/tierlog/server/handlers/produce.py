@@ -1,20 +1,25 @@
 """Produce: append each partition's record set as the leader, answer per partition.
 
-acks 0, 1 and -1 all append before answering (a single replica is the whole ISR, so -1 waits for
-nothing more than 1 does); acks=0 sends no response, and when such a request fails the connection
-is closed, as Kafka does, because that is the only way the client learns of it. A duplicate batch of
-an idempotent producer is answered with the offsets it got the first time.
+acks 0, 1 and -1 all append before answering (a single replica is the whole ISR). With durable
+acknowledgements (``log.durable.acks``, by default for acks=all) the answer also waits until the
+batches are fsynced -- by the log dir's group commit, which one fdatasync round shares among every
+request waiting then; a failed sync answers KAFKA_STORAGE_ERROR. acks=0 sends no response, and when
+such a request fails the connection is closed, as Kafka does, because that is the only way the
+client learns of it. A duplicate batch of an idempotent producer is answered with the offsets it
+got the first time (after its segment is synced too: the first attempt may still be waiting).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import struct
 from typing import Any
 
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
-from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION, AppendResult
+from tierlog.server.partitions import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, AppendResult
 
 INVALID_REQUIRED_ACKS = 21
 UNKNOWN_TOPIC_ID = 100
@@ -50,9 +55,12 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
         refused = _unverified(ctx, body, items)
-        appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version))
+        durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
+        appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
                                 "transaction") if i in refused else next(appended) for i in range(len(items))]
+        if durable:
+            results = await _synced(results)
         ctx.partitions.waiters.notify(
             (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
             if name is not None and r.error_code == 0 and not r.duplicate
@@ -80,10 +88,35 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     })
 
 
+def durable_ack(setting: str, acks: int) -> bool:
+    """Whether a produce with ``acks`` is answered only after an fsync under ``log.durable.acks``."""
+    if setting == "all":
+        return acks == -1
+    if setting == "1":
+        return acks in (-1, 1)
+    return False
+
+
+async def _synced(results: list[AppendResult]) -> list[AppendResult]:
+    """Each result once its batches are on disk; a failed sync turns it into KAFKA_STORAGE_ERROR."""
+    waits = [asyncio.wrap_future(r.synced) for r in results if r.synced is not None]
+    if not waits:
+        return results
+    await asyncio.gather(*waits, return_exceptions=True)
+    out = []
+    for r in results:
+        error = None if r.synced is None else r.synced.exception()
+        if error is not None:
+            r = dataclasses.replace(r, error_code=KAFKA_STORAGE_ERROR, base_offset=-1,
+                                    error_message=str(error) or type(error).__name__)
+        out.append(r)
+    return out
+
+
 async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
-                  version: int) -> list[AppendResult]:
+                  version: int, durable: bool) -> list[AppendResult]:
     known = [(name, partition, records) for _, name, partition, records in items if name is not None]
-    appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known) if known else [])
+    appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable) if known else [])
     results = []
     for _, name, _, _ in items:
         if name is None:

@@ -1,0 +1,187 @@
+"""Durable acknowledgements (group commit) and log dirs taken offline by disk errors, with faults
+injected by replacing os.fdatasync / os.pwritev / os.open / os.replace for one call site."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.storage.conftest import batch
+from tierlog.config import LogConfig
+from tierlog.errors import KafkaStorageError
+from tierlog.server.handlers.produce import durable_ack
+from tierlog.storage.log_manager import LogManager
+
+CFG = LogConfig()
+
+
+def manager(*dirs: Path) -> LogManager:
+    mgr = LogManager(list(dirs), lambda t: CFG)
+    mgr.startup_logs()
+    return mgr
+
+
+def eio(*_: Any) -> Any:
+    raise OSError(errno.EIO, "Input/output error")
+
+
+def test_durable_ack_setting() -> None:
+    assert [durable_ack("all", a) for a in (-1, 1, 0)] == [True, False, False]
+    assert [durable_ack("1", a) for a in (-1, 1, 0)] == [True, True, False]
+    assert [durable_ack("none", a) for a in (-1, 1, 0)] == [False, False, False]
+
+
+def test_group_commit_shares_one_round_among_requests_waiting_for_the_previous(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr = manager(tmp_path)
+    logs = [mgr.get_or_create_log("t", p) for p in range(4)]
+    real = os.fdatasync
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow_first(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_first)
+    first = mgr.sync_future(logs[0], logs[0].append_as_leader(batch()))
+    assert entered.wait(30)  # the first round is under way, stuck in its fdatasync
+    # Meanwhile: three partitions (one twice) register; they must all go in the next round.
+    later = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in (logs[1], logs[2], logs[3], logs[3])]
+    assert not any(f.done() for f in later)
+    release.set()
+    first.result(30)
+    for f in later:
+        f.result(30)
+    stats = mgr.group_commits[tmp_path.resolve()].stats
+    assert stats.rounds == 2 and stats.requests == 5
+    assert len(calls) == 1 + 3  # one fdatasync per distinct file per round
+    # The recovery point is the flush's business, not the group commit's.
+    assert all(ulog.recovery_point == 0 for ulog in logs)
+
+
+def test_eio_on_fdatasync_takes_the_dir_offline_and_is_never_retried(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    mgr = manager(a, b)
+    ulog_a = mgr.get_or_create_log("t", 0)
+    ulog_b = mgr.get_or_create_log("t", 1)
+    assert {ulog_a.dir.parent, ulog_b.dir.parent} == {a.resolve(), b.resolve()}
+    if ulog_a.dir.parent != a.resolve():
+        ulog_a, ulog_b = ulog_b, ulog_a
+    ulog_a.append_as_leader(batch())
+    ulog_a.flush()
+    assert ulog_a.recovery_point == 1
+    info = ulog_a.append_as_leader(batch())
+    syncs: list[int] = []
+
+    def failing(fd: int) -> None:
+        syncs.append(fd)
+        eio()
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    fut = mgr.sync_future(ulog_a, info)
+    with pytest.raises(KafkaStorageError):
+        fut.result(30)
+    monkeypatch.undo()
+    assert "EIO" in (mgr.failure_channel.offline_reason(a.resolve()) or "")
+    assert any("log dir offline" in r.message and r.levelname == "ERROR" for r in caplog.records)
+    fsyncs: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    # Nothing more is appended, flushed (a second fsync would "succeed") or synced there...
+    with pytest.raises(KafkaStorageError):
+        ulog_a.append_as_leader(batch())
+    with pytest.raises(KafkaStorageError):
+        ulog_a.flush()
+    with pytest.raises(KafkaStorageError):
+        mgr.sync_future(ulog_a, info).result(30)
+    assert fsyncs == [] and len(syncs) == 1
+    assert ulog_a.recovery_point == 1  # never past the data whose fsync failed
+    # ...while the other dir serves, and new partitions go there.
+    monkeypatch.undo()
+    mgr.sync_future(ulog_b, ulog_b.append_as_leader(batch())).result(30)
+    assert mgr.get_or_create_log("t", 2).dir.parent == b.resolve()
+    # The checkpoints skip the offline dir; the shutdown leaves it unclean for recovery.
+    mgr.shutdown()
+    assert not (a / ".kafka_cleanshutdown").exists() and (b / ".kafka_cleanshutdown").exists()
+    # A restart recovers: everything acknowledged (synced) is there.
+    again = manager(a, b)
+    restarted = again.get_log("t", 0)
+    assert restarted is not None and restarted.log_end_offset >= 1
+    assert again.failure_channel.offline_dirs == {}
+    again.shutdown()
+
+
+def test_enospc_on_write_takes_the_dir_offline_and_the_last_dir_stops_the_broker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr = manager(tmp_path)
+    stopped: list[str] = []
+    mgr.failure_channel.on_all_offline = stopped.append
+    ulog = mgr.get_or_create_log("t", 0)
+    ulog.append_as_leader(batch())
+
+    def full(*_: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", full)
+    with pytest.raises(KafkaStorageError, match="ENOSPC|No space"):
+        ulog.append_as_leader(batch())
+    assert "ENOSPC" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
+    assert len(stopped) == 1
+    with pytest.raises(KafkaStorageError):
+        mgr.get_or_create_log("t", 1)
+
+
+def _failing_open(match: Callable[[str], bool], code: int, real: Callable[..., int] = os.open) -> Callable[..., int]:
+    def opener(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT and match(str(path)):
+            raise OSError(code, os.strerror(code))
+        return real(path, flags, *args, **kwargs)
+    return opener
+
+
+def test_enospc_while_rolling_in_an_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr = manager(tmp_path)
+    ulog = mgr.get_or_create_log("t", 0)
+    ulog.update_config(LogConfig.from_props({"segment.bytes": "1024"}, {}))
+    ulog.append_as_leader(batch(value_size=600))
+    monkeypatch.setattr(os, "open", _failing_open(lambda p: p.endswith(".log"), errno.ENOSPC))
+    with pytest.raises(KafkaStorageError):
+        ulog.append_as_leader(batch(value_size=600))
+    assert "ENOSPC" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
+    assert ulog.log_end_offset == 1
+
+
+def test_eio_on_a_checkpoint_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr = manager(tmp_path)
+    mgr.get_or_create_log("t", 0).append_as_leader(batch())
+    monkeypatch.setattr(os, "replace", eio)
+    with pytest.raises(KafkaStorageError):
+        mgr.checkpoint_recovery_points()
+    monkeypatch.undo()
+    assert "EIO" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
+    mgr.checkpoint_recovery_points()  # an offline dir is skipped, not written again
+
+
+def test_eio_on_an_index_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offset index is an mmap: its flush (msync) failing in a log flush takes the dir offline."""
+    mgr = manager(tmp_path)
+    ulog = mgr.get_or_create_log("t", 0)
+    for _ in range(3):
+        ulog.append_as_leader(batch(value_size=5000))
+    seg = ulog.active_segment
+    monkeypatch.setattr(type(seg.offset_index), "flush", eio)
+    with pytest.raises(KafkaStorageError):
+        ulog.flush()
+    assert ulog.recovery_point == 0
+    assert "EIO" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
