@@ -10,16 +10,13 @@ version closes the connection too, because the client cannot parse a response it
 
 from __future__ import annotations
 
-from tierlog.errors import TierlogError
-
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
+from tierlog.errors import ErrorCode, TierlogError
 
 
 class ProtocolError(TierlogError):
     """Root of every error raised by :mod:`tierlog.protocol`."""
 
-    error_code = INVALID_REQUEST
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 class FrameError(ProtocolError):
@@ -66,7 +63,7 @@ class RequestError(ProtocolError):
 class UnsupportedApiError(RequestError):
     """An API key tierlog does not implement."""
 
-    error_code = UNSUPPORTED_VERSION
+    error_code = ErrorCode.UNSUPPORTED_VERSION
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
         super().__init__(
@@ -78,13 +75,17 @@ class UnsupportedApiError(RequestError):
 
 
 class UnsupportedVersionError(RequestError):
-    """A known API at a version tierlog does not parse."""
+    """A known API (or a metadata record type) at a version tierlog does not parse.
 
-    error_code = UNSUPPORTED_VERSION
+    The one UNSUPPORTED_VERSION error: the metadata layer raises it too, for a metadata record newer
+    than this broker reads (``api_key`` is then the record's apiKey), with its own ``message``."""
 
-    def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
+    error_code = ErrorCode.UNSUPPORTED_VERSION
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int | None, *,
+                 message: str | None = None) -> None:
         super().__init__(
-            f"unsupported version {api_version} of API key {api_key}",
+            message or f"unsupported version {api_version} of API key {api_key}",
             correlation_id=correlation_id,
             api_key=api_key,
             api_version=api_version,
@@ -102,11 +103,11 @@ class MalformedResponseError(ProtocolError):
 class EntityBuildError(ProtocolError):
     """Values that do not fit the message being built (a handler bug, not a client error)."""
 
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class ResponseEncodeError(ProtocolError):
     """A response body that cannot be encoded: the wrong type for the API/version, or a value out
     of range. Always a broker bug, never the client's fault."""
 
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR

@@ -17,21 +17,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tierlog.clock import Clock
-from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import SimpleRecord, build_batch, iter_batches
-from tierlog.server.groups.group import (
-    COORDINATOR_NOT_AVAILABLE,
-    ILLEGAL_GENERATION,
-    INVALID_SESSION_TIMEOUT,
-    NONE,
-    REBALANCE_IN_PROGRESS,
-    UNKNOWN_MEMBER_ID,
-    Group,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
+from tierlog.server.groups.group import Group, GroupState, JoinResult, SyncResult
 from tierlog.server.groups.records import (
     GroupKey,
     OffsetKey,
@@ -45,15 +34,11 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, UNKNOWN_TOPIC_OR_PARTITION, PartitionManager
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
 
 log = logging.getLogger(__name__)
 
-OFFSET_METADATA_TOO_LARGE = 12
-GROUP_ID_NOT_FOUND = 69
-NON_EMPTY_GROUP = 68
-INVALID_GROUP_ID = 24
 #: Kafka's offset.metadata.max.bytes default.
 MAX_METADATA_BYTES = 4096
 #: How often session timeouts and rebalance deadlines are checked.
@@ -240,7 +225,7 @@ class GroupCoordinator:
             await self.ensure_topic()
         except TierlogError as e:
             log.error("cannot create %s: %s", CONSUMER_OFFSETS_TOPIC, e)
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         batch = build_batch([SimpleRecord(k, v, timestamp=self.clock.wall_ms()) for k, v in records])
         partition = self._partition_of(group_id)
         async with self._write_lock:
@@ -249,9 +234,9 @@ class GroupCoordinator:
         if results[0].error_code:
             log.error("storing offsets of group %s failed: %s", group_id, results[0].error_message)
             # Kafka maps storage failures of the offsets topic to a retriable coordinator error.
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         self.partitions.waiters.notify([(CONSUMER_OFFSETS_TOPIC, partition)])
-        return NONE
+        return ErrorCode.NONE
 
     def _store_group(self, group: Group) -> None:
         value = encode_group_value(group.to_value())
@@ -270,14 +255,14 @@ class GroupCoordinator:
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
         if not group_id:
-            return JoinResult(INVALID_GROUP_ID, member_id)
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
         s = self.settings
         if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
-            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
             group = self.groups[group_id] = self._new_group(group_id)
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.join(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
@@ -294,7 +279,7 @@ class GroupCoordinator:
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
         group = self.groups.get(group_id)
         if group is None:
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.sync(member_id=member_id, generation_id=generation_id, protocol_type=protocol_type,
                    protocol_name=protocol_name, assignments=assignments, now_ms=self.now_ms(),
@@ -306,7 +291,7 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
         group = self.groups.get(group_id)
-        code = UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
+        code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
         log.debug("group %s: Heartbeat from %s generation %d -> error %d", group_id, member_id, generation_id, code)
         return code
 
@@ -314,33 +299,33 @@ class GroupCoordinator:
         """(group error, per-member errors)."""
         group = self.groups.get(group_id)
         if group is None:
-            return UNKNOWN_MEMBER_ID, [UNKNOWN_MEMBER_ID for _ in member_ids]
+            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in member_ids]
         now = self.now_ms()
-        return NONE, [group.leave(member_id, now) for member_id in member_ids]
+        return ErrorCode.NONE, [group.leave(member_id, now) for member_id in member_ids]
 
     # -- offsets ---------------------------------------------------------------------------------
 
     def _commit_error(self, group_id: str, member_id: str, generation_id: int) -> int:
         group = self.groups.get(group_id)
         if group is None:
-            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+            return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
         if group.state is GroupState.DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.state is GroupState.EMPTY:
-            return NONE  # the group only stores offsets here (manual assignment)
+            return ErrorCode.NONE  # the group only stores offsets here (manual assignment)
         if group.state is GroupState.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
+            return ErrorCode.REBALANCE_IN_PROGRESS
         if member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
-        return NONE
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
 
     async def commit(self, group_id: str, member_id: str, generation_id: int,
                      offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
         """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
         if not group_id:
-            return [INVALID_GROUP_ID] * len(offsets)
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
         code = self._commit_error(group_id, member_id, generation_id)
         if code:
             return [code] * len(offsets)
@@ -352,15 +337,15 @@ class GroupCoordinator:
         for topic, partition, offset, leader_epoch, metadata in offsets:
             t = image.topics_by_name.get(topic)
             if t is None or partition not in t.partitions:
-                codes.append(UNKNOWN_TOPIC_OR_PARTITION)
+                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(OFFSET_METADATA_TOO_LARGE)
+                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             value = OffsetValue(offset, leader_epoch, metadata or "", now)
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
-            codes.append(NONE)
+            codes.append(ErrorCode.NONE)
         if records:
             code = await self._append(group_id, records)
             if code:
@@ -388,9 +373,9 @@ class GroupCoordinator:
     async def delete(self, group_id: str) -> int:
         group = self.groups.get(group_id)
         if group is None and group_id not in self.offsets:
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.state is not GroupState.EMPTY:
-            return NON_EMPTY_GROUP
+            return ErrorCode.NON_EMPTY_GROUP
         records: list[tuple[bytes, bytes | None]] = [
             (encode_offset_key(OffsetKey(group_id, topic, partition)), None)
             for topic, partition in self.offsets.get(group_id, {})
@@ -401,7 +386,7 @@ class GroupCoordinator:
             return code
         self.groups.pop(group_id, None)
         self.offsets.pop(group_id, None)
-        return NONE
+        return ErrorCode.NONE
 
     def on_topic_deleted(self, topic: str) -> None:
         """Offsets of a deleted topic are dropped from memory. Kafka also writes tombstones for them;

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
-from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION, AppendResult
-
-INVALID_REQUIRED_ACKS = 21
-UNKNOWN_TOPIC_ID = 100
+from tierlog.server.partitions import AppendResult
 
 
 async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -39,23 +37,23 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
 
     results: list[AppendResult]
     if acks not in (-1, 0, 1):
-        results = [AppendResult(INVALID_REQUIRED_ACKS) for _ in items]
+        results = [AppendResult(ErrorCode.INVALID_REQUIRED_ACKS) for _ in items]
     else:
         known = [(name, partition, records) for _, name, partition, records in items if name is not None]
         appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known) if known else [])
         results = []
         for _, name, _, _ in items:
             if name is None:
-                results.append(AppendResult(UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION))
+                results.append(AppendResult(ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 results.append(next(appended))
         ctx.partitions.waiters.notify(
             (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
-            if name is not None and r.error_code == 0 and not r.duplicate
+            if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
         )
 
     if acks == 0:
-        failed = [r for r in results if r.error_code != 0]
+        failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:
             return CloseConnection(f"acks=0 produce failed with error {failed[0].error_code}: {failed[0].error_message}")
         return None
