@@ -26,6 +26,7 @@ from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError, TierlogError
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, ControllerSettings, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
@@ -49,7 +50,6 @@ from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     MetaProperties,
     salvage_meta_properties,
-    uuid_to_base64,
     well_formed_cluster_id,
 )
 from tierlog.storage.dir_lock import DirLock

@@ -21,6 +21,7 @@ from tierlog.errors import (
     TierlogError,
     UnknownTopicOrPartitionError,
 )
+from tierlog.ids import TopicPartition
 from tierlog.metadata import MetadataImage, TopicImage
 from tierlog.server.connection import FileSlice
 from tierlog.storage.batch_check import check_record_set
@@ -41,7 +42,6 @@ SENDFILE_MIN_BYTES = 256 << 10
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 
-TopicPartition = tuple[str, int]
 
 
 def error_code_of(e: BaseException) -> int:

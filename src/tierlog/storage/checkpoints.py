@@ -14,11 +14,9 @@ recovery point could skip recovery of data that needs it.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Generic, TypeVar
 
 from tierlog._util.files import write_atomic
 from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.ids import ZERO_UUID, TopicPartition, is_uuid_text, uuid_from_base64, uuid_to_base64
 from tierlog.storage.leader_epoch import EpochEntry
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -180,7 +179,6 @@ class CheckpointFile(Generic[T]):
 
 # -- offset checkpoints ------------------------------------------------------------------------------
 
-TopicPartition = tuple[str, int]
 
 
 def _offset_to_line(entry: tuple[TopicPartition, int]) -> str:
@@ -273,39 +271,6 @@ class LeaderEpochCheckpointFile:
 
 
 # -- Uuid ----------------------------------------------------------------------------------------------
-
-ZERO_UUID = bytes(16)
-#: Uuid.ONE_UUID, also METADATA_TOPIC_ID: reserved for the cluster metadata topic.
-ONE_UUID = bytes(15) + b"\x01"
-_UUID_TEXT = re.compile(r"[A-Za-z0-9_-]{22}(==)?")
-
-
-def uuid_to_base64(value: bytes) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes without padding (22 chars)."""
-    if len(value) != 16:
-        raise ValueError(f"a Uuid is 16 bytes, not {len(value)}")
-    return base64.urlsafe_b64encode(value).rstrip(b"=").decode("ascii")
-
-
-def uuid_from_base64(text: str) -> bytes:
-    """Kafka's ``Uuid.fromString``; ValueError unless ``text`` is 22 URL-safe base64 chars (padding
-    optional) decoding to 16 bytes."""
-    if not _UUID_TEXT.fullmatch(text):
-        raise ValueError(f"{text!r} is not a base64 (URL-safe) Uuid")
-    raw = base64.urlsafe_b64decode(text[:22] + "==")
-    if len(raw) != 16:  # pragma: no cover - 22 base64 chars always decode to 16 bytes
-        raise ValueError(f"{text!r} does not decode to 16 bytes")
-    return raw
-
-
-def random_uuid() -> bytes:
-    """A random (version 4) Uuid, never one of the reserved ids and never one whose string starts
-    with '-' (it would read as a command-line option), as Kafka's ``Uuid.randomUuid``."""
-    while True:
-        value = uuid.uuid4().bytes
-        if value not in (ZERO_UUID, ONE_UUID) and not uuid_to_base64(value).startswith("-"):
-            return value
-
 
 #: Bits in which a damaged copy of a topic id may differ from the real one: four flipped base64
 #: characters change at most 24. Two random (version 4) Uuids differ in 61 of their 122 random bits
@@ -554,7 +519,7 @@ class MetaProperties:
 def well_formed_cluster_id(cluster_id: str | None) -> bool:
     """Cluster ids are Uuids in base64 (what tierlog and ``kafka-storage format`` write): anything
     else in a meta.properties is a damaged one."""
-    return cluster_id is not None and _UUID_TEXT.fullmatch(cluster_id) is not None
+    return cluster_id is not None and is_uuid_text(cluster_id)
 
 
 def salvage_meta_properties(path: Path) -> tuple[str | None, bytes | None]:

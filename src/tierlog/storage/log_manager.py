@@ -19,6 +19,7 @@ from tierlog._util.files import fsync_dir, sync_filesystem
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.ids import TopicPartition, random_uuid, uuid_to_base64
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage import files
 from tierlog.storage.checkpoints import (
@@ -30,9 +31,7 @@ from tierlog.storage.checkpoints import (
     CorruptCheckpointError,
     MetaProperties,
     OffsetCheckpointFile,
-    random_uuid,
     salvage_meta_properties,
-    uuid_to_base64,
     well_formed_cluster_id,
 )
 from tierlog.storage.listing_manifest import (
@@ -47,7 +46,6 @@ from tierlog.storage.log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,10 @@ from tierlog._util.files import write_atomic
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.ids import TopicPartition, uuid_to_base64
 from tierlog.records.header import BATCH_HEADER_SIZE
 from tierlog.scheduler import Scheduler, TaskHandle, ThreadScheduler
-from tierlog.storage.checkpoints import LeaderEpochCheckpointFile, uuid_to_base64
+from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
 from tierlog.storage.index import TimeIndex
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.producer_rebuild import (
@@ -104,7 +105,6 @@ _STATUS_VERSION = 1
 _SKIP_HEADER = struct.Struct(">qi11xi")
 _READ_AHEAD = 23 + 4
 
-TopicPartition = tuple[str, int]
 
 
 class LogSource(Protocol):

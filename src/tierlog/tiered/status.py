@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tierlog.ids import uuid_to_base64
 from tierlog.storage import files
-from tierlog.storage.checkpoints import uuid_to_base64
 from tierlog.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_log_manager import (

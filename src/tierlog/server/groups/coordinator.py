@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from tierlog.clock import Clock
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups.group import Group, GroupState, JoinResult, SyncResult
@@ -58,7 +59,6 @@ class GroupSettings:
     retention_check_interval_ms: int = 600000
 
 
-TopicPartition = tuple[str, int]
 R = TypeVar("R")
 
 
