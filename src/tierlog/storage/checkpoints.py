@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from tierlog._util.files import write_atomic
+from tierlog._util.properties import PropertiesError, format_properties, read_properties
 from tierlog.errors import KafkaStorageError, TierlogError
 from tierlog.ids import ZERO_UUID, TopicPartition, is_uuid_text, uuid_from_base64, uuid_to_base64
 from tierlog.storage.leader_epoch import EpochEntry
@@ -347,106 +348,12 @@ class PartitionMetadataFile:
 
 # -- meta.properties -------------------------------------------------------------------------------------
 
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_PROPS_WS = " \t\f"
-
-
-def _java_date(now_ms: int) -> str:
-    """``java.util.Date.toString`` in UTC: ``EEE MMM dd HH:mm:ss zzz yyyy``, English names."""
-    t = time.gmtime(now_ms // 1000)
-    return f"{_DAYS[t.tm_wday]} {_MONTHS[t.tm_mon - 1]} {t.tm_mday:02d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} UTC {t.tm_year}"
-
-
-def _escape_property(text: str, is_key: bool) -> str:
-    out: list[str] = []
-    for i, ch in enumerate(text):
-        if ch == " ":
-            out.append("\\ " if is_key or i == 0 else " ")
-        elif ch in "\t\n\r\f":
-            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[ch])
-        elif ch in "=:#!\\":
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def format_java_properties(props: Mapping[str, str], now_ms: int | None = None) -> str:
-    """What ``Properties.store(writer, "")`` writes: an empty ``#`` comment line, a date comment line,
-    then ``key=value`` lines, sorted by key as JDK 18+ writes them."""
-    if now_ms is None:
-        now_ms = int(time.time() * 1000)
-    lines = ["#", "#" + _java_date(now_ms)]
-    lines.extend(f"{_escape_property(k, True)}={_escape_property(props[k], False)}" for k in sorted(props))
-    return "\n".join(lines) + "\n"
-
-
-def _unescape_property(text: str, location: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch != "\\":
-            out.append(ch)
-            i += 1
-            continue
-        i += 1
-        if i >= n:
-            break  # a lone trailing backslash disappears, as in Properties.load
-        ch = text[i]
-        if ch == "u":
-            digits = text[i + 1 : i + 5]
-            if len(digits) != 4 or not re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
-                raise CorruptCheckpointError(f"malformed \\uxxxx encoding in {location}")
-            out.append(chr(int(digits, 16)))
-            i += 5
-            continue
-        out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(ch, ch))
-        i += 1
-    return "".join(out)
-
-
-def _ends_with_continuation(line: str) -> bool:
-    backslashes = len(line) - len(line.rstrip("\\"))
-    return backslashes % 2 == 1
-
-
 def parse_java_properties(text: str, location: str = "properties") -> dict[str, str]:
-    """``Properties.load``: ``#``/``!`` comments, ``=``, ``:`` or whitespace separators, backslash
-    escapes and line continuations."""
-    props: dict[str, str] = {}
-    natural = _LINE_BREAK.split(text)
-    i = 0
-    while i < len(natural):
-        line = natural[i].lstrip(_PROPS_WS)
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line):
-            line = line[:-1]
-            if i >= len(natural):
-                break
-            line += natural[i].lstrip(_PROPS_WS)
-            i += 1
-        j, n = 0, len(line)
-        while j < n:
-            if line[j] == "\\":
-                j += 2
-            elif line[j] in "=:" or line[j] in _PROPS_WS:
-                break
-            else:
-                j += 1
-        key = line[:j]
-        k = j
-        while k < n and line[k] in _PROPS_WS:
-            k += 1
-        if k < n and line[k] in "=:":
-            k += 1
-            while k < n and line[k] in _PROPS_WS:
-                k += 1
-        props[_unescape_property(key, location)] = _unescape_property(line[k:], location)
-    return props
+    """:func:`tierlog._util.properties.read_properties`, a malformed escape as CorruptCheckpointError."""
+    try:
+        return read_properties(text, location)
+    except PropertiesError as e:
+        raise CorruptCheckpointError(f"{e.message} in {location}") from None
 
 
 @dataclass(frozen=True)
@@ -513,7 +420,7 @@ class MetaProperties:
         return cls.from_properties(parse_java_properties(text, str(path)), str(path))
 
     def write(self, path: Path, now_ms: int | None = None, sync: bool = True) -> None:
-        write_atomic(Path(path), format_java_properties(self.to_properties(), now_ms).encode("utf-8"), sync=sync)
+        write_atomic(Path(path), format_properties(self.to_properties(), int(time.time() * 1000) if now_ms is None else now_ms).encode("utf-8"), sync=sync)
 
 
 def well_formed_cluster_id(cluster_id: str | None) -> bool:
