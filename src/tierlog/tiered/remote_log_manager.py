@@ -42,8 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from tierlog._util.crc import crc32c
-from tierlog._util.files import write_atomic
+from tierlog._util.framed import FramedFileError, read_framed, write_framed
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import CorruptRecordError, TierlogError
@@ -97,7 +96,6 @@ METADATA_DIR_NAME = "remote-log-metadata"
 STATUS_FILE_NAME = "tier-status"
 #: A copy run working through a backlog logs its progress at most this often.
 PROGRESS_INTERVAL_S = 10.0
-_STATUS_HEADER = struct.Struct(">4sHI")
 _STATUS_MAGIC = b"TLTS"
 _STATUS_VERSION = 1
 # Bytes of a batch header a remote read needs to decide whether to skip the batch: base offset,
@@ -975,23 +973,18 @@ class RemoteLogManager:
 
 
 def write_status_file(path: Path, payload: Mapping[str, object]) -> None:
-    body = json.dumps(payload, sort_keys=True).encode("utf-8")
-    write_atomic(path, _STATUS_HEADER.pack(_STATUS_MAGIC, _STATUS_VERSION, crc32c(body)) + body, sync=False)
+    write_framed(path, _STATUS_MAGIC, _STATUS_VERSION, json.dumps(payload, sort_keys=True).encode("utf-8"), sync=False)
 
 
 def read_status_file(path: Path) -> dict[str, object] | None:
     """The persisted task states and errors, or None if absent or damaged."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        found = read_framed(path, _STATUS_MAGIC, {_STATUS_VERSION})
+    except FramedFileError:
         return None
-    if len(data) < _STATUS_HEADER.size:
+    if found is None:
         return None
-    magic, version, crc = _STATUS_HEADER.unpack_from(data)
-    body = data[_STATUS_HEADER.size:]
-    if magic != _STATUS_MAGIC or version != _STATUS_VERSION or crc32c(body) != crc:
-        return None
-    loaded = json.loads(body)
+    loaded = json.loads(found[1])
     return loaded if isinstance(loaded, dict) else None
 
 
