@@ -15,13 +15,12 @@ import gc
 import logging
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
@@ -95,12 +94,13 @@ class _Connections:
             self.quotas.release(connection.client.host)
 
 
-def _connection_quotas(config: BrokerConfig) -> ConnectionQuotas:
+def _connection_quotas(config: BrokerConfig, clock: Clock) -> ConnectionQuotas:
     try:
         overrides = parse_ip_overrides(config.get_str("max.connections.per.ip.overrides"))
     except ValueError as e:
         raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
-    return ConnectionQuotas(config.get_int("max.connections"), config.get_int("max.connections.per.ip"), overrides)
+    return ConnectionQuotas(config.get_int("max.connections"), config.get_int("max.connections.per.ip"), overrides,
+                            clock=clock)
 
 
 class Broker:
@@ -111,7 +111,7 @@ class Broker:
         self._log_settings = log_settings
         self._io_threads = io_threads
         self._server = KafkaServer()
-        self._connections = _Connections(_connection_quotas(config))
+        self._connections = _Connections(_connection_quotas(config, clock))
         queued_max = config.get_int("queued.max.request.bytes")
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
@@ -197,13 +197,13 @@ class Broker:
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = config.get_int("socket.request.max.bytes")
         receive_timeout_s = config.get_int("socket.request.receive.timeout.ms") / 1000.0
-        asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
+        asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors(self.clock))
         bound: list[BoundListener] = []
         for spec in specs:
             def factory(name: str = spec.name) -> KafkaConnection:
                 return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
                                        observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                       memory_pool=self.request_memory)
+                                       memory_pool=self.request_memory, clock=self.clock)
 
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
@@ -276,7 +276,7 @@ class Broker:
             raise RuntimeError("the broker did not stop cleanly; the next start recovers")
 
 
-def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+def _quiet_accept_errors(clock: Clock = SYSTEM_CLOCK) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
     """An event-loop exception handler that turns asyncio's traceback for an ``accept`` that failed
     for lack of descriptors (EMFILE; asyncio retries a second later) into one warning line per
     ten seconds; everything else goes to the default handler."""
@@ -285,7 +285,7 @@ def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-            now = time.monotonic()
+            now = monotonic_s(clock)
             if now - last[0] >= 10.0:
                 log.warning("cannot accept connections: %s (raise the open-file limit or lower max.connections; "
                             "%d more such failures since the last report)", context.get("exception"), suppressed[0])

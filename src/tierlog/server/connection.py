@@ -23,11 +23,11 @@ import asyncio
 import itertools
 import logging
 import os
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.protocol import (
     ApiKey,
     FrameDecoder,
@@ -136,7 +136,8 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
                  observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
-                 memory_pool: RequestMemoryPool | None = None) -> None:
+                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._router = router
         self._registry = registry
         self._observer = observer
@@ -414,7 +415,7 @@ class KafkaConnection(asyncio.Protocol):
             self._worker = None
 
     async def _handle_frame(self, frame: bytes) -> None:
-        started = time.perf_counter()
+        started_ns = self._clock.monotonic_ns()
         try:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
@@ -437,7 +438,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             sent = await self._answer(request)
         finally:
-            observer.request_done(request.api_key, len(frame) + 4, sent, time.perf_counter() - started)
+            observer.request_done(request.api_key, len(frame) + 4, sent, (self._clock.monotonic_ns() - started_ns) / 1e9)
 
     async def _answer(self, request: ParsedRequest) -> int:
         """Route the request and write its response; the response's bytes."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Generic, TypeVar
 
 from tierlog._util.files import write_atomic
 from tierlog._util.properties import PropertiesError, format_properties, read_properties
+from tierlog.clock import SYSTEM_CLOCK
 from tierlog.errors import KafkaStorageError, TierlogError
 from tierlog.ids import ZERO_UUID, TopicPartition, is_uuid_text, uuid_from_base64, uuid_to_base64
 from tierlog.storage.leader_epoch import EpochEntry
@@ -420,7 +420,9 @@ class MetaProperties:
         return cls.from_properties(parse_java_properties(text, str(path)), str(path))
 
     def write(self, path: Path, now_ms: int | None = None, sync: bool = True) -> None:
-        write_atomic(Path(path), format_properties(self.to_properties(), int(time.time() * 1000) if now_ms is None else now_ms).encode("utf-8"), sync=sync)
+        """``now_ms`` dates the file (the broker passes its clock's); None: the system clock's now."""
+        stamp_ms = SYSTEM_CLOCK.wall_ms() if now_ms is None else now_ms
+        write_atomic(Path(path), format_properties(self.to_properties(), stamp_ms).encode("utf-8"), sync=sync)
 
 
 def well_formed_cluster_id(cluster_id: str | None) -> bool:

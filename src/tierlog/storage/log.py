@@ -80,10 +80,14 @@ def segment_settings(config: LogConfig) -> SegmentSettings:
     )
 
 
-def random_roll_jitter_ms(config: LogConfig) -> int:
+#: The randomness of a log that is given none: segment roll jitter spreads rolls, it needs no seed.
+SYSTEM_RANDOM = random.Random()
+
+
+def random_roll_jitter_ms(config: LogConfig, rng: random.Random = SYSTEM_RANDOM) -> int:
     """Each segment draws its own jitter in [0, min(segment.jitter.ms, segment.ms)) (LogConfig#randomSegmentJitter)."""
     bound = min(config.segment_jitter_ms, config.segment_ms)
-    return random.randrange(bound) if bound > 0 else 0
+    return rng.randrange(bound) if bound > 0 else 0
 
 
 def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
@@ -141,8 +145,10 @@ class UnifiedLog:
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
         topic_id: bytes | None = None,
+        rng: random.Random = SYSTEM_RANDOM,
     ) -> None:
         self.dir = directory
+        self.rng = rng
         self.topic, self.partition = files.parse_topic_partition_name(directory.name)
         self.config = config
         self.segments = segments
@@ -399,7 +405,7 @@ class UnifiedLog:
             self.producer_state.update_map_end_offset(new_offset)
             self._take_producer_snapshot(sync=False)
             seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
-                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+                             roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             log.info("segment rolled topic=%s partition=%d base_offset=%d previous_base_offset=%d "
                      "previous_size_bytes=%d", self.topic, self.partition, new_offset, active.base_offset,
@@ -650,7 +656,7 @@ class UnifiedLog:
                 self.segments.remove(seg.base_offset)
                 seg.delete_files()
             seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
-                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+                             roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             self._log_end_offset = new_offset
             self.log_start_offset = new_offset
