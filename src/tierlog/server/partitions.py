@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -18,8 +17,8 @@ from tierlog.errors import (
     ErrorCode,
     KafkaStorageError,
     OffsetOutOfRangeError,
-    TierlogError,
     UnknownTopicOrPartitionError,
+    error_code_of,
 )
 from tierlog.ids import TopicPartition
 from tierlog.metadata import MetadataImage, TopicImage
@@ -42,14 +41,6 @@ SENDFILE_MIN_BYTES = 256 << 10
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 
-
-
-def error_code_of(e: BaseException) -> int:
-    if isinstance(e, TierlogError):
-        return e.error_code
-    if isinstance(e, OSError):
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +279,8 @@ class PartitionManager:
                     else:
                         # The duplicate keeps the slice readable if the segment is closed or deleted
                         # before the response is sent.
-                        result.records = FileSlice(os.dup(region.fd), region.position, region.size)
+                        dup = region.duplicate()
+                        result.records = FileSlice(dup.fd, dup.position, dup.size)
             except OffsetOutOfRangeError:
                 below_local = True
             except SegmentDamageError as e:

@@ -46,6 +46,7 @@ from tierlog.storage.checkpoints import (
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
 )
+from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
@@ -256,6 +257,7 @@ class UnifiedLog:
 
     # -- append ---------------------------------------------------------------------------------------
 
+    @disk_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
@@ -389,6 +391,7 @@ class UnifiedLog:
 
     # -- roll, flush ----------------------------------------------------------------------------------
 
+    @disk_errors
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at max(expected, LEO); snapshot producer state."""
         with self.lock:
@@ -417,6 +420,7 @@ class UnifiedLog:
             self.flush(new_offset)
         return seg
 
+    @disk_errors
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default LEO); advance the recovery point."""
         with self.lock:
@@ -445,6 +449,7 @@ class UnifiedLog:
 
     # -- read -----------------------------------------------------------------------------------------
 
+    @disk_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
@@ -504,6 +509,7 @@ class UnifiedLog:
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
         return self.read(start_offset, max_bytes).read_bytes()
 
+    @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
         for seg in list(self.segments):
@@ -515,6 +521,7 @@ class UnifiedLog:
                 return found
         return None
 
+    @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
         for seg in self.segments:
@@ -611,6 +618,7 @@ class UnifiedLog:
 
     # -- log start offset, truncation -----------------------------------------------------------------
 
+    @disk_errors
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
         with self.lock:
             if new_offset > self.high_watermark:

@@ -34,6 +34,7 @@ from tierlog.storage.checkpoints import (
     salvage_meta_properties,
     well_formed_cluster_id,
 )
+from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.listing_manifest import (
     PartitionListing,
     delete_manifest,
@@ -328,6 +329,7 @@ class LogManager:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
+    @disk_errors
     def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None = None) -> UnifiedLog:
         with self._lock:
             existing = self._logs.get((topic, partition))
@@ -438,7 +440,7 @@ class LogManager:
         for ulog in self.all_logs().values():
             try:
                 ulog.maybe_flush_by_time(now)
-            except OSError as e:
+            except (OSError, KafkaStorageError) as e:
                 log.error("flush of %s failed: %s", ulog.dir, e)
 
     def remove_expired_producers(self) -> None:

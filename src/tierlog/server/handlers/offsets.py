@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlog.errors import ErrorCode, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from tierlog.errors import ErrorCode, OffsetOutOfRangeError, UnknownTopicOrPartitionError, error_code_of
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
-from tierlog.server.partitions import PartitionManager, error_code_of
+from tierlog.server.partitions import PartitionManager
 from tierlog.storage.log import UnifiedLog
 
 log = logging.getLogger(__name__)
