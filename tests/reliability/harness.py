@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tierlog.errors import CorruptRecordError, ErrorCode
 from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
 from tierlog.records import decode_batch, iter_headers

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 
+from tests.helpers.server import config
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.ids import random_uuid
 from tierlog.records import SimpleRecord, build_batch, iter_batches
@@ -19,8 +20,6 @@ from tierlog.server import Broker
 from tierlog.server.partitions import PartitionManager, ReadSpec
 from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy
 from tierlog.storage.log_manager import LogManagerSettings
-
-from .test_broker_inprocess import config
 
 
 def records(n: int, producer_id: int = -1) -> bytes:

@@ -7,10 +7,9 @@ import os
 
 import pytest
 
+from tests.helpers.storage import OpenLog, batch
 from tierlog.errors import ErrorCode, KafkaStorageError, error_code_of
 from tierlog.storage.io_errors import disk_errors
-
-from .conftest import OpenLog, batch
 
 
 def test_the_decorator_keeps_the_message_and_the_cause() -> None:

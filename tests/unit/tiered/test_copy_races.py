@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import T0, Env, batch, fill, tiered_config
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.scheduler import ThreadScheduler
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
@@ -22,8 +23,6 @@ from tierlog.tiered.api import (
     TopicIdPartition,
 )
 from tierlog.tiered.remote_log_manager import RemoteLogManager, create_remote_log_manager
-
-from .conftest import T0, Env, batch, fill, tiered_config
 
 TIP = TopicIdPartition(b"\x01" * 16, "t", 0)
 
