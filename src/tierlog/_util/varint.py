@@ -52,12 +52,44 @@ def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int, max_byte
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Read a zig-zag varint (at most 5 bytes); return (value, new position)."""
-    raw, pos = read_unsigned_varint(buf, pos, _MAX_VARINT_BYTES)
-    return zigzag_decode(raw), pos
+    """A zig-zag varint of at most 5 bytes at ``pos``, truncated to int32 like Java: (value, new position).
+    IndexError past the end (the record decoders turn it into their own error); the one-byte case
+    first, because it is most of what the record path reads."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    raw = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 28:
+            raise InvalidRecordError("varint is longer than 5 bytes")
+    raw &= 0xFFFFFFFF
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Read a zig-zag varlong (at most 10 bytes); return (value, new position)."""
-    raw, pos = read_unsigned_varint(buf, pos, _MAX_VARLONG_BYTES)
-    return zigzag_decode(raw), pos
+    """A zig-zag varlong of at most 10 bytes, truncated to int64 like Java; IndexError past the end."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    raw = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError("varlong is longer than 10 bytes")
+    raw &= 0xFFFFFFFFFFFFFFFF
+    return (raw >> 1) ^ -(raw & 1), pos
