@@ -1,5 +1,9 @@
 """Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
+Longer than most modules (about 810 lines) on purpose: the staging of an append, the ongoing and
+completed transactions and the last stable offset are one state machine whose checks (KAFKA-FACTS
+§4.2) must see each other; the snapshot format and the rebuild already live in their own modules.
+
 The state answers three questions on the append path: is this batch a retry of one already written
 (duplicate detection over the last 5 batches of each producer), is it acceptable (epoch, sequence and
 transaction checks, KAFKA-FACTS §4.2), and where does the last stable offset stand. It is rebuilt at
