@@ -164,7 +164,6 @@ def error_code_of(e: BaseException) -> ErrorCode:
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-
 class TierlogError(Exception):
     """Root of every error raised by tierlog."""
 

@@ -42,7 +42,6 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 
 
-
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     error_code: int = ErrorCode.NONE

@@ -48,7 +48,6 @@ from tierlog.storage.log import SYSTEM_RANDOM, UnifiedLog
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class LogManagerSettings:
     sanity_check_all_logs: bool = True

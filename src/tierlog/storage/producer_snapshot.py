@@ -174,7 +174,6 @@ def flush_snapshot_file(path: Path) -> None:
     fsync_dir(path.parent)
 
 
-
 # -- the snapshot files of one partition ----------------------------------------------------------------
 
 

@@ -104,7 +104,6 @@ _SKIP_HEADER = struct.Struct(">qi11xi")
 _READ_AHEAD = 23 + 4
 
 
-
 class LogSource(Protocol):
     """What the remote log manager needs of the LogManager."""
 

@@ -20,7 +20,6 @@ from tierlog.server.groups.records import GroupValue, MemberValue
 log = logging.getLogger(__name__)
 
 
-
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"

@@ -15,7 +15,6 @@ from tierlog.server.partitions import INTERNAL_TOPICS
 log = logging.getLogger(__name__)
 
 
-
 def partition_entries(ctx: BrokerContext, topic: TopicImage) -> list[dict[str, Any]]:
     node = ctx.node_id
     return [

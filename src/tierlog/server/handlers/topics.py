@@ -17,7 +17,6 @@ from tierlog.server.partitions import INTERNAL_TOPICS
 log = logging.getLogger(__name__)
 
 
-
 class _Refused(TierlogError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)

@@ -160,3 +160,21 @@ class CheckpointFile(Generic[T]):
 
     def _malformed(self, number: int, line: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"malformed line {number} in checkpoint file {self.path}: {line!r}")
+
+
+class SingleFile:
+    """A file of one fixed path (``partition.metadata``, ``.kafka_cleanshutdown``): whether it is
+    there, and deleting it."""
+
+    path: Path
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def delete(self) -> bool:
+        """True when there was a file to delete."""
+        try:
+            self.path.unlink()
+            return True
+        except FileNotFoundError:
+            return False

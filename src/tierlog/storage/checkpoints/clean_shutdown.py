@@ -9,12 +9,13 @@ from tierlog._util.files import write_atomic
 from tierlog.storage.checkpoints.base import (
     CLEAN_SHUTDOWN,
     CLEAN_SHUTDOWN_VERSION,
+    SingleFile,
 )
 
 # -- .kafka_cleanshutdown --------------------------------------------------------------------------------
 
 
-class CleanShutdownFile:
+class CleanShutdownFile(SingleFile):
     """The clean-shutdown marker of a log directory. Only its existence decides whether recovery
     runs; the content (``{"version":0,"brokerEpoch":N}``) is informational (KIP-966)."""
 
@@ -26,16 +27,6 @@ class CleanShutdownFile:
     def write(self, broker_epoch: int = -1, sync: bool = True) -> None:
         content = json.dumps({"version": CLEAN_SHUTDOWN_VERSION, "brokerEpoch": broker_epoch}, separators=(",", ":"))
         write_atomic(self.path, content.encode("utf-8"), sync=sync)
-
-    def exists(self) -> bool:
-        return self.path.is_file()
-
-    def delete(self) -> bool:
-        try:
-            self.path.unlink()
-            return True
-        except FileNotFoundError:
-            return False
 
     def read(self) -> int | None:
         """The broker epoch recorded, or None if the file is missing or unreadable (as Kafka, which

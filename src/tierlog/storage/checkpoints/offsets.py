@@ -19,7 +19,6 @@ from tierlog.storage.checkpoints.base import (
 # -- offset checkpoints ------------------------------------------------------------------------------
 
 
-
 def _offset_to_line(entry: tuple[TopicPartition, int]) -> str:
     (topic, partition), offset = entry
     if not topic or JAVA_WS.search(topic):

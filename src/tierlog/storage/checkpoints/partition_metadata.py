@@ -12,6 +12,7 @@ from tierlog.storage.checkpoints.base import (
     INT32_BOUNDS,
     PARTITION_METADATA_VERSION,
     CorruptCheckpointError,
+    SingleFile,
     java_int,
     read_lines,
 )
@@ -36,7 +37,7 @@ def likely_damaged_copy(stored: bytes, actual: bytes) -> bool:
 _PM_SEPARATOR = re.compile(r":[ \t\n\x0b\f\r]+")
 
 
-class PartitionMetadataFile:
+class PartitionMetadataFile(SingleFile):
     """``partition.metadata``: exactly ``version: 0\\ntopic_id: <uuid>``, no trailing newline."""
 
     def __init__(self, path: Path) -> None:
@@ -50,16 +51,6 @@ class PartitionMetadataFile:
         if topic_id == ZERO_UUID:
             raise ValueError("the zero Uuid is not a topic id")
         write_atomic(self.path, self.encode(topic_id), sync=sync)
-
-    def exists(self) -> bool:
-        return self.path.is_file()
-
-    def delete(self) -> bool:
-        try:
-            self.path.unlink()
-            return True
-        except FileNotFoundError:
-            return False
 
     def read(self) -> bytes:
         """The topic id. FileNotFoundError if missing; CorruptCheckpointError if malformed, of another
