@@ -53,25 +53,12 @@ def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int, max_byte
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     """A zig-zag varint of at most 5 bytes at ``pos``, truncated to int32 like Java: (value, new position).
-    IndexError past the end (the record decoders turn it into their own error); the one-byte case
-    first, because it is most of what the record path reads."""
+    IndexError past the end (the record decoders turn it into their own error). The one-byte case is
+    answered inline, because it is most of what the record path reads."""
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    raw = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 28:
-            raise InvalidRecordError("varint is longer than 5 bytes")
-    raw &= 0xFFFFFFFF
-    return (raw >> 1) ^ -(raw & 1), pos
+    return _read_zigzag_tail(buf, pos, 28, 0xFFFFFFFF, "varint is longer than 5 bytes")
 
 
 def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -79,7 +66,13 @@ def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    raw = b & 0x7F
+    return _read_zigzag_tail(buf, pos, 63, 0xFFFFFFFFFFFFFFFF, "varlong is longer than 10 bytes")
+
+
+def _read_zigzag_tail(buf: bytes | bytearray | memoryview, pos: int, max_shift: int, mask: int,
+                      too_long: str) -> tuple[int, int]:
+    """The multi-byte case of :func:`read_varint`/:func:`read_varlong`, from the first byte at ``pos``."""
+    raw = buf[pos] & 0x7F
     shift = 7
     pos += 1
     while True:
@@ -89,7 +82,7 @@ def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
         if b < 0x80:
             break
         shift += 7
-        if shift > 63:
-            raise InvalidRecordError("varlong is longer than 10 bytes")
-    raw &= 0xFFFFFFFFFFFFFFFF
+        if shift > max_shift:
+            raise InvalidRecordError(too_long)
+    raw &= mask
     return (raw >> 1) ^ -(raw & 1), pos
