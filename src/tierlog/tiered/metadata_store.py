@@ -30,6 +30,7 @@ from tierlog._util.crc import crc32c
 from tierlog._util.files import fsync_dir, write_atomic
 from tierlog._util.framed import FramedFileError, decode_framed, encode_framed
 from tierlog.errors import KafkaStorageError
+from tierlog.storage.io_errors import disk_errors
 from tierlog.tiered import serde
 from tierlog.tiered.api import (
     InvalidStateTransitionError,
@@ -364,6 +365,7 @@ class FileRemoteLogMetadataManager:
 
     # -- append ---------------------------------------------------------------------------------
 
+    @disk_errors
     def _append(self, record: serde.RemoteLogMetadataRecord) -> None:
         if self._journal_fd is None:
             raise KafkaStorageError(f"the remote log metadata store in {self.directory} is closed")
@@ -378,6 +380,7 @@ class FileRemoteLogMetadataManager:
         if self._entries_since_snapshot >= self.snapshot_every:
             self.take_snapshot()
 
+    @disk_errors
     def take_snapshot(self) -> None:
         with self._lock:
             next_seq = self._journal_seq + 1
