@@ -3,9 +3,10 @@ against the log next to it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tierlog.cli.dump.core import (
     DumpOptions,
@@ -101,11 +102,12 @@ def offset_index_mismatches(entries: Sequence[OffsetPosition], log: Buffer) -> l
     return out
 
 
-def dump_offset_index(path: Path, options: DumpOptions, report: DumpReport) -> None:
-    base = _require_base(path, report)
-    if base is None:
-        return
-    index = OffsetIndex(path, base, writable=False)
+def _dump_index(path: Path, options: DumpOptions, report: DumpReport, index: OffsetIndex | TimeIndex,
+                base: int, format_entry: Callable[[Any], str],
+                check: Callable[[list[Any], Path, Buffer], bool]) -> None:
+    """What the offset and time index dumps share: entries (unless ``--verify-index-only``), an
+    untrimmed tail, ``check`` of the shown entries against the companion log (it reports what it
+    finds and says whether all matched), and the sanity check. Closes ``index``."""
     try:
         if options.index_sanity_only:
             _sanity(index, path, report)
@@ -116,22 +118,35 @@ def dump_offset_index(path: Path, options: DumpOptions, report: DumpReport) -> N
             report.line(f"{path} is empty.")
         if not options.verify_index_only:
             for entry in entries[:shown]:
-                report.line(f"offset: {entry.offset} position: {entry.position}")
+                report.line(format_entry(entry))
         if shown < len(entries):
             report.finding(_untrimmed_message(shown, len(entries)))
         log_path = _companion_log(path, options, report) if shown else None
         if log_path is not None:
             with mapped(log_path) as log:
-                mismatches = offset_index_mismatches(entries[:shown], log)
-            if mismatches:
-                report.finding(f"Mismatches in {path} against {log_path.name}:")
-                for text in mismatches:
-                    report.line("  " + text)
-            else:
+                matched = check(entries[:shown], log_path, log)
+            if matched:
                 report.line(all_match(shown, log_path.name))
         _sanity(index, path, report)
     finally:
         index.close()
+
+
+def dump_offset_index(path: Path, options: DumpOptions, report: DumpReport) -> None:
+    base = _require_base(path, report)
+    if base is None:
+        return
+
+    def check(entries: list[OffsetPosition], log_path: Path, log: Buffer) -> bool:
+        mismatches = offset_index_mismatches(entries, log)
+        if mismatches:
+            report.finding(f"Mismatches in {path} against {log_path.name}:")
+            for text in mismatches:
+                report.line("  " + text)
+        return not mismatches
+
+    _dump_index(path, options, report, OffsetIndex(path, base, writable=False), base,
+                lambda e: f"offset: {e.offset} position: {e.position}", check)
 
 
 @dataclass
@@ -181,38 +196,22 @@ def dump_time_index(path: Path, options: DumpOptions, report: DumpReport) -> Non
     base = _require_base(path, report)
     if base is None:
         return
-    index = TimeIndex(path, base, writable=False)
-    try:
-        if options.index_sanity_only:
-            _sanity(index, path, report)
-            return
-        entries = [index.entry(i) for i in range(index.entries)]
-        shown = _untrimmed_tail(entries, base)
-        if not entries:
-            report.line(f"{path} is empty.")
-        if not options.verify_index_only:
-            for entry in entries[:shown]:
-                report.line(f"timestamp: {entry.timestamp} offset: {entry.offset}")
-        if shown < len(entries):
-            report.finding(_untrimmed_message(shown, len(entries)))
-        log_path = _companion_log(path, options, report) if shown else None
-        if log_path is not None:
-            with mapped(log_path) as log:
-                errors = time_index_errors(entries[:shown], log)
-            for title, lines in (
-                (f"Found timestamp mismatch in {path}:", errors.mismatches),
-                (f"Found out of order timestamp in {path}:", errors.out_of_order),
-                (f"The following indexed offsets are not found in {log_path.name}:", errors.not_found),
-            ):
-                if lines:
-                    report.finding(title)
-                    for text in lines:
-                        report.line("  " + text)
-            if not errors:
-                report.line(all_match(shown, log_path.name))
-        _sanity(index, path, report)
-    finally:
-        index.close()
+
+    def check(entries: list[TimestampOffset], log_path: Path, log: Buffer) -> bool:
+        errors = time_index_errors(entries, log)
+        for title, lines in (
+            (f"Found timestamp mismatch in {path}:", errors.mismatches),
+            (f"Found out of order timestamp in {path}:", errors.out_of_order),
+            (f"The following indexed offsets are not found in {log_path.name}:", errors.not_found),
+        ):
+            if lines:
+                report.finding(title)
+                for text in lines:
+                    report.line("  " + text)
+        return not errors
+
+    _dump_index(path, options, report, TimeIndex(path, base, writable=False), base,
+                lambda e: f"timestamp: {e.timestamp} offset: {e.offset}", check)
 
 
 def format_aborted_txn(version: int, txn: AbortedTxn) -> str:
