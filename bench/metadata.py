@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tierlog.ids import random_uuid
 from tierlog.metadata.delta import MetadataDelta
 from tierlog.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
 from tierlog.metadata.records import (
@@ -35,7 +36,6 @@ from tierlog.metadata.records import (
     TopicRecord,
 )
 from tierlog.metadata.snapshot import load_snapshot, write_snapshot
-from tierlog.storage.checkpoints import random_uuid
 
 NOW_MS = 1_700_000_000_000
 _CONFIGS = [("retention.ms", "604800000"), ("cleanup.policy", "delete"), ("segment.bytes", "536870912"),

@@ -27,3 +27,8 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+def monotonic_s(clock: Clock) -> float:
+    """``clock``'s monotonic reading in seconds, for durations logged or compared in seconds."""
+    return clock.monotonic_ns() / 1e9

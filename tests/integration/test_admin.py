@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 DAY_MS = 86_400_000
 

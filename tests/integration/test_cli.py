@@ -6,38 +6,16 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.cli import cli, fails, ok
 
 pytestmark = pytest.mark.integration
-
-
-def cli(*args: str, stdin: str | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tierlog.cli.main", *args], input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def ok(*args: str, stdin: str | None = None) -> str:
-    done = cli(*args, stdin=stdin)
-    assert done.returncode == 0, f"tierlog {' '.join(args)} failed ({done.returncode}): {done.stderr}"
-    return done.stdout
-
-
-def fails(*args: str, stdin: str | None = None) -> str:
-    """Run a command that must fail: exit 1, one line on stderr, no traceback. Returns that line."""
-    done = cli(*args, stdin=stdin)
-    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error: "), lines
-    return lines[0]
 
 
 def _admin(broker: BrokerProcess) -> AdminClient:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path(shutil.which("chromedriver") or "/usr/bin/chromedriver")

@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka import errors as kafka_errors
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 PARTITIONS = 6
 #: Short heartbeats so hand-overs take a fraction of a second rather than Kafka's 5 s.

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from tests.integration.conftest import BrokerProcess
-from tests.integration.test_cli import fails, ok
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.cli import fails, ok
 from tests.reliability.aio_client import AsyncClient
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.error import KafkaException
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 
 def describe(admin: AdminClient, resource: ConfigResource) -> dict[str, str | None]:

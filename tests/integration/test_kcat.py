@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 KCAT = shutil.which("kcat")
 pytestmark = pytest.mark.skipif(

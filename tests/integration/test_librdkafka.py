@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess, message_count
+from tests.helpers.broker import BrokerProcess, message_count
 
 PARTITIONS = 4
 MESSAGES = message_count(100_000)

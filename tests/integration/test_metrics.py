@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 METRICS_LINE = "tierlog metrics on "
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

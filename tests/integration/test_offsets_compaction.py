@@ -13,7 +13,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess, message_count
+from tests.helpers.broker import BrokerProcess, message_count
 
 GROUPS = 5
 PARTITIONS = 4

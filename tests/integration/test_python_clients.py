@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 PARTITIONS = 4
 

@@ -6,7 +6,7 @@ import socket
 import struct
 from pathlib import Path
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 
 def old_produce_frame(client_id: bytes, correlation_id: int) -> bytes:

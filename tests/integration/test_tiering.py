@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 FAST_TIERING = {"remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
                 "log.segment.delete.delay.ms": "0"}

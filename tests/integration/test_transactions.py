@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 
 TXN_OVERRIDES = {
     "transaction.state.log.num.partitions": "3",

@@ -17,12 +17,11 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
+from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
 from tierlog.config import BrokerConfig
 from tierlog.server import Broker
 from tierlog.storage.log_manager import LogManagerSettings
 from tierlog.storage.producer_state import AppendOrigin
-
-from .conftest import TEST_OVERRIDES, BrokerProcess
 
 TOPIC = "txn-golden"
 ABORTED_PID, COMMITTED_PID = 1000, 2000

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.reliability.harness import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch

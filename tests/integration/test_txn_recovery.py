@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
 from tests.reliability.harness import RawClient
 from tierlog.config import BrokerConfig
 from tierlog.protocol import ApiKey
@@ -26,8 +27,6 @@ from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC
 from tierlog.server.txn.records import TxnState
 from tierlog.storage.log_manager import LogManagerSettings
 from tierlog.storage.producer_state import AppendOrigin
-
-from .conftest import TEST_OVERRIDES, BrokerProcess
 
 TOPIC, TXN_ID, GROUP = "recover", "tx-recover", "recover-group"
 OVERRIDES = {"transaction.state.log.num.partitions": "3"}

@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.reliability.harness import RawClient as _RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_batches

@@ -10,7 +10,7 @@ import re
 import subprocess
 import uuid
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.jvm.kafka import (
     BROKER_API_VERSIONS,
     CONFIGS,

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.jvm.dumps import assert_same_values, kafka_dump, parse_dump, tierlog_dump
 from tests.jvm.kafka import METADATA_SHELL, run_tool
 from tierlog.metadata.snapshot import load_snapshot

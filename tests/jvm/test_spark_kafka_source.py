@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.jvm.kafka import SPARK_KAFKA_JARS
 
 pytest.importorskip("pyspark", reason="the Spark peer test needs pyspark (pip install -e '.[dev]')")

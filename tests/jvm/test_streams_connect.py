@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.jvm.kafka import (
     CONNECT_DISTRIBUTED,
     MIRROR_MAKER,

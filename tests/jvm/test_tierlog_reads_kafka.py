@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.jvm.dumps import assert_same_values, kafka_dump, parse_dump, tierlog_dump
 from tests.jvm.kafka import KafkaBroker
 from tierlog.config.log_config import LogConfig

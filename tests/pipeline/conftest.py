@@ -14,6 +14,15 @@ pytest.importorskip("pyspark", reason="the pipeline tests need pyspark (pip inst
 from tests.pipeline.data import Dataset, build_dataset
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every pipeline test that uses the Spark session (directly or through another fixture) starts
+    a JVM: it is marked ``spark`` so ``-m "not spark"`` leaves them out."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents and "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     from tierlog.pipeline import spark_session

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import BrokerProcess
-from tests.pipeline.test_read import KAFKA_SCHEMA, rows
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.pipeline import KAFKA_SCHEMA, rows
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_mod = pytest.importorskip("confluent_kafka.admin")

@@ -8,32 +8,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from tests.helpers.pipeline import scan_options
 from tests.pipeline.data import Dataset, Row
 from tierlog.errors import CorruptRecordError
-from tierlog.pipeline.options import TierlogOptionError, parse_options, plan_ranges, resolve, split_ranges
+from tierlog.pipeline.options import TierlogOptionError, parse_options, split_ranges
 from tierlog.pipeline.reader import ARROW_SCHEMA_WITH_HEADERS, ScanRange, read_range
 from tierlog.pipeline.source import _rate_limit
 
 
 def scan(ds: Dataset, topic: str, *, window_bytes: int = 16 << 20, **options: str) -> list[Row]:
     return scan_options({"path": str(ds.data), "subscribe": topic, **options}, window_bytes=window_bytes)
-
-
-def scan_options(options: dict[str, str], *, window_bytes: int = 16 << 20) -> list[Row]:
-    """Plan and read like the data source does, in this process, as rows sorted by partition/offset."""
-    opts = parse_options(options)
-    parts = opts.partitions(opts.discover())
-    ranges = plan_ranges(parts, resolve(opts.starting, "starting", parts, opts),
-                         resolve(opts.ending, "ending", parts, opts), opts)
-    out: list[Row] = []
-    for r in ranges:
-        for b in read_range(r, include_headers=True, spec=opts.remote, window_bytes=window_bytes):
-            assert b.schema == ARROW_SCHEMA_WITH_HEADERS
-            for d in b.to_pylist():
-                out.append((d["key"], d["value"], d["topic"], d["partition"], d["offset"],
-                            int(d["timestamp"].timestamp() * 1000 + 0.5), d["timestampType"],
-                            tuple((h["key"], h["value"]) for h in d["headers"] or ())))
-    return sorted(out, key=lambda x: (x[2], x[3], x[4]))
 
 
 def test_arrow_schema_is_what_spark_expects() -> None:

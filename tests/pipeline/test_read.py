@@ -7,26 +7,17 @@ import json
 from typing import Any
 
 import pytest
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
-    TimestampType,
 )
 
-from tests.pipeline.data import Dataset, Row
+from tests.helpers.pipeline import KAFKA_SCHEMA, rows
+from tests.pipeline.data import Dataset
 
-# Spark's Kafka source schema, spelled out as KafkaRecordToRowConverter defines it.
-KAFKA_SCHEMA = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-    StructField("partition", IntegerType()), StructField("offset", LongType()),
-    StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-])
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                        StructField("value", BinaryType())])))
 
@@ -36,17 +27,6 @@ def reader(spark: Any, ds: Dataset, **options: object) -> Any:
     for k, v in options.items():
         r = r.option(k, v if isinstance(v, str) else json.dumps(v))
     return r.load()
-
-
-def rows(df: Any, headers: bool = True) -> list[Row]:
-    cols = ["key", "value", "topic", "partition", "offset", F.unix_millis("timestamp").alias("ts"), "timestampType"]
-    out = []
-    for r in df.select(*cols, *(["headers"] if headers else [])).collect():
-        # Spark's Kafka source gives null, not an empty array, for a record without headers.
-        assert not headers or r["headers"] is None or len(r["headers"]) > 0
-        hs = tuple((h["key"], h["value"]) for h in r["headers"] or ()) if headers else ()
-        out.append((r["key"], r["value"], r["topic"], r["partition"], r["offset"], r["ts"], r["timestampType"], hs))
-    return sorted(out, key=lambda x: (x[2], x[3], x[4]))
 
 
 def offsets(df: Any) -> dict[tuple[str, int], list[int]]:

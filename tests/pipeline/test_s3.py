@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.pipeline import scan_options
 from tests.pipeline.data import T0, Row, _fill_mixed, _Logs, expected_rows
-from tests.pipeline.test_decode import scan_options
 from tierlog.config import LogConfig
 from tierlog.pipeline import jobs
 from tierlog.pipeline.options import parse_options
@@ -27,7 +27,7 @@ S3_CLASS = "tierlog.tiered.backends.s3.S3RemoteStorageManager"
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
-    from tests.unit.tiered.conftest import S3_ENV, MotoServer
+    from tests.helpers.tiered import S3_ENV, MotoServer
 
     for key, value in S3_ENV.items():
         monkeypatch.setenv(key, value)

@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.conftest import BrokerProcess
-from tierlog.errors import CorruptRecordError
+from tests.helpers.broker import BrokerProcess
+from tierlog.errors import CorruptRecordError, ErrorCode
 from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
 from tierlog.records import decode_batch, iter_headers
-
-NONE = 0
 
 
 def free_port() -> int:
@@ -170,7 +168,7 @@ def api_versions_ok(port: int, timeout: float = 10.0) -> bool:
     try:
         with RawClient(port, timeout=timeout) as c:
             return bool(c.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "chaos",
-                                                        "client_software_version": "1"}).error_code == NONE)
+                                                        "client_software_version": "1"}).error_code == ErrorCode.NONE)
     except OSError:
         return False
 
@@ -181,7 +179,7 @@ def create_topic(port: int, name: str, partitions: int, configs: dict[str, str] 
             {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
              "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
             "timeout": 60000, "validate_only": False})
-    assert body.topics[0].error_code == NONE, body
+    assert body.topics[0].error_code == ErrorCode.NONE, body
 
 
 def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> dict[str, Any]:
@@ -202,7 +200,7 @@ class PartitionRead:
     #: Base offsets of served batches that fail their CRC or do not even parse (must stay empty).
     bad_batches: list[int] = field(default_factory=list)
     #: The error the broker answered with at ``error_offset`` (0: read to the high watermark).
-    error_code: int = NONE
+    error_code: int = ErrorCode.NONE
     error_offset: int | None = None
     high_watermark: int = -1
     log_start_offset: int = -1
@@ -222,7 +220,7 @@ def read_partition(client: RawClient, topic: str, partition: int, start: int = 0
         body = client.call(ApiKey.FETCH, 11, fetch_request(topic, partition, offset, max_bytes))
         p = body.responses[0].partitions[0]
         out.high_watermark, out.log_start_offset = p.high_watermark, p.log_start_offset
-        if p.error_code != NONE:
+        if p.error_code != ErrorCode.NONE:
             if p.error_code == 1 and offset < p.log_start_offset:  # OFFSET_OUT_OF_RANGE below the start
                 offset = p.log_start_offset
                 continue
@@ -262,9 +260,9 @@ def committed_offsets(port: int, group: str, topic: str, partitions: int) -> dic
     with RawClient(port) as c:
         body = c.call(ApiKey.OFFSET_FETCH, 7, {"group_id": group, "require_stable": False, "topics": [
             {"name": topic, "partition_indexes": list(range(partitions))}]})
-    assert body.error_code == NONE, body
+    assert body.error_code == ErrorCode.NONE, body
     return {p.partition_index: p.committed_offset for t in body.topics for p in t.partitions
-            if p.error_code == NONE and p.committed_offset >= 0}
+            if p.error_code == ErrorCode.NONE and p.committed_offset >= 0}
 
 
 def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.1) -> bool:

@@ -3,18 +3,18 @@ at random moments under an idempotent acks=all librdkafka producer and a committ
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.seeds import test_seed
 from tests.reliability.crash_loop import run_crash_loop
 
 pytestmark = pytest.mark.integration
 
 
 def test_sigkill_loop_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 32)
+    seed = test_seed("crash-loop")
     result = run_crash_loop(tmp_path / "data", kills=4, partitions=3, rate=3000, max_uptime_s=2.5,
                             kill_while_starting=0.25, seed=seed)
     about = f"seed {seed}: {result}"

@@ -1,16 +1,20 @@
 """Disk damage, the short version (``bench/chaos.py`` runs many rounds): a few rounds of byte flips and
 truncations in a stopped broker's files, after clean shutdowns and SIGKILLs, with every segment or
 only the active one checked at startup; every kind of file is damaged in at least one round. Two
-rounds are drawn from random seeds, printed on failure (``plan_round(seed)`` replays one)."""
+rounds are drawn from a random seed, printed on failure (``plan_round(seed)`` replays one, and
+``TIERLOG_TEST_SEED_DISK_DAMAGE=<seed>`` the test)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.seeds import test_seed
 from tests.reliability.disk_damage import KINDS, RoundPlan, plan_round, run_planned_round
+
+#: Every test here starts a real broker process.
+pytestmark = pytest.mark.integration
 
 FIXED = [
     # Every kind at once, after a clean shutdown: nothing is recovered, so reads must find the damage.
@@ -24,7 +28,9 @@ FIXED = [
     # Every kind with the default snapshot settings: there is no metadata snapshot to damage.
     RoundPlan(16, clean_shutdown=True, lazy=True, kinds=KINDS, frequent_snapshots=False),
 ]
-RANDOM = [plan_round(random.randrange(1_000_000)) for _ in range(2)]
+_SEED = test_seed("disk-damage", 1_000_000)
+#: Two rounds: the seed drawn (or replayed) and the one after it.
+RANDOM = [plan_round(_SEED), plan_round((_SEED + 1) % 1_000_000)]
 
 
 @pytest.mark.parametrize("plan", FIXED + RANDOM, ids=lambda p: f"seed{p.seed}")

@@ -12,6 +12,9 @@ import pytest
 from tests.reliability.harness import ChaosBroker
 from tests.reliability.hostile_clients import MIB, connection_flood, connection_limits, fuzz, slow_clients
 
+#: Every test here starts a real broker process.
+pytestmark = pytest.mark.integration
+
 #: Timeouts short enough for a test to watch them fire; the memory bound small enough to matter.
 HOSTILE_OVERRIDES = {
     "socket.request.receive.timeout.ms": "2000",

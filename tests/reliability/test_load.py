@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.harness import ChaosBroker
 from tests.reliability.load import RSS_PER_CONNECTION_BOUND_BYTES, RSS_PER_PARTITION_BOUND_BYTES, load
+
+#: Every test here starts a real broker process.
+pytestmark = pytest.mark.integration
 
 
 def test_two_hundred_connections_on_two_thousand_partitions(tmp_path: Path) -> None:

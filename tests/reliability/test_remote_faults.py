@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.seeds import test_seed
 from tests.reliability.remote_deletes import run_failing_deletes
 from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
 from tests.reliability.s3_server import JournaledS3Server
@@ -40,7 +41,7 @@ def _check(result: RemoteFaultsResult, seed: int) -> None:
 
 
 def test_flaky_plugin_errors_timeouts_and_partial_writes(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 32)
+    seed = test_seed("remote-faults")
     result = run_flaky_plugin(tmp_path / "flaky", seconds=8, partitions=2, rate=1500, broker_kills=1,
                               topic_deletion=True, converge_timeout_s=CONVERGE_BOUND_S, seed=seed)
     _check(result, seed)
@@ -50,7 +51,7 @@ def test_flaky_plugin_errors_timeouts_and_partial_writes(tmp_path: Path) -> None
 
 
 def test_s3_server_killed_and_frozen_during_copies(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 32)
+    seed = test_seed("remote-faults")
     result = run_s3_kills(tmp_path / "s3", seconds=8, partitions=2, rate=1500, s3_kills=2, s3_freezes=1,
                           s3_down_s=(0.3, 1.0), final_outage_s=1.5, broker_kills=1,
                           converge_timeout_s=CONVERGE_BOUND_S, seed=seed)

@@ -52,12 +52,37 @@ def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int, max_byte
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Read a zig-zag varint (at most 5 bytes); return (value, new position)."""
-    raw, pos = read_unsigned_varint(buf, pos, _MAX_VARINT_BYTES)
-    return zigzag_decode(raw), pos
+    """A zig-zag varint of at most 5 bytes at ``pos``, truncated to int32 like Java: (value, new position).
+    IndexError past the end (the record decoders turn it into their own error). The one-byte case is
+    answered inline, because it is most of what the record path reads."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return _read_zigzag_tail(buf, pos, 28, 0xFFFFFFFF, "varint is longer than 5 bytes")
 
 
 def read_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Read a zig-zag varlong (at most 10 bytes); return (value, new position)."""
-    raw, pos = read_unsigned_varint(buf, pos, _MAX_VARLONG_BYTES)
-    return zigzag_decode(raw), pos
+    """A zig-zag varlong of at most 10 bytes, truncated to int64 like Java; IndexError past the end."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return _read_zigzag_tail(buf, pos, 63, 0xFFFFFFFFFFFFFFFF, "varlong is longer than 10 bytes")
+
+
+def _read_zigzag_tail(buf: bytes | bytearray | memoryview, pos: int, max_shift: int, mask: int,
+                      too_long: str) -> tuple[int, int]:
+    """The multi-byte case of :func:`read_varint`/:func:`read_varlong`, from the first byte at ``pos``."""
+    raw = buf[pos] & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > max_shift:
+            raise InvalidRecordError(too_long)
+    raw &= mask
+    return (raw >> 1) ^ -(raw & 1), pos

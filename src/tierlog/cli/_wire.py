@@ -13,6 +13,7 @@ import struct
 from typing import Any
 
 from tierlog.cli._kafka import CliError
+from tierlog.errors import ErrorCode
 from tierlog.protocol import (
     SUPPORTED_APIS,
     ApiKey,
@@ -23,7 +24,6 @@ from tierlog.protocol import (
 )
 
 _SIZE = struct.Struct(">i")
-UNSUPPORTED_VERSION = 35
 
 
 class WireClient:
@@ -83,13 +83,13 @@ class WireClient:
         except MalformedResponseError:
             # A broker without this version answers a v0 body listing the versions it has (KIP-511).
             body = parse_response(ApiKey.API_VERSIONS, 0, frame)[1]
-            if body.error_code != UNSUPPORTED_VERSION:
+            if body.error_code != ErrorCode.UNSUPPORTED_VERSION:
                 raise CliError(f"{self.bootstrap_server} sent an unreadable ApiVersions response") from None
             theirs = next((k.max_version for k in body.api_keys if k.api_key == ApiKey.API_VERSIONS), 0)
             version = min(version, theirs)
             body = parse_response(ApiKey.API_VERSIONS, version,
                                   self._roundtrip(ApiKey.API_VERSIONS, version, values if version >= 3 else {}))[1]
-        if body.error_code != 0:
+        if body.error_code != ErrorCode.NONE:
             raise CliError(f"{self.bootstrap_server} refused ApiVersions (error {int(body.error_code)})")
         return body
 

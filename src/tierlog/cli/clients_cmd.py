@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sys
-import time
 from typing import Any, BinaryIO
 
 from confluent_kafka import (
@@ -33,6 +32,7 @@ from tierlog.cli._kafka import (
     describe,
     parse_pairs,
 )
+from tierlog.clock import SYSTEM_CLOCK, monotonic_s
 
 log = logging.getLogger(__name__)
 
@@ -289,10 +289,10 @@ def _consume_loop(consumer: Consumer, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     idle_s = None if args.timeout_ms is None else args.timeout_ms / 1000
     count = 0
-    last = time.monotonic()
+    last = monotonic_s(SYSTEM_CLOCK)
     assigned = False
     while args.max_messages is None or count < args.max_messages:
-        now = time.monotonic()
+        now = monotonic_s(SYSTEM_CLOCK)
         if not assigned and consumer.assignment():
             assigned, last = True, now  # a group's rebalance does not count as idle time
         if idle_s is not None and now - last >= (idle_s if assigned else max(idle_s, args.timeout)):
@@ -318,7 +318,7 @@ def _consume_loop(consumer: Consumer, args: argparse.Namespace) -> int:
             if args.group is not None:
                 consumer.store_offsets(message)
             count += 1
-            last = time.monotonic()
+            last = monotonic_s(SYSTEM_CLOCK)
         if batch:
             out.flush()
     return count

@@ -1,7 +1,7 @@
 """``tierlog dump-log FILE...``: print the contents of segment, index, transaction index and producer
 snapshot files, like Kafka's ``kafka-dump-log.sh`` (DumpLogSegments).
 
-The dumping itself is :mod:`tierlog.storage.dump`; this module is the command line around it.
+The dumping itself is :mod:`tierlog.cli.dump`; this module is the command line around it.
 
 Exit status: 0 when every file could be dumped, 1 when a file is missing, of an unknown type or
 unreadable. Invalid data found inside a readable file (a batch failing its CRC, torn bytes, an
@@ -15,13 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from tierlog.storage.dump import Dumper, DumpOptions, DumpReport, dump_file, register_dumper
+from tierlog.cli.dump import Dumper, DumpOptions, DumpReport, dump_file, register_dumper
 
-# Hook for file types defined above the storage layer. storage may not import tierlog.metadata, so
-# a dumper for the KRaft metadata snapshot (``<offset>-<epoch>.checkpoint``: v2 batches whose
+# Hook for file types tierlog.cli.dump does not know itself: a dumper for
+# the KRaft metadata snapshot (``<offset>-<epoch>.checkpoint``: v2 batches whose
 # records only tierlog.metadata can decode) is registered here, in the cli layer, e.g.
 #     (".checkpoint", dump_metadata_snapshot)
-# where dump_metadata_snapshot calls tierlog.storage.dump.dump_record_batches with its own
+# where dump_metadata_snapshot calls tierlog.cli.dump.dump_record_batches with its own
 # preamble ("Snapshot end offset: N, epoch: E") and a record renderer for metadata records.
 EXTRA_DUMPERS: tuple[tuple[str, Dumper], ...] = ()
 

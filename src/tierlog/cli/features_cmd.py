@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from tierlog.cli._kafka import CliError, add_wire_options, command, fail
+from tierlog.errors import ErrorCode
 from tierlog.metadata import (
     METADATA_VERSION_FEATURE,
     UpgradeType,
@@ -104,9 +105,9 @@ def run_update(args: argparse.Namespace) -> int:
             "timeout": int(args.timeout * 1000), "feature_updates": [update], "validate_only": args.dry_run})
     error_code, message = int(response.error_code), response.error_message
     for result in getattr(response, "results", ()):
-        if result.feature == feature and int(result.error_code) != 0 and error_code == 0:
+        if result.feature == feature and int(result.error_code) != ErrorCode.NONE and error_code == ErrorCode.NONE:
             error_code, message = int(result.error_code), result.error_message
-    if error_code != 0:
+    if error_code != ErrorCode.NONE:
         helper = "Can not" if args.dry_run else "Could not"
         return fail(f"{helper} {op} {feature} to {level}. {message or f'error {error_code}'}")
     verb = "can be" if args.dry_run else "was"

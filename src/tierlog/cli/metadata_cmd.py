@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
+from tierlog.clock import SYSTEM_CLOCK
 from tierlog.config import BrokerConfig
 from tierlog.errors import TierlogError
 from tierlog.metadata.controller import Controller, ControllerSettings
@@ -117,7 +117,7 @@ def _snapshot_to(directory: Path, output_dir: Path) -> int:
         if result.image.provenance.end_offset == 0:
             return _fail(f"the metadata log in {directory} holds no records yet")
         output_dir.mkdir(parents=True, exist_ok=True)
-        snap = write_snapshot(output_dir, result.image, int(time.time() * 1000))
+        snap = write_snapshot(output_dir, result.image, SYSTEM_CLOCK.wall_ms())
     except (TierlogError, OSError) as e:
         return _fail(str(e))
     print(f"wrote {snap.path} ({snap.size_bytes} bytes, offsets < {snap.snapshot_id.end_offset}, "

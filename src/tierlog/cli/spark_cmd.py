@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlog._util.extras import MissingExtraError
+from tierlog.clock import SYSTEM_CLOCK
 from tierlog.errors import TierlogError
 
 JOBS = ("usage", "verify", "retention-preview", "rebuild-snapshots", "export")
@@ -106,13 +107,12 @@ def run(args: argparse.Namespace) -> int:
                 columns = ["topic", "partition", "local_segments", "local_records", "local_bytes",
                            "remote_segments", "remote_records", "remote_bytes"]
             elif args.job == "retention-preview":
-                import time
 
                 from tierlog.config.broker_config import BrokerConfig, parse_overrides
 
                 broker = BrokerConfig.from_file(args.config) if args.config is not None else None
                 config_for = jobs.topic_configs(opts.paths, broker, parse_overrides(args.override))
-                now_ms = args.now if args.now is not None else int(time.time() * 1000)
+                now_ms = args.now if args.now is not None else SYSTEM_CLOCK.wall_ms()
                 rows = jobs.retention_preview(spark, opts.paths, opts.remote, config_for, now_ms, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "end_offset", "size_bytes",
                            "largest_timestamp_ms", "reason"]

@@ -30,7 +30,7 @@ from tierlog.cli._kafka import (
     results,
 )
 from tierlog.cli._table import json_lines, render, write
-from tierlog.storage.checkpoints import uuid_to_base64
+from tierlog.ids import uuid_to_base64
 
 # Kafka's ConfigSource names, shortened the way kafka-configs.sh prints them.
 _SOURCE_NAMES = {

@@ -11,6 +11,7 @@ import os.path
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from tierlog._util.properties import PropertiesError, read_property_entries
 from tierlog.config.definition import HostPort, Listeners, Value, format_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF, is_rsm_property
 from tierlog.config.log_config import local_retention_problem
@@ -46,30 +47,28 @@ CROSS_KEY_RULES: tuple[str, ...] = (
 
 
 def _property_lines(text: str, source: str) -> Iterator[tuple[str, str, int]]:
-    """``(key, value, line number)`` of each entry; continuation lines report their first line."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        line_no = i + 1
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while line.endswith("\\") and i < len(lines):
-            line = line[:-1] + lines[i].strip()
-            i += 1
-        sep = min((p for p in (line.find("="), line.find(":")) if p >= 0), default=-1)
-        if sep < 0:
-            raise ConfigError(f"{source}:{line_no}", f"expected KEY=VALUE, got {line!r}")
-        key = line[:sep].strip()
-        if not key:
-            raise ConfigError(f"{source}:{line_no}", f"expected KEY=VALUE, got {line!r} (no key)")
-        yield key, line[sep + 1 :].strip(), line_no
+    """``(key, value, line number)`` of each entry of a ``server.properties`` (continuation lines
+    report their first line). Any form Java's ``Properties.load`` reads is accepted; values are
+    trimmed as Kafka's ConfigDef trims them. A line with no ``=``/``:`` whose first word is no config
+    key is most likely not meant as ``key value``: it is reported as the line it is."""
+    try:
+        for entry in read_property_entries(text, source):
+            where = f"{source}:{entry.line_no}"
+            if not entry.key:
+                raise ConfigError(where, f"expected KEY=VALUE, got {entry.line!r} (no key)")
+            if entry.separator in (" ", "") and not _is_known_key(entry.key):
+                raise ConfigError(where, f"expected KEY=VALUE, got {entry.line!r}")
+            yield entry.key, entry.value.strip(), entry.line_no
+    except PropertiesError as e:
+        raise ConfigError(f"{e.source}:{e.line_no}", e.message) from None
+
+
+def _is_known_key(key: str) -> bool:
+    return BROKER_DEF.find(key) is not None or TOPIC_DEF.find(key) is not None or is_rsm_property(key)
 
 
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
-    """Java-properties syntax as Kafka's config files use it: ``key=value`` or ``key: value``,
-    ``#``/``!`` comments, trailing-backslash continuation lines. A later entry wins over an earlier
+    """``server.properties`` syntax (see :func:`_property_lines`). A later entry wins over an earlier
     one, as in Java."""
     return {key: value for key, value, _ in _property_lines(text, source)}
 

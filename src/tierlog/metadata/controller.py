@@ -20,6 +20,7 @@ from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.settings import broker_default
 from tierlog.errors import KafkaStorageError, TierlogError, UnknownTopicOrPartitionError
+from tierlog.ids import ONE_UUID, ZERO_UUID, random_uuid
 from tierlog.metadata.configs import (
     AlterConfigOp,
     apply_ops,
@@ -73,7 +74,6 @@ from tierlog.metadata.snapshot_generator import (
     SnapshotSettings,
 )
 from tierlog.scheduler import Scheduler, TaskHandle
-from tierlog.storage.checkpoints import ONE_UUID, ZERO_UUID, random_uuid
 
 log = logging.getLogger(__name__)
 

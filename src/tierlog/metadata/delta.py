@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata.errors import MetadataReplayError
 from tierlog.metadata.image import (
     METADATA_VERSION_FEATURE,
@@ -22,7 +23,6 @@ from tierlog.metadata.image import (
     PartitionImage,
     ProducerIdsImage,
     TopicImage,
-    uuid_to_string,
 )
 from tierlog.metadata.records import (
     ConfigRecord,
@@ -126,7 +126,7 @@ class MetadataDelta:
 
     def _replay_topic(self, r: TopicRecord) -> None:
         if self._live_topic(r.topic_id) is not None:
-            raise MetadataReplayError(f"TopicRecord for {r.name}: topic id {uuid_to_string(r.topic_id)} already exists")
+            raise MetadataReplayError(f"TopicRecord for {r.name}: topic id {uuid_to_base64(r.topic_id)} already exists")
         self._topics[r.topic_id] = _TopicChange(r.name, r.topic_id, {}, created=True)
 
     def _replay_partition(self, r: PartitionRecord) -> None:
@@ -138,7 +138,7 @@ class MetadataDelta:
             base = None if topic_id in self._deleted_topics else self.image.topics_by_id.get(topic_id)
             if base is None:
                 raise MetadataReplayError(
-                    f"PartitionRecord {partition.partition_id} for unknown topic id {uuid_to_string(topic_id)}"
+                    f"PartitionRecord {partition.partition_id} for unknown topic id {uuid_to_base64(topic_id)}"
                 )
             change = self._topics[topic_id] = _TopicChange(base.name, base.topic_id, dict(base.partitions), False)
         change.partitions[partition.partition_id] = partition
@@ -147,7 +147,7 @@ class MetadataDelta:
         change = self._topics.pop(r.topic_id, None)
         base = None if r.topic_id in self._deleted_topics else self.image.topics_by_id.get(r.topic_id)
         if change is None and base is None:
-            raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {uuid_to_string(r.topic_id)}")
+            raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {uuid_to_base64(r.topic_id)}")
         if base is not None:
             self._deleted_topics[r.topic_id] = base
         name = change.name if change is not None else base.name  # type: ignore[union-attr]

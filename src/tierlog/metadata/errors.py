@@ -4,41 +4,37 @@ CreateTopics / CreatePartitions / AlterConfigs / UpdateFeatures response codes).
 
 from __future__ import annotations
 
-from tierlog.errors import CorruptSnapshotError, TierlogError
+from tierlog.errors import CorruptSnapshotError, ErrorCode, TierlogError, UnsupportedVersionError
 
 
 class InvalidTopicError(TierlogError):
-    error_code = 17  # INVALID_TOPIC_EXCEPTION
-
-
-class UnsupportedVersionError(TierlogError):
-    error_code = 35  # UNSUPPORTED_VERSION
+    error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
 
 
 class TopicExistsError(TierlogError):
-    error_code = 36  # TOPIC_ALREADY_EXISTS
+    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(TierlogError):
-    error_code = 37  # INVALID_PARTITIONS
+    error_code = ErrorCode.INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(TierlogError):
-    error_code = 38  # INVALID_REPLICATION_FACTOR
+    error_code = ErrorCode.INVALID_REPLICATION_FACTOR
 
 
 class NotControllerError(TierlogError):
     """The controller is closed, or stopped itself after a failed write to the metadata log."""
 
-    error_code = 41  # NOT_CONTROLLER
+    error_code = ErrorCode.NOT_CONTROLLER
 
 
 class InvalidRequestError(TierlogError):
-    error_code = 42  # INVALID_REQUEST
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 class InvalidUpdateVersionError(TierlogError):
-    error_code = 95  # INVALID_UPDATE_VERSION
+    error_code = ErrorCode.INVALID_UPDATE_VERSION
 
 
 class MetadataReplayError(TierlogError):

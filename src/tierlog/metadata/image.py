@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
 
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata.records import (
     BrokerEndpoint,
     BrokerFeature,
@@ -27,14 +28,8 @@ from tierlog.metadata.records import (
     encode_partition_record,
     encode_record,
 )
-from tierlog.storage.checkpoints import uuid_to_base64
 
 METADATA_VERSION_FEATURE = "metadata.version"
-
-def uuid_to_string(value: bytes) -> str:
-    """Kafka's ``Uuid.toString``: URL-safe base64 without padding (22 characters)."""
-    return uuid_to_base64(value)
-
 
 class PartitionImage(NamedTuple):
     """One partition's state. A NamedTuple rather than a frozen dataclass: an image holds one per
@@ -74,7 +69,7 @@ class TopicImage:
 
     @property
     def topic_id_string(self) -> str:
-        return uuid_to_string(self.topic_id)
+        return uuid_to_base64(self.topic_id)
 
 
 @dataclass(frozen=True, slots=True)

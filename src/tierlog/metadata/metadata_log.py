@@ -17,6 +17,7 @@ from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
 from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, CorruptSnapshotError, TierlogError
+from tierlog.ids import ONE_UUID as METADATA_TOPIC_ID
 from tierlog.metadata.delta import MetadataDelta
 from tierlog.metadata.errors import InconsistentMetadataLogError, MetadataReplayError
 from tierlog.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
@@ -34,7 +35,6 @@ from tierlog.metadata.snapshot import (
 )
 from tierlog.records import BatchHeader, SimpleRecord, build_batch, decode_batch, iter_headers
 from tierlog.scheduler import Scheduler
-from tierlog.storage.checkpoints import ONE_UUID as METADATA_TOPIC_ID
 from tierlog.storage.loader import LoadOptions, LoadStats, load_log
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.producer_state import AppendOrigin

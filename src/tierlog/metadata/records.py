@@ -98,7 +98,8 @@ def decode_record(value: bytes | None) -> MetadataRecord:
         raise MetadataReplayError(f"unknown metadata record apiKey {api_key}")
     if version > cls.VERSION:
         raise UnsupportedVersionError(
-            f"{cls.__name__} version {version} is newer than the highest this broker reads ({cls.VERSION})"
+            api_key, version, None,
+            message=f"{cls.__name__} version {version} is newer than the highest this broker reads ({cls.VERSION})"
         )
     record = cls.read(r, version)
     r.expect_end(cls.__name__)

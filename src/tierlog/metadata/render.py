@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata.features import metadata_version_name
-from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage, uuid_to_string
+from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
 from tierlog.metadata.records import ConfigResourceType
 
 
@@ -47,7 +48,7 @@ def render_image(image: MetadataImage, *, topics: Sequence[str] | None = None) -
     out += ["", f"Brokers ({len(image.brokers)})"]
     out += table(
         ["ID", "EPOCH", "INCARNATION", "RACK", "FENCED", "ENDPOINTS"],
-        [(b.broker_id, b.broker_epoch, uuid_to_string(b.incarnation_id), b.rack or "-", str(b.fenced).lower(),
+        [(b.broker_id, b.broker_epoch, uuid_to_base64(b.incarnation_id), b.rack or "-", str(b.fenced).lower(),
           ",".join(f"{e.name}://{e.host}:{e.port}" for e in b.endpoints) or "-")
          for b in (image.brokers[i] for i in sorted(image.brokers))],
     )

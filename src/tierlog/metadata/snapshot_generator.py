@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 
 from tierlog.clock import Clock
@@ -137,7 +136,7 @@ class SnapshotGenerator:
         """Write the captured image, then apply retention. A failure is logged and counted, and the
         counters come back so the next check retries."""
         with self.write_lock:
-            started_ns = time.monotonic_ns()
+            started_ns = self._clock.monotonic_ns()
             try:
                 snap = self._log.create_snapshot(pending.image, self._clock.wall_ms())
             except Exception:
@@ -147,7 +146,7 @@ class SnapshotGenerator:
                 self._restore(pending)
                 return None
             m = self.metrics
-            m.last_snapshot_write_duration_ms = (time.monotonic_ns() - started_ns) / 1e6
+            m.last_snapshot_write_duration_ms = (self._clock.monotonic_ns() - started_ns) / 1e6
             m.latest_snapshot_size_bytes = snap.size_bytes
             m.latest_snapshot_end_offset = snap.snapshot_id.end_offset
             m.latest_snapshot_generated_ms = self._clock.wall_ms()

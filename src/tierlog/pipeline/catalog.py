@@ -14,6 +14,7 @@ from typing import BinaryIO
 import numpy as np
 
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.pipeline.reader import (
     RemoteSpec,
     ScanRange,
@@ -37,8 +38,6 @@ from tierlog.storage.producer_snapshot import decode_snapshot
 from tierlog.storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
-
-TopicPartition = tuple[str, int]
 
 #: Directories beside the partitions in a log dir (tiering state, the metadata log).
 SKIPPED_DIRS = frozenset({"remote-log-metadata", "remote-log-index-cache", "__cluster_metadata-0"})

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.pipeline.catalog import (
     PartitionLog,
-    TopicPartition,
     aborted_transactions,
     discover,
     last_stable_offset,

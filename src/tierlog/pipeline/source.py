@@ -48,7 +48,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from tierlog.pipeline.catalog import PartitionLog, TopicPartition, offset_for_timestamp
+from tierlog.ids import TopicPartition
+from tierlog.pipeline.catalog import PartitionLog, offset_for_timestamp
 from tierlog.pipeline.options import (
     ReadOptions,
     TierlogOptionError,

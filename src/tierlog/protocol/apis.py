@@ -39,6 +39,7 @@ from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol.errors import UnsupportedApiError, UnsupportedVersionError
 
 #: A kio request dataclass (``kio.schema.<api>.v<N>.request.<Api>Request``).
@@ -233,7 +234,7 @@ def api_versions_response(
         for low, high in (spec.advertised_versions,)
     ]
     values: dict[str, Any] = {"error_code": error_code, "api_keys": api_keys, "throttle_time": throttle_time_ms}
-    if api_version >= 3 and error_code == 0:
+    if api_version >= 3 and error_code == ErrorCode.NONE:
         values["supported_features"] = [
             {"name": name, "min_version": low, "max_version": high}
             for name, (low, high) in sorted((supported_features or {}).items())

@@ -10,16 +10,12 @@ version closes the connection too, because the client cannot parse a response it
 
 from __future__ import annotations
 
-from tierlog.errors import TierlogError
-
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-
-
-class ProtocolError(TierlogError):
-    """Root of every error raised by :mod:`tierlog.protocol`."""
-
-    error_code = INVALID_REQUEST
+# ProtocolError, RequestError and UnsupportedVersionError live in tierlog.errors (the metadata layer
+# raises UnsupportedVersionError too, and must not load the protocol codec for it); re-exported here.
+from tierlog.errors import ErrorCode
+from tierlog.errors import ProtocolError as ProtocolError
+from tierlog.errors import RequestError as RequestError
+from tierlog.errors import UnsupportedVersionError as UnsupportedVersionError
 
 
 class FrameError(ProtocolError):
@@ -43,48 +39,14 @@ class FrameTooLargeError(FrameError):
         self.max_frame_bytes = max_frame_bytes
 
 
-class RequestError(ProtocolError):
-    """A request that cannot be served; carries what could be read of its header.
-
-    ``correlation_id`` is None only when the frame was too short to hold one.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        correlation_id: int | None,
-        api_key: int | None = None,
-        api_version: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.correlation_id = correlation_id
-        self.api_key = api_key
-        self.api_version = api_version
-
-
 class UnsupportedApiError(RequestError):
     """An API key tierlog does not implement."""
 
-    error_code = UNSUPPORTED_VERSION
+    error_code = ErrorCode.UNSUPPORTED_VERSION
 
     def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
         super().__init__(
             f"unsupported API key {api_key} (version {api_version})",
-            correlation_id=correlation_id,
-            api_key=api_key,
-            api_version=api_version,
-        )
-
-
-class UnsupportedVersionError(RequestError):
-    """A known API at a version tierlog does not parse."""
-
-    error_code = UNSUPPORTED_VERSION
-
-    def __init__(self, api_key: int, api_version: int, correlation_id: int | None) -> None:
-        super().__init__(
-            f"unsupported version {api_version} of API key {api_key}",
             correlation_id=correlation_id,
             api_key=api_key,
             api_version=api_version,
@@ -102,11 +64,11 @@ class MalformedResponseError(ProtocolError):
 class EntityBuildError(ProtocolError):
     """Values that do not fit the message being built (a handler bug, not a client error)."""
 
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 class ResponseEncodeError(ProtocolError):
     """A response body that cannot be encoded: the wrong type for the API/version, or a value out
     of range. Always a broker bug, never the client's fault."""
 
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR

@@ -85,9 +85,14 @@ class EndTransactionMarker:
 
     @classmethod
     def from_record(cls, record: Record) -> EndTransactionMarker:
-        control_type = parse_control_record_type(record.key)
+        return cls.from_key_value(record.key, record.value)
+
+    @classmethod
+    def from_key_value(cls, key: bytes | None, value: bytes | None) -> EndTransactionMarker:
+        """The marker a control record's key and value hold (the one parser of end-transaction
+        markers: the producer-state replay reads them from batch bytes through it too)."""
+        control_type = parse_control_record_type(key)
         _ensure_marker_type(control_type)
-        value = record.value
         if value is None or len(value) < END_TXN_MARKER_VALUE_SIZE:
             found = 0 if value is None else len(value)
             raise InvalidRecordError(

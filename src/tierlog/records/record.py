@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tierlog._util.varint import write_varint
+from tierlog._util.varint import read_varint, read_varlong, write_varint
 from tierlog.errors import InvalidRecordError
 
 Header = tuple[str, bytes | None]
@@ -30,51 +30,6 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
-
-
-# ---------------------------------------------------------------------------------------------- varints
-
-
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint of at most 5 bytes, truncated to int32 like Java; IndexError past the end."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    raw = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 28:
-            raise InvalidRecordError("varint is longer than 5 bytes")
-    raw &= 0xFFFFFFFF
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def read_varlong(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varlong of at most 10 bytes, truncated to int64 like Java; IndexError past the end."""
-    b = buf[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    raw = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError("varlong is longer than 10 bytes")
-    raw &= 0xFFFFFFFFFFFFFFFF
-    return (raw >> 1) ^ -(raw & 1), pos
 
 
 # ---------------------------------------------------------------------------------------------- encode

@@ -15,18 +15,18 @@ import gc
 import logging
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tierlog._util.files import fsync_dir
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError, TierlogError
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.connection import KafkaConnection
@@ -55,7 +55,6 @@ from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     MetaProperties,
     salvage_meta_properties,
-    uuid_to_base64,
     well_formed_cluster_id,
 )
 from tierlog.storage.cleaner.manager import LogCleaner, settings_from
@@ -102,12 +101,12 @@ class _Connections:
             self.quotas.release(connection.client.host)
 
 
-def _connection_quotas(net: NetworkSettings) -> ConnectionQuotas:
+def _connection_quotas(net: NetworkSettings, clock: Clock) -> ConnectionQuotas:
     try:
         overrides = parse_ip_overrides(net.max_connections_per_ip_overrides)
     except ValueError as e:
         raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
-    return ConnectionQuotas(net.max_connections, net.max_connections_per_ip, overrides)
+    return ConnectionQuotas(net.max_connections, net.max_connections_per_ip, overrides, clock=clock)
 
 
 class Broker:
@@ -119,7 +118,7 @@ class Broker:
         self._io_threads = io_threads
         self._server = KafkaServer()
         self._net = net = network_settings(config)
-        self._connections = _Connections(_connection_quotas(net))
+        self._connections = _Connections(_connection_quotas(net, clock))
         queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
@@ -218,12 +217,12 @@ class Broker:
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = net.socket_request_max_bytes
         receive_timeout_s = net.socket_request_receive_timeout_ms / 1000.0
-        asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors())
+        asyncio.get_running_loop().set_exception_handler(_quiet_accept_errors(self.clock))
         bound: list[BoundListener] = []
         def connection(name: str) -> KafkaConnection:
             return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
                                    observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                   memory_pool=self.request_memory)
+                                   memory_pool=self.request_memory, clock=self.clock)
 
         for spec in specs:
             bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)
@@ -335,7 +334,7 @@ def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:
     ))
 
 
-def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+def _quiet_accept_errors(clock: Clock = SYSTEM_CLOCK) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
     """An event-loop exception handler that turns asyncio's traceback for an ``accept`` that failed
     for lack of descriptors (EMFILE; asyncio retries a second later) into one warning line per
     ten seconds; everything else goes to the default handler."""
@@ -344,7 +343,7 @@ def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
-            now = time.monotonic()
+            now = monotonic_s(clock)
             if now - last[0] >= 10.0:
                 log.warning("cannot accept connections: %s (raise the open-file limit or lower max.connections; "
                             "%d more such failures since the last report)", context.get("exception"), suppressed[0])

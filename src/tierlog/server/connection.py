@@ -23,12 +23,12 @@ import asyncio
 import itertools
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.protocol import (
     ApiKey,
     FrameDecoder,
@@ -42,6 +42,7 @@ from tierlog.protocol import (
     unsupported_api_versions_response,
 )
 from tierlog.server.limits import RequestMemoryPool, socket_fd
+from tierlog.server.read_gate import ReadGate, Timer
 from tierlog.server.rejections import RejectionLimiter, client_id_of
 
 if TYPE_CHECKING:
@@ -159,7 +160,8 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
                  observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
-                 memory_pool: RequestMemoryPool | None = None) -> None:
+                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._router = router
         self._registry = registry
         self._observer = observer
@@ -171,14 +173,12 @@ class KafkaConnection(asyncio.Protocol):
         #: Bytes this connection has counted in the pool, and the size of the request being served.
         self._held_bytes = 0
         self._serving_bytes = 0
-        self._waiting_for_memory = False
+        self._gate = ReadGate(MAX_QUEUED_FRAMES, MAX_QUEUED_BYTES)
         self._frames: deque[bytes] = deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._closed = False
-        self._reading_paused = False
-        self._queue_full = False
         self._in_handler = False
         self._write_resumed: asyncio.Future[None] | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
@@ -230,8 +230,7 @@ class KafkaConnection(asyncio.Protocol):
             self._queued_bytes += sum(len(f) for f in frames)
             if self._worker is None:
                 self._worker = loop.create_task(self._serve())
-            if len(self._frames) >= MAX_QUEUED_FRAMES or self._queued_bytes >= MAX_QUEUED_BYTES:
-                self._queue_full = True
+            self._gate.queued(len(self._frames), self._queued_bytes)
             # The frame that just completed had its own deadline; the next one starts afresh.
             self._cancel_receive_timer()
         self._account()
@@ -253,16 +252,16 @@ class KafkaConnection(asyncio.Protocol):
             return
         requests = len(self._frames) + (1 if self._serving_bytes else 0)
         wait = pool.full and (self._receiving or requests > 1)
-        if wait and not self._waiting_for_memory:
-            self._waiting_for_memory = True
+        if wait and not self._gate.waiting_for_memory:
+            self._gate.waiting_for_memory = True
             pool.wait(self, self._memory_available)
-        elif not wait and self._waiting_for_memory:
+        elif not wait and self._gate.waiting_for_memory:
             # Served down to what anyone may hold over the bound: no reason to wait in line.
-            self._waiting_for_memory = False
+            self._gate.waiting_for_memory = False
             pool.cancel(self)
 
     def _memory_available(self) -> None:
-        self._waiting_for_memory = False
+        self._gate.waiting_for_memory = False
         self._update_reading()
 
     def _drop_queue(self) -> None:
@@ -271,29 +270,25 @@ class KafkaConnection(asyncio.Protocol):
         self._queued_bytes = 0
         if self._pool is not None:
             self._pool.cancel(self)
-            self._waiting_for_memory = False
+            self._gate.waiting_for_memory = False
             self._account()
 
     # -- reading ---------------------------------------------------------------------------------
 
     def _update_reading(self) -> None:
-        """Pause reading while the queue is full or the pool has no room for the next frame; a frame
-        is only timed while the broker is reading it."""
+        """Apply what the read gate (:mod:`tierlog.server.read_gate`) decides: pause or resume reading,
+        start or cancel the receive timer."""
         transport = self._transport
         if transport is None or self._closed:
             return
-        paused = self._queue_full or self._waiting_for_memory
-        if paused != self._reading_paused:
-            self._reading_paused = paused
-            if paused:
-                transport.pause_reading()
-            else:
-                transport.resume_reading()
-        # Behind a full queue the client waits on the broker, so its clock stops; waiting for memory
-        # it does not, or partial requests holding the pool would wait on each other for ever.
-        if self._queue_full or not self._receiving:
+        actions = self._gate.decide(receiving=self._receiving, timeout_set=self._receive_timeout_s is not None)
+        if actions.pause is True:
+            transport.pause_reading()
+        elif actions.pause is False:
+            transport.resume_reading()
+        if actions.timer is Timer.CANCEL:
             self._cancel_receive_timer()
-        elif self._receive_timer is None and self._receive_timeout_s is not None:
+        elif actions.timer is Timer.START and self._receive_timeout_s is not None:
             self._receive_timer = asyncio.get_running_loop().call_later(self._receive_timeout_s,
                                                                         self._receive_timed_out)
 
@@ -304,12 +299,14 @@ class KafkaConnection(asyncio.Protocol):
         return self._decoder.buffered_bytes > 0 or self._decoder.pending_frame_bytes is not None
 
     def _cancel_receive_timer(self) -> None:
+        self._gate.timer_cancelled()
         if self._receive_timer is not None:
             self._receive_timer.cancel()
             self._receive_timer = None
 
     def _receive_timed_out(self) -> None:
         self._receive_timer = None
+        self._gate.timer_cancelled()
         if self._closed:
             return
         declared = self._decoder.pending_frame_bytes
@@ -369,7 +366,7 @@ class KafkaConnection(asyncio.Protocol):
 
     @property
     def reading_paused(self) -> bool:
-        return self._reading_paused
+        return self._gate.reading_paused
 
     def close(self, *, abort: bool = False) -> None:
         """Close the connection. Responses already written still go out, unless ``abort`` or the
@@ -413,10 +410,10 @@ class KafkaConnection(asyncio.Protocol):
             while self._frames and not self._closed:
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
-                if self._queue_full and len(self._frames) < MAX_QUEUED_FRAMES // 2 \
-                        and self._queued_bytes < MAX_QUEUED_BYTES // 2:
-                    self._queue_full = False
-                    self._update_reading()
+                if self._gate.queue_full:
+                    self._gate.taken(len(self._frames), self._queued_bytes)
+                    if not self._gate.queue_full:
+                        self._update_reading()
                 self.last_active = loop.time()
                 self._serving_bytes = len(frame)
                 try:
@@ -444,7 +441,7 @@ class KafkaConnection(asyncio.Protocol):
         if self.client.raw_frames is not None:
             await self._raw_frame(self.client.raw_frames, frame)
             return
-        started = time.perf_counter()
+        started_ns = self._clock.monotonic_ns()
         try:
             request = parse_request(frame)
         except UnsupportedVersionError as e:
@@ -467,7 +464,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             sent = await self._answer(request)
         finally:
-            observer.request_done(request.api_key, len(frame) + 4, sent, time.perf_counter() - started)
+            observer.request_done(request.api_key, len(frame) + 4, sent, (self._clock.monotonic_ns() - started_ns) / 1e9)
 
     async def _answer(self, request: ParsedRequest) -> int:
         """Route the request and write its response; the response's bytes."""

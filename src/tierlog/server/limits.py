@@ -12,10 +12,11 @@ import logging
 import os
 import resource
 import socket
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ class ConnectionQuotas:
     total: int = 0
     refused: Counter[str] = field(default_factory=Counter)
     _last_report_s: float = 0.0
+    clock: Clock = SYSTEM_CLOCK
 
     def limit_for(self, host: str) -> int:
         return self.per_ip_overrides.get(host, self.max_per_ip)
@@ -183,7 +185,7 @@ class ConnectionQuotas:
     def _refused(self, host: str, reason: str) -> None:
         self.refused[reason] += 1
         # One line per refusal would let a flood of connections flood the log too.
-        now = time.monotonic()
+        now = monotonic_s(self.clock)
         if now - self._last_report_s >= 10.0:
             self._last_report_s = now
             log.warning("refusing connections: %s (latest from %s; refused so far: %s)", reason, host,

@@ -18,8 +18,9 @@ from tierlog.config.definition import Value, parse_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ConfigError, TierlogError
+from tierlog.ids import uuid_to_base64
 from tierlog.metadata import ConfigResourceType, Controller, MetadataDelta, MetadataImage
-from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy, uuid_to_base64
+from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 

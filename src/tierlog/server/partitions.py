@@ -15,9 +15,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tierlog.errors import (
-    TierlogError,
+    ErrorCode,
     UnknownTopicOrPartitionError,
+    error_code_of,
 )
+from tierlog.ids import TopicPartition
 from tierlog.metadata import MetadataImage, TopicImage
 from tierlog.server.connection import FileSlice
 from tierlog.storage.file_records import FileRegion
@@ -30,15 +32,6 @@ from tierlog.tiered.reader import TieredReader
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 
 #: Regions smaller than this are copied in the I/O thread: for them one pread is cheaper than the
 #: sendfile hand-off (which waits for the socket buffer to drain and pauses reading).
@@ -48,20 +41,10 @@ SENDFILE_MIN_BYTES = 256 << 10
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
 
-TopicPartition = tuple[str, int]
-
-
-def error_code_of(e: BaseException) -> int:
-    if isinstance(e, TierlogError):
-        return e.error_code
-    if isinstance(e, OSError):
-        return KAFKA_STORAGE_ERROR
-    return UNKNOWN_SERVER_ERROR
-
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    error_code: int = NONE
+    error_code: int = ErrorCode.NONE
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
@@ -82,7 +65,7 @@ class ReadSpec:
 
 @dataclass(slots=True)
 class ReadResult:
-    error_code: int = NONE
+    error_code: int = ErrorCode.NONE
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
@@ -196,10 +179,10 @@ class PartitionManager:
         image = self._image()
         for topic, partition, records in items:
             if not internal and topic in INTERNAL_TOPICS:
-                out.append(AppendResult(INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}"))
+                out.append(AppendResult(ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}"))
                 continue
             if records is None:
-                out.append(AppendResult(CORRUPT_MESSAGE, error_message="a produce request without records"))
+                out.append(AppendResult(ErrorCode.CORRUPT_MESSAGE, error_message="a produce request without records"))
                 continue
             try:
                 ulog = self.get_log_blocking(topic, partition)
@@ -208,12 +191,12 @@ class PartitionManager:
                 info = ulog.append_as_leader(records, epoch, origin)
             except Exception as e:
                 code = error_code_of(e)
-                if code == UNKNOWN_SERVER_ERROR:
+                if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                     log.exception("append to %s-%d failed", topic, partition)
                 out.append(AppendResult(code, error_message=str(e) or type(e).__name__))
                 continue
             synced = self.log_manager.sync_future(ulog, info) if durable else None
-            out.append(AppendResult(NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
+            out.append(AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
                                     duplicate=info.duplicate, synced=synced))
         return out
 
@@ -230,11 +213,11 @@ class PartitionManager:
             try:
                 ulog = self.get_log_blocking(spec.topic, spec.partition)
             except UnknownTopicOrPartitionError:
-                result.error_code = UNKNOWN_TOPIC_OR_PARTITION
+                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             epoch = self.leader_epoch(spec.topic, spec.partition)
             if spec.current_leader_epoch >= 0 and spec.current_leader_epoch != epoch:
-                result.error_code = FENCED_LEADER_EPOCH if spec.current_leader_epoch < epoch else UNKNOWN_LEADER_EPOCH
+                result.error_code = ErrorCode.FENCED_LEADER_EPOCH if spec.current_leader_epoch < epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
             hw = ulog.high_watermark
             lso = ulog.last_stable_offset

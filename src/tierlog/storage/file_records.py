@@ -25,6 +25,7 @@ from tierlog.records.header import (
     MIN_BATCH_LENGTH,
     BatchHeader,
 )
+from tierlog.storage.io_errors import disk_errors
 
 _I32 = struct.Struct(">i")
 #: Buffers one pwritev may take (Linux's UIO_MAXIOV).
@@ -40,8 +41,15 @@ class FileRegion:
     position: int
     size: int
 
+    @disk_errors
     def read_bytes(self) -> bytes:
         return os.pread(self.fd, self.size, self.position)
+
+    @disk_errors
+    def duplicate(self) -> FileRegion:
+        """The same region on a duplicate descriptor, readable after this file is closed or deleted
+        (the caller closes it)."""
+        return FileRegion(self.path, os.dup(self.fd), self.position, self.size)
 
 
 class FileRecords:

@@ -21,15 +21,13 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog._util.crc import crc32c
-from tierlog._util.files import write_atomic
+from tierlog._util.framed import FramedFileError, read_framed, write_framed
 
 log = logging.getLogger(__name__)
 
 MANIFEST_FILE = "tierlog-listing-manifest"
 MAGIC = b"TLLM"
 VERSION = 1
-_HEAD = struct.Struct(">4sHI")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
@@ -90,7 +88,7 @@ def write_manifest(log_dir: Path, partition_dirs: list[Path]) -> int:
         body += _U32.pack(len(listing.snapshot_offsets)) + _int64s(listing.snapshot_offsets)
         count += 1
     payload = _U32.pack(count) + bytes(body)
-    write_atomic(log_dir / MANIFEST_FILE, _HEAD.pack(MAGIC, VERSION, crc32c(payload)) + payload)
+    write_framed(log_dir / MANIFEST_FILE, MAGIC, VERSION, payload)
     return count
 
 
@@ -99,16 +97,15 @@ def read_manifest(log_dir: Path) -> dict[str, tuple[int, PartitionListing]]:
     as empty, which only means every partition is listed as usual."""
     path = log_dir / MANIFEST_FILE
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        found = read_framed(path, MAGIC, {VERSION})
+    except FramedFileError as e:
+        log.warning("ignoring %s: %s", path, e)
         return {}
+    if found is None:
+        return {}
+    payload = memoryview(found[1])
     out: dict[str, tuple[int, PartitionListing]] = {}
     try:
-        magic, version, crc = _HEAD.unpack_from(data, 0)
-        payload = memoryview(data)[_HEAD.size :]
-        if magic != MAGIC or version != VERSION or crc32c(payload) != crc:
-            log.warning("ignoring %s: wrong magic, version or checksum", path)
-            return {}
         (count,) = _U32.unpack_from(payload, 0)
         pos = 4
         for _ in range(count):

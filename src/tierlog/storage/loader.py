@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from tierlog.storage.cleaner.swap import next_offset_of_log_file
 from tierlog.storage.epoch_rebuild import cache_disagrees, open_leader_epoch_cache, rebuild_leader_epochs
 from tierlog.storage.index import looks_untrimmed
 from tierlog.storage.listing_manifest import PartitionListing
-from tierlog.storage.log import UnifiedLog, random_roll_jitter_ms, segment_settings
+from tierlog.storage.log import SYSTEM_RANDOM, UnifiedLog, random_roll_jitter_ms, segment_settings
 from tierlog.storage.log_restore import RESTORE_MARKER_FILE, read_restore_marker
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import ProducerStateManager
@@ -167,6 +168,7 @@ def load_log(
     scheduler: Scheduler | None = None,
     stats: LoadStats | None = None,
     listing: PartitionListing | None = None,
+    rng: random.Random = SYSTEM_RANDOM,
 ) -> UnifiedLog:
     """Open one partition's log. ``listing`` (clean shutdown only) replaces listing the directory."""
     stats = stats if stats is not None else LoadStats()
@@ -182,7 +184,7 @@ def load_log(
     now = clock.wall_ms()
 
     def open_segment(base: int) -> LogSegment:
-        return LogSegment(directory, base, settings, created_ms=now, roll_jitter_ms=random_roll_jitter_ms(config))
+        return LogSegment(directory, base, settings, created_ms=now, roll_jitter_ms=random_roll_jitter_ms(config, rng))
 
     segments = LogSegments(open_segment)
     segments.add_base_offsets(bases)
@@ -210,7 +212,7 @@ def load_log(
 
     if not segments:
         seg = LogSegment(directory, options.log_start_offset, settings, created_ms=now,
-                         roll_jitter_ms=random_roll_jitter_ms(config), create=True)
+                         roll_jitter_ms=random_roll_jitter_ms(config, rng), create=True)
         segments.add(seg)
     active = segments.last
     assert active is not None
@@ -276,7 +278,7 @@ def load_log(
     ulog = UnifiedLog(
         directory, config, segments, log_start_offset=log_start_offset, recovery_point=recovery_point,
         next_offset=next_offset, producer_state=psm, leader_epoch_cache=epoch_cache, clock=clock,
-        scheduler=scheduler, topic_id=topic_id,
+        scheduler=scheduler, topic_id=topic_id, rng=rng,
     )
     # A tiered log's local start is above Kafka's log start: the snapshot there holds the producers
     # of the remote-only segments (or of a restore from the remote tier).

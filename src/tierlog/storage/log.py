@@ -48,8 +48,9 @@ from tierlog.storage.checkpoints import (
     PartitionMetadataFile,
 )
 from tierlog.storage.file_records import FileRecords
+from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
-from tierlog.storage.log_dir_failure import LogDirFailureChannel
+from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
@@ -86,10 +87,14 @@ def segment_settings(config: LogConfig) -> SegmentSettings:
     )
 
 
-def random_roll_jitter_ms(config: LogConfig) -> int:
+#: The randomness of a log that is given none: segment roll jitter spreads rolls, it needs no seed.
+SYSTEM_RANDOM = random.Random()
+
+
+def random_roll_jitter_ms(config: LogConfig, rng: random.Random = SYSTEM_RANDOM) -> int:
     """Each segment draws its own jitter in [0, min(segment.jitter.ms, segment.ms)) (LogConfig#randomSegmentJitter)."""
     bound = min(config.segment_jitter_ms, config.segment_ms)
-    return random.randrange(bound) if bound > 0 else 0
+    return rng.randrange(bound) if bound > 0 else 0
 
 
 def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
@@ -151,8 +156,10 @@ class UnifiedLog(LogTieringMixin):
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
         topic_id: bytes | None = None,
+        rng: random.Random = SYSTEM_RANDOM,
     ) -> None:
         self.dir = directory
+        self.rng = rng
         self.topic, self.partition = files.parse_topic_partition_name(directory.name)
         self.config = config
         self.segments = segments
@@ -259,6 +266,7 @@ class UnifiedLog(LogTieringMixin):
 
     # -- append ---------------------------------------------------------------------------------------
 
+    @disk_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
@@ -266,8 +274,13 @@ class UnifiedLog(LogTieringMixin):
         A disk error on the write or on a segment file's creation takes the log dir offline."""
         try:
             return self._append_as_leader(records, leader_epoch, origin)
-        except OSError as e:
-            raise self._disk_failed(e, f"append to {self.topic}-{self.partition}") from e
+        except (OSError, KafkaStorageError) as e:
+            # A roll inside the append maps its OSError to KafkaStorageError (io_errors) itself: the
+            # disk error behind it still takes the dir offline.
+            cause = e if isinstance(e, OSError) else disk_error_of(e)
+            if cause is None:
+                raise
+            raise self._disk_failed(cause, f"append to {self.topic}-{self.partition}") from e
 
     def _disk_failed(self, e: OSError, action: str) -> KafkaStorageError:
         if self.failure_channel is not None:
@@ -413,6 +426,7 @@ class UnifiedLog(LogTieringMixin):
 
     # -- roll, flush ----------------------------------------------------------------------------------
 
+    @disk_errors
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at max(expected, LEO); snapshot producer state."""
         with self.lock:
@@ -429,7 +443,7 @@ class UnifiedLog(LogTieringMixin):
             self.producer_state.update_map_end_offset(new_offset)
             self._take_producer_snapshot(sync=False)
             seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
-                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+                             roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             log.info("segment rolled topic=%s partition=%d base_offset=%d previous_base_offset=%d "
                      "previous_size_bytes=%d", self.topic, self.partition, new_offset, active.base_offset,
@@ -441,6 +455,7 @@ class UnifiedLog(LogTieringMixin):
             self.flush(new_offset)
         return seg
 
+    @disk_errors
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default LEO); advance the recovery point.
 
@@ -453,8 +468,11 @@ class UnifiedLog(LogTieringMixin):
                 self.failure_channel.check(self.dir.parent)
             try:
                 self._flush(offset)
-            except OSError as e:
-                raise self._disk_failed(e, f"flush of {self.topic}-{self.partition}") from e
+            except (OSError, KafkaStorageError) as e:
+                cause = e if isinstance(e, OSError) else disk_error_of(e)
+                if cause is None:
+                    raise
+                raise self._disk_failed(cause, f"flush of {self.topic}-{self.partition}") from e
 
     def _flush(self, offset: int | None) -> None:
         with self.lock:
@@ -487,6 +505,7 @@ class UnifiedLog(LogTieringMixin):
 
     # -- read -----------------------------------------------------------------------------------------
 
+    @disk_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
@@ -591,6 +610,7 @@ class UnifiedLog(LogTieringMixin):
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
         return self.read(start_offset, max_bytes).read_bytes()
 
+    @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
         for seg in list(self.segments):
@@ -602,6 +622,7 @@ class UnifiedLog(LogTieringMixin):
                 return found
         return None
 
+    @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
         for seg in self.segments:
@@ -692,6 +713,7 @@ class UnifiedLog(LogTieringMixin):
 
     # -- log start offset, truncation -----------------------------------------------------------------
 
+    @disk_errors
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
         with self.lock:
             if new_offset > self.high_watermark:
@@ -738,7 +760,7 @@ class UnifiedLog(LogTieringMixin):
                 self.segments.remove(seg.base_offset)
                 seg.delete_files()
             seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
-                             roll_jitter_ms=random_roll_jitter_ms(self.config), create=True)
+                             roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             self._log_end_offset = new_offset
             self.log_start_offset = new_offset

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir, sync_filesystem
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.log_config import LogConfig
 from tierlog.config.settings import broker_default, broker_default_flag
 from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.ids import TopicPartition, random_uuid, uuid_to_base64
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage import files
 from tierlog.storage.checkpoints import (
@@ -31,12 +32,11 @@ from tierlog.storage.checkpoints import (
     CorruptCheckpointError,
     MetaProperties,
     OffsetCheckpointFile,
-    random_uuid,
     salvage_meta_properties,
-    uuid_to_base64,
     well_formed_cluster_id,
 )
 from tierlog.storage.group_commit import GroupCommit
+from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.listing_manifest import (
     PartitionListing,
     delete_manifest,
@@ -45,12 +45,10 @@ from tierlog.storage.listing_manifest import (
     write_manifest,
 )
 from tierlog.storage.loader import LoadOptions, LoadStats, load_log
-from tierlog.storage.log import LogAppendInfo, UnifiedLog
+from tierlog.storage.log import SYSTEM_RANDOM, LogAppendInfo, UnifiedLog
 from tierlog.storage.log_dir_failure import LogDirFailureChannel
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -75,13 +73,14 @@ class Progress:
     """Rate limit of the progress lines of long work: :meth:`due` is true at most once per interval
     (thread-safe, for the recovery threads)."""
 
-    def __init__(self, interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._interval_s = interval_ms / 1000.0
-        self._next = time.monotonic() + self._interval_s
+        self._next = monotonic_s(clock) + self._interval_s
         self._lock = threading.Lock()
 
     def due(self) -> bool:
-        now = time.monotonic()
+        now = monotonic_s(self._clock)
         with self._lock:
             if now < self._next:
                 return False
@@ -123,7 +122,9 @@ class LogManager:
         *,
         clock: Clock = SYSTEM_CLOCK,
         scheduler: Scheduler | None = None,
+        rng: random.Random = SYSTEM_RANDOM,
     ) -> None:
+        self.rng = rng  # segment roll jitter of every log (seeded in tests)
         if not log_dirs:
             raise ValueError("at least one log directory is needed")
         self.log_dirs = [d.resolve() for d in log_dirs]
@@ -142,7 +143,7 @@ class LogManager:
         self.lazy_checked_segments = 0
         self._lazy_started = 0.0
         self._lazy_done_logged = False
-        self._lazy_progress = Progress(settings.progress_interval_ms)
+        self._lazy_progress = Progress(settings.progress_interval_ms, clock)
         #: Disk errors take a log dir offline (log_dir_failure); durable acknowledgements wait on
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
@@ -152,13 +153,13 @@ class LogManager:
 
     def startup_logs(self) -> StartupReport:
         """Load every log in every log dir (KAFKA-FACTS §2.9, §2.12)."""
-        t0 = time.monotonic()
+        t0 = monotonic_s(self.clock)
         report = self.startup
         plans = [self._plan_dir(d, report) for d in self.log_dirs]
         total = sum(len(p.partition_dirs) for p in plans)
         log.info("loading logs total=%d log_dirs=%d clean_shutdown_dirs=%d", total, len(plans),
                  sum(1 for p in plans if p.clean))
-        progress = Progress(self.settings.progress_interval_ms)
+        progress = Progress(self.settings.progress_interval_ms, self.clock)
         counts_lock = threading.Lock()
         done = [0, 0, 0]  # logs, segments, recovered segments
 
@@ -173,13 +174,13 @@ class LogManager:
                 sanity_check_all=self.settings.sanity_check_all_logs,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
             )
-            started = time.monotonic()
-            ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock,
+            started = monotonic_s(self.clock)
+            ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock, rng=self.rng,
                             scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, plan.manifest))
             if stats.recovered_segments:
                 log.info("log recovered topic=%s partition=%d recovered_segments=%d truncated_bytes=%d "
                          "segments=%d seconds=%.3f", tp[0], tp[1], stats.recovered_segments, stats.truncated_bytes,
-                         stats.segments, time.monotonic() - started)
+                         stats.segments, monotonic_s(self.clock) - started)
             with counts_lock:
                 done[0] += 1
                 done[1] += stats.segments
@@ -188,7 +189,7 @@ class LogManager:
             if progress.due():
                 log.info("loading logs progress done=%d total=%d percent=%.0f segments=%d recovered_segments=%d "
                          "elapsed_s=%.1f", logs_done, total, 100.0 * logs_done / max(total, 1), segments_done,
-                         recovered, time.monotonic() - t0)
+                         recovered, monotonic_s(self.clock) - t0)
             return tp, ulog, stats
 
         for plan in plans:
@@ -206,7 +207,7 @@ class LogManager:
                 report.recovered_segments += stats.recovered_segments
                 report.rebuilt_indexes += stats.rebuilt_indexes
                 report.truncated_bytes += stats.truncated_bytes
-        report.seconds = time.monotonic() - t0
+        report.seconds = monotonic_s(self.clock) - t0
         log.info("loaded %d logs with %d segments in %.3f s (%d recovered, %d indexes rebuilt, %d unchecked)",
                  report.logs, report.segments, report.seconds, report.recovered_segments,
                  report.rebuilt_indexes, self.unchecked_segments())
@@ -291,7 +292,7 @@ class LogManager:
                               d, e, self.settings.cluster_id or "a new one")
         cluster_id = self.settings.cluster_id or uuid_to_base64(uuid.uuid4().bytes)
         MetaProperties(node_id=self.settings.node_id, cluster_id=cluster_id,
-                       directory_id=directory_id or random_uuid()).write(path)
+                       directory_id=directory_id or random_uuid()).write(path, self.clock.wall_ms())
 
     def start_background_tasks(self) -> None:
         if self.scheduler is None:
@@ -351,6 +352,7 @@ class LogManager:
                 counts[parent] += 1
         return min(online, key=lambda d: counts[d])
 
+    @disk_errors
     def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None = None) -> UnifiedLog:
         with self._lock:
             existing = self._logs.get((topic, partition))
@@ -364,7 +366,7 @@ class LogManager:
                 ulog = load_log(path, self.config_for_topic(topic),
                                 LoadOptions(had_clean_shutdown=True,
                                             producer_id_expiration_ms=self.settings.producer_id_expiration_ms),
-                                clock=self.clock, scheduler=self.scheduler)
+                                clock=self.clock, scheduler=self.scheduler, rng=self.rng)
                 if topic_id is not None:
                     ulog.write_partition_metadata(topic_id)
             except OSError as e:
@@ -431,7 +433,7 @@ class LogManager:
             done += ulog.check_some_segments(budget - done)
         if done:
             if not self.lazy_checked_segments:
-                self._lazy_started = time.monotonic()
+                self._lazy_started = monotonic_s(self.clock)
             self.lazy_checked_segments += done
             self._lazy_done_logged = False
             if self._lazy_progress.due():
@@ -440,7 +442,7 @@ class LogManager:
         elif self.lazy_checked_segments and not self._lazy_done_logged:
             self._lazy_done_logged = True
             log.info("lazy segment check finished checked_segments=%d seconds=%.1f", self.lazy_checked_segments,
-                     time.monotonic() - self._lazy_started)
+                     monotonic_s(self.clock) - self._lazy_started)
         return done
 
     def cleanup_logs(self) -> int:

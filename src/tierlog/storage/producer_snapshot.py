@@ -27,11 +27,12 @@ from typing import NamedTuple
 from tierlog._util.crc import crc32c
 from tierlog._util.files import fsync_dir, write_atomic
 from tierlog.errors import CorruptSnapshotError
+from tierlog.storage import files
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
-SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_SUFFIX = files.SNAPSHOT_SUFFIX
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
 
@@ -114,21 +115,11 @@ def write_snapshot_entries(path: Path, entries: Sequence[SnapshotEntry], *, sync
 
 
 def snapshot_file_name(offset: int) -> str:
-    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    return files.producer_snapshot_file(Path(), offset).name
 
 
 def snapshot_path(log_dir: Path, offset: int) -> Path:
     return log_dir / snapshot_file_name(offset)
-
-
-def offset_from_file_name(name: str) -> int | None:
-    """The offset in a ``.snapshot`` file name (the text before the first dot), or None if it is not one."""
-    if not name.endswith(SNAPSHOT_SUFFIX):
-        return None
-    prefix = name.split(".", 1)[0]
-    if not prefix.isdigit():
-        return None
-    return int(prefix)
 
 
 def list_snapshot_names(log_dir: Path, names: Iterable[str] | None = None) -> dict[int, str]:
@@ -142,9 +133,10 @@ def list_snapshot_names(log_dir: Path, names: Iterable[str] | None = None) -> di
             return found
     for name in names:
         if name.endswith(SNAPSHOT_SUFFIX):
-            offset = offset_from_file_name(name)
-            if offset is not None:
-                found[offset] = name
+            try:
+                found[files.offset_from_file_name(name)] = name
+            except ValueError:
+                continue  # not named after an offset: not a producer snapshot
     return found
 
 
@@ -180,7 +172,6 @@ def flush_snapshot_file(path: Path) -> None:
     finally:
         os.close(fd)
     fsync_dir(path.parent)
-
 
 
 # -- the snapshot files of one partition ----------------------------------------------------------------

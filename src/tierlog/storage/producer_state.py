@@ -1,5 +1,9 @@
 """Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
+Longer than most modules (about 810 lines) on purpose: the staging of an append, the ongoing and
+completed transactions and the last stable offset are one state machine whose checks (KAFKA-FACTS
+§4.2) must see each other; the snapshot format and the rebuild already live in their own modules.
+
 The state answers three questions on the append path: is this batch a retry of one already written
 (duplicate detection over the last 5 batches of each producer), is it acceptable (epoch, sequence and
 transaction checks, KAFKA-FACTS §4.2), and where does the last stable offset stand. It is rebuilt at
@@ -51,6 +55,7 @@ from tierlog.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from tierlog.records.control import EndTransactionMarker
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     INT32_MAX,
@@ -79,8 +84,6 @@ NO_COORDINATOR_EPOCH = -1
 
 CONTROL_TYPE_ABORT = 0
 CONTROL_TYPE_COMMIT = 1
-_CONTROL_KEY = struct.Struct(">hh")
-_END_TXN_VALUE = struct.Struct(">hi")
 
 
 class AppendOrigin(enum.Enum):
@@ -284,20 +287,18 @@ def read_end_txn_marker(header: BatchHeader) -> EndTxnMarker | None:
         timestamp_delta, pos = read_varlong(body, pos)
         _offset_delta, pos = read_varint(body, pos)
         key_length, pos = read_varint(body, pos)
-        if key_length < _CONTROL_KEY.size or pos + key_length > len(body):
-            raise InvalidRecordError(f"control record key of {key_length} bytes is too short")
-        _key_version, control_type = _CONTROL_KEY.unpack_from(body, pos)
+        if key_length < 0 or pos + key_length > len(body):
+            raise InvalidRecordError(f"control record key of {key_length} bytes does not fit the batch")
+        key = body[pos : pos + key_length]
         pos += key_length
         value_length, pos = read_varint(body, pos)
-        if value_length < _END_TXN_VALUE.size or pos + value_length > len(body):
-            raise InvalidRecordError(f"end transaction marker value of {value_length} bytes is too short")
-        _value_version, coordinator_epoch = _END_TXN_VALUE.unpack_from(body, pos)
-    except (IndexError, struct.error) as e:
+        if value_length < 0 or pos + value_length > len(body):
+            raise InvalidRecordError(f"end transaction marker value of {value_length} bytes does not fit the batch")
+        marker = EndTransactionMarker.from_key_value(key, body[pos : pos + value_length])
+    except (IndexError, struct.error, InvalidRecordError) as e:
         raise InvalidRecordError(f"control batch at offset {header.base_offset}: {e}") from e
-    if control_type not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
-        raise InvalidRecordError(
-            f"control record type {control_type} at offset {header.base_offset} is not an end transaction marker"
-        )
+    control_type = CONTROL_TYPE_COMMIT if marker.is_commit else CONTROL_TYPE_ABORT
+    coordinator_epoch = marker.coordinator_epoch
     if header.timestamp_type == LOG_APPEND_TIME:
         timestamp = header.max_timestamp
     else:

@@ -2,6 +2,11 @@
 
 Indexes are lazy (Kafka's LazyIndex): the files are not opened until first use, so a log with
 many inactive segments opens without touching them (seed 003).
+
+Longer than most modules (about 870 lines) because LogSegment is one class: its checked reads
+(locating a batch through the index while distrusting a damaged index), recovery and sanity checks
+share the segment's private state (the log file, the lazy indexes, the damage already seen) and
+split across modules would have to expose it; the batch walking itself is in ``batch_check``.
 """
 
 from __future__ import annotations

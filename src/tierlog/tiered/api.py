@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from tierlog.errors import TierlogError
-from tierlog.storage.checkpoints import random_uuid, uuid_to_base64
+from tierlog.ids import TopicIdPartition, random_uuid, uuid_to_base64
 
 ZERO_TOPIC_ID = bytes(16)
 
@@ -43,20 +43,6 @@ class InvalidStateTransitionError(TierlogError):
 
 
 # -- identifiers ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, order=True)
-class TopicIdPartition:
-    topic_id: bytes
-    topic: str
-    partition: int
-
-    def __post_init__(self) -> None:
-        if len(self.topic_id) != 16:
-            raise ValueError(f"a topic id is 16 bytes, not {len(self.topic_id)}")
-
-    def __str__(self) -> str:
-        return f"{uuid_to_base64(self.topic_id)}:{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, order=True)

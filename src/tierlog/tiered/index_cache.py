@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.storage.index import OffsetIndex, OffsetPosition
+from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.txn_index import TransactionIndex, TxnIndexSearchResult
 from tierlog.tiered.api import (
     IndexType,
@@ -72,6 +73,7 @@ class RemoteIndexCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @disk_errors  # the cache's files are local disk: a failure is a storage error (56), as for a log
     def _get(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> _Entry:
         key = (md.segment_id, kind)
         entry = self._entries.get(key)

@@ -28,7 +28,9 @@ from pathlib import Path
 
 from tierlog._util.crc import crc32c
 from tierlog._util.files import fsync_dir, write_atomic
+from tierlog._util.framed import FramedFileError, decode_framed, encode_framed
 from tierlog.errors import KafkaStorageError
+from tierlog.storage.io_errors import disk_errors
 from tierlog.tiered import serde
 from tierlog.tiered.api import (
     InvalidStateTransitionError,
@@ -50,7 +52,10 @@ SNAPSHOT_MAGIC = b"TLRS"
 FORMAT_VERSION = 1
 _FILE_HEADER = struct.Struct(">4sH")
 _ENTRY_HEADER = struct.Struct(">II")
-_SNAPSHOT_HEADER = struct.Struct(">4sHIQI")  # magic, version, crc of the rest, next journal seq, count
+#: A snapshot is a framed file (magic, version, CRC-32C: :mod:`tierlog._util.framed`) whose payload
+#: starts with the next journal sequence and the record count. The journal is not framed: it is
+#: appended to, entry by entry, so it has a per-entry CRC instead of a whole-file one.
+_SNAPSHOT_HEAD = struct.Struct(">QI")
 SNAPSHOT_NAME = "snapshot"
 #: How often a read-only load starts over when the writer replaces the snapshot under it.
 _READ_ONLY_ATTEMPTS = 20
@@ -216,19 +221,20 @@ def encode_snapshot(records: Iterable[serde.RemoteLogMetadataRecord], next_journ
         payload = serde.encode(record)
         body += struct.pack(">I", len(payload)) + payload
         count += 1
-    tail = struct.pack(">QI", next_journal_seq, count) + bytes(body)
-    return struct.pack(">4sHI", SNAPSHOT_MAGIC, FORMAT_VERSION, crc32c(tail)) + tail
+    tail = _SNAPSHOT_HEAD.pack(next_journal_seq, count) + bytes(body)
+    return encode_framed(SNAPSHOT_MAGIC, FORMAT_VERSION, tail)
 
 
 def decode_snapshot(data: bytes, source: str = SNAPSHOT_NAME) -> tuple[int, list[serde.RemoteLogMetadataRecord]]:
-    if len(data) < _SNAPSHOT_HEADER.size:
+    try:
+        _, tail = decode_framed(data, SNAPSHOT_MAGIC, {FORMAT_VERSION}, source)
+    except FramedFileError as e:
+        raise RemoteLogMetadataCorruptError(f"not a readable remote log metadata snapshot: {e}") from None
+    if len(tail) < _SNAPSHOT_HEAD.size:
         raise RemoteLogMetadataCorruptError(f"{source}: {len(data)} bytes is too short for a snapshot")
-    magic, version, crc, next_seq, count = _SNAPSHOT_HEADER.unpack_from(data)
-    if magic != SNAPSHOT_MAGIC or version != FORMAT_VERSION:
-        raise RemoteLogMetadataCorruptError(f"{source}: not a version {FORMAT_VERSION} remote log metadata snapshot")
-    if crc32c(data[10:]) != crc:
-        raise RemoteLogMetadataCorruptError(f"{source}: CRC mismatch")
-    pos = _SNAPSHOT_HEADER.size
+    next_seq, count = _SNAPSHOT_HEAD.unpack_from(tail)
+    data = tail
+    pos = _SNAPSHOT_HEAD.size
     records = []
     for _ in range(count):
         (n,) = struct.unpack_from(">I", data, pos)
@@ -359,6 +365,7 @@ class FileRemoteLogMetadataManager:
 
     # -- append ---------------------------------------------------------------------------------
 
+    @disk_errors
     def _append(self, record: serde.RemoteLogMetadataRecord) -> None:
         if self._journal_fd is None:
             raise KafkaStorageError(f"the remote log metadata store in {self.directory} is closed")
@@ -373,6 +380,7 @@ class FileRemoteLogMetadataManager:
         if self._entries_since_snapshot >= self.snapshot_every:
             self.take_snapshot()
 
+    @disk_errors
     def take_snapshot(self) -> None:
         with self._lock:
             next_seq = self._journal_seq + 1

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tierlog._util.crc import crc32c
-from tierlog._util.files import write_atomic
+from tierlog._util.framed import FramedFileError, read_framed, write_framed
+from tierlog.ids import uuid_to_base64
 from tierlog.storage import files
-from tierlog.storage.checkpoints import uuid_to_base64
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
     RemoteLogMetadataManager,
@@ -36,7 +34,6 @@ from tierlog.tiered.policy import candidate_segments
 from tierlog.tiered.segment_deleter import FailedRemoteDelete
 
 S = RemoteLogSegmentState
-_STATUS_HEADER = struct.Struct(">4sHI")
 _STATUS_MAGIC = b"TLTS"
 #: Version 2 added "deletes" (the remote deletes given up); version 1 files still read.
 _STATUS_VERSION = 2
@@ -124,23 +121,19 @@ def partition_status(tp: TopicPartition, ulog: UnifiedLog | None, state: Partiti
 
 
 def write_status_file(path: Path, payload: Mapping[str, object]) -> None:
-    body = json.dumps(payload, sort_keys=True).encode("utf-8")
-    write_atomic(path, _STATUS_HEADER.pack(_STATUS_MAGIC, _STATUS_VERSION, crc32c(body)) + body, sync=False)
+    write_framed(path, _STATUS_MAGIC, _STATUS_VERSION, json.dumps(payload, sort_keys=True).encode("utf-8"), sync=False)
 
 
 def read_status_file(path: Path) -> dict[str, object] | None:
-    """The persisted task states and errors, or None if absent or damaged."""
+    """The persisted task states and errors, or None if absent or damaged (version 1 files, written
+    before the given-up deletes were kept, still read)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        found = read_framed(path, _STATUS_MAGIC, set(_STATUS_VERSIONS_READ))
+    except FramedFileError:
         return None
-    if len(data) < _STATUS_HEADER.size:
+    if found is None:
         return None
-    magic, version, crc = _STATUS_HEADER.unpack_from(data)
-    body = data[_STATUS_HEADER.size:]
-    if magic != _STATUS_MAGIC or version not in _STATUS_VERSIONS_READ or crc32c(body) != crc:
-        return None
-    loaded = json.loads(body)
+    loaded = json.loads(found[1])
     return loaded if isinstance(loaded, dict) else None
 
 

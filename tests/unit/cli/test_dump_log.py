@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tierlog.cli import dump_log
+from tierlog.cli.dump import DumpOptions, DumpReport, dump_record_batches
+from tierlog.cli.dump import core as dump
 from tierlog.cli.main import main
 from tierlog.config import LogConfig
 from tierlog.records import (
@@ -28,8 +30,7 @@ from tierlog.records import (
     build_end_txn_marker_batch,
     iter_headers,
 )
-from tierlog.storage import dump, files
-from tierlog.storage.dump import DumpOptions, DumpReport, dump_record_batches
+from tierlog.storage import files
 from tierlog.storage.index import OffsetIndex, TimeIndex
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.storage.txn_index import AbortedTxn, TransactionIndex

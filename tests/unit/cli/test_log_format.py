@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tierlog.cli.log_format import JsonFormatter, event_fields
 
 
@@ -42,6 +44,7 @@ def test_json_formatter() -> None:
     assert "event" not in plain and "ValueError: boom" in plain["exception"]
 
 
+@pytest.mark.integration
 def test_serve_logs_json_lines(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "tierlog.cli.main", "--log-format", "json", "serve",
            "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={tmp_path / 'data'}"]

@@ -32,6 +32,7 @@ def test_the_regenerate_command_is_the_documented_one() -> None:
     assert REGENERATE_COMMAND in render_markdown()
 
 
+@pytest.mark.integration
 def test_output_does_not_depend_on_the_process() -> None:
     """Same bytes in a fresh interpreter with another hash seed (no set or dict order leaks in)."""
     code = "import sys; from tierlog.config.docs import render; sys.stdout.write(render('markdown'))"

@@ -173,3 +173,15 @@ def test_topic_local_retention_rules_match_the_broker_ones() -> None:
         LogConfig.from_props({"retention.ms": "1000", "local.retention.ms": "2000"})
     # a negative total retention is unbounded, whatever its exact value
     assert LogConfig.from_props({"retention.bytes": "-5", "local.retention.bytes": "100"}).local_retention_bytes == 100
+
+
+def test_server_properties_takes_every_java_properties_form(tmp_path: Path) -> None:
+    """Kafka's config files are read by Properties.load: ``key value`` and ``key:value`` are as
+    valid as ``key=value``, and so are continuation lines and escapes."""
+    path = tmp_path / "server.properties"
+    path.write_text("  node.id 7\nlog.dirs:/a,\\\n    /b\n! comment\nlog.retention.ms = 6\\u0030000\n",
+                    encoding="utf-8")
+    cfg = BrokerConfig.from_file(path)
+    assert cfg.node_id == 7
+    assert [str(p) for p in cfg.log_dirs] == ["/a", "/b"]
+    assert cfg.get_int("log.retention.ms") == 60000

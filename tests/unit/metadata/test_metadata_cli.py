@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.metadata import Env
 from tierlog.cli import metadata_cmd
 from tierlog.metadata.snapshot import list_snapshots
-
-from .conftest import Env
 
 
 def run(*argv: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.metadata import Env
 from tierlog.errors import ConfigError, TierlogError, UnknownTopicOrPartitionError
 from tierlog.metadata.configs import AlterConfigOp, AlterConfigOpType
 from tierlog.metadata.controller import PRODUCER_ID_BLOCK_SIZE, Controller
@@ -21,8 +22,6 @@ from tierlog.metadata.features import FeatureUpdate
 from tierlog.metadata.image import MetadataImage
 from tierlog.metadata.records import ConfigResourceType
 from tierlog.records import iter_headers
-
-from .conftest import Env
 
 TOPIC = ConfigResourceType.TOPIC
 BROKER = ConfigResourceType.BROKER
@@ -186,7 +185,7 @@ def test_producer_id_blocks_are_never_reused_across_restarts(env: Env) -> None:
 
 
 def test_metadata_version_upgrade_and_unsafe_downgrade(env: Env) -> None:
-    from .conftest import make_settings
+    from tests.helpers.metadata import make_settings
 
     c = env.open(make_settings(bootstrap_version=7))
     c.set_metadata_version(21)

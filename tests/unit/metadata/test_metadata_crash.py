@@ -11,9 +11,8 @@ import time
 
 import pytest
 
+from tests.helpers.metadata import Env
 from tierlog.metadata.snapshot import PARTIAL_SUFFIX, list_snapshots
-
-from .conftest import Env
 
 _SCRIPT = textwrap.dedent("""
     import os, sys, time
@@ -50,6 +49,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("stop_after", [20, -1], ids=["mid-data", "before-rename"])
 def test_sigkill_during_snapshot_write(env: Env, stop_after: int) -> None:
     c = env.open()

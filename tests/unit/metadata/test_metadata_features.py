@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.metadata import Env, make_settings
 from tierlog.metadata.errors import InvalidUpdateVersionError
 from tierlog.metadata.features import (
     LATEST_METADATA_VERSION,
@@ -20,8 +21,6 @@ from tierlog.metadata.features import (
 from tierlog.metadata.policy import SnapshotReason
 from tierlog.metadata.records import FeatureLevelRecord
 from tierlog.metadata.snapshot import list_snapshots
-
-from .conftest import Env, make_settings
 
 MV = "metadata.version"
 UP, SAFE, UNSAFE = UpgradeType.UPGRADE, UpgradeType.SAFE_DOWNGRADE, UpgradeType.UNSAFE_DOWNGRADE

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.metadata_records import RecordModel, topic_id
 from tierlog.metadata.delta import MetadataDelta, replay_records
 from tierlog.metadata.errors import MetadataReplayError
 from tierlog.metadata.image import EMPTY_IMAGE, MetadataProvenance, image_record_values, image_records
@@ -19,8 +20,6 @@ from tierlog.metadata.records import (
     TopicRecord,
 )
 from tierlog.metadata.snapshot import SnapshotId, load_snapshot_data, snapshot_batches
-
-from ._metadata_helpers import RecordModel, topic_id
 
 T1 = topic_id(1)
 T2 = topic_id(2)

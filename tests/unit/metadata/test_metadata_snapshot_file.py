@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.metadata_records import topic_id
 from tierlog.errors import CorruptSnapshotError
 from tierlog.metadata.delta import replay_records
 from tierlog.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
@@ -28,8 +29,6 @@ from tierlog.metadata.snapshot import (
     write_snapshot,
 )
 from tierlog.records import BatchHeader, decode_batch, iter_headers
-
-from ._metadata_helpers import topic_id
 
 T1 = topic_id(1)
 

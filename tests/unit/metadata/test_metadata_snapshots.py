@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.metadata import HOUR_MS, Env, make_settings
 from tierlog.metadata.controller import Controller
 from tierlog.metadata.errors import InconsistentMetadataLogError
 from tierlog.metadata.policy import SnapshotReason
 from tierlog.metadata.snapshot import list_snapshots
-
-from .conftest import HOUR_MS, Env, make_settings
 
 MINUTE_MS = 60_000
 

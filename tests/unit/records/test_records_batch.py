@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.records import raw_batch, raw_record, recrc
 from tierlog.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from tierlog.records import (
     BatchHeader,
@@ -22,8 +23,6 @@ from tierlog.records import (
     iter_records,
 )
 from tierlog.records.record import decode_record, encode_record
-
-from ._records_helpers import raw_batch, raw_record, recrc
 
 CODECS = [0, 1, 2, 3, 4]
 

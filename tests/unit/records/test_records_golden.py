@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from tierlog._util.crc import crc32c
-from tierlog._util.varint import varint_bytes
+from tierlog._util.varint import read_varint, read_varlong, varint_bytes
 from tierlog.records import (
     BatchHeader,
     SimpleRecord,
@@ -19,7 +19,6 @@ from tierlog.records import (
 )
 from tierlog.records._xxhash import xxh32
 from tierlog.records.compression import LZ4_FRAME_HEADER, XERIAL_HEADER
-from tierlog.records.record import read_varint, read_varlong
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from tests.helpers.records import raw_batch, raw_record, recrc
 from tierlog.errors import CorruptRecordError, InvalidRecordError
 from tierlog.records import (
     BatchHeader,
@@ -17,8 +18,6 @@ from tierlog.records import (
     validate_batch,
     walk_batch,
 )
-
-from ._records_helpers import raw_batch, raw_record, recrc
 
 CODECS = [0, 1, 2, 3, 4]
 

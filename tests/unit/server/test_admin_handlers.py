@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tierlog.config import BrokerConfig
-from tierlog.protocol import ApiKey, ParsedRequest, build_request, request_header_version
+from tests.helpers.server import call, with_broker
+from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
-from tierlog.server import Broker
-from tierlog.server.connection import ClientInfo
 from tierlog.server.context import BrokerContext
-from tierlog.server.handlers import all_handlers
-from tierlog.storage.log_manager import LogManagerSettings
-
-HANDLERS = all_handlers()
-
-
-async def call(ctx: BrokerContext, api: ApiKey, version: int, values: dict[str, Any]) -> Any:
-    body = build_request(api, version, values)
-    request = ParsedRequest(int(api), version, 1, "unit", request_header_version(api, version), body)
-    return await HANDLERS[int(api)](ctx, request, ClientInfo("c", "127.0.0.1", 1, "unit"))
-
-
-def with_broker(tmp_path: Path, test: Callable[[BrokerContext], Awaitable[None]], **overrides: str) -> None:
-    async def run() -> None:
-        broker = Broker(BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "d"),
-                                      "log.retention.hours": "48", **overrides}), LogManagerSettings())
-        await broker.start()
-        try:
-            assert broker.ctx is not None
-            await test(broker.ctx)
-        finally:
-            await broker.stop()
-
-    asyncio.run(run())
 
 
 def create(name: str, partitions: int = 1, configs: dict[str, str] | None = None, validate_only: bool = False) -> dict[str, Any]:

@@ -7,20 +7,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from tierlog.config import BrokerConfig
+from tests.helpers.server import config
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.server import Broker
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, ReadSpec
 from tierlog.storage.log_manager import LogManagerSettings
-
-
-def config(tmp_path: Path) -> BrokerConfig:
-    return BrokerConfig({
-        "listeners": "PLAINTEXT://127.0.0.1:0",
-        "log.dirs": str(tmp_path / "data"),
-        "group.initial.rebalance.delay.ms": "0",
-        "offsets.topic.num.partitions": "3",
-    })
 
 
 def test_restart_keeps_topics_records_and_committed_offsets(tmp_path: Path) -> None:

@@ -6,94 +6,14 @@ import asyncio
 import struct
 from typing import Any
 
+from tests.helpers.server import FakeTransport, Router, api_versions, settle
 from tierlog.protocol import (
     ApiKey,
-    ParsedRequest,
-    api_versions_response,
-    build_request,
-    encode_request,
     parse_response,
 )
 from tierlog.server import connection as connection_module
-from tierlog.server.connection import MAX_QUEUED_FRAMES, ClientInfo, CloseConnection, KafkaConnection, Reply
+from tierlog.server.connection import MAX_QUEUED_FRAMES, KafkaConnection
 from tierlog.server.limits import RequestMemoryPool
-
-
-class FakeTransport(asyncio.Transport):
-    """In memory. With ``stalled`` set, the client reads nothing: written bytes stay buffered and
-    the protocol is told to pause writing, as asyncio does past its high-water mark."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closed = False
-        self.aborted = False
-        self.reading = True
-        self.pauses = 0
-        self.stalled = False
-        self.buffered = 0
-        self.protocol: asyncio.Protocol | None = None
-
-    def write(self, data: Any) -> None:
-        if self.stalled:
-            self.buffered += len(data)
-            if self.protocol is not None:
-                self.protocol.pause_writing()
-            return
-        self.written += data
-
-    def get_write_buffer_size(self) -> int:
-        return self.buffered
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = self.aborted = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.reading = False
-        self.pauses += 1
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("10.0.0.7", 40000) if name == "peername" else default
-
-    def frames(self) -> list[bytes]:
-        out, pos = [], 0
-        while pos + 4 <= len(self.written):
-            (size,) = struct.unpack_from(">i", self.written, pos)
-            out.append(bytes(self.written[pos + 4:pos + 4 + size]))
-            pos += 4 + size
-        return out
-
-
-class Router:
-    def __init__(self, delays: dict[int, float] | None = None) -> None:
-        self.seen: list[int] = []
-        self.delays = delays or {}
-        self.gate: asyncio.Event | None = None
-
-    async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
-        self.seen.append(request.correlation_id)
-        if self.gate is not None:
-            await self.gate.wait()
-        await asyncio.sleep(self.delays.get(request.correlation_id, 0))
-        if request.correlation_id == 99:
-            return CloseConnection("asked to")
-        if request.correlation_id == 98:
-            return None
-        return api_versions_response(request.api_version)
-
-
-def api_versions(corr: int, version: int = 3) -> bytes:
-    body = build_request(ApiKey.API_VERSIONS, version, {"client_software_name": "t", "client_software_version": "1"})
-    return encode_request(ApiKey.API_VERSIONS, version, corr, "unit", body)
 
 
 def connect(router: Router, max_frame_bytes: int = 1 << 20, **kwargs: Any) -> tuple[KafkaConnection, FakeTransport]:
@@ -102,13 +22,6 @@ def connect(router: Router, max_frame_bytes: int = 1 << 20, **kwargs: Any) -> tu
     transport.protocol = conn
     conn.connection_made(transport)
     return conn, transport
-
-
-async def settle(conn: KafkaConnection) -> None:
-    for _ in range(200):
-        await asyncio.sleep(0.001)
-        if not conn.busy:
-            return
 
 
 def test_responses_keep_request_order_whatever_each_takes() -> None:

@@ -11,17 +11,17 @@ from typing import Any, cast
 
 import pytest
 
+from tests.helpers.server import config
 from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.ids import random_uuid
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.records.header import iter_headers, set_base_offset
 from tierlog.server import Broker
 from tierlog.server.partitions import ReadSpec
-from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy, random_uuid
+from tierlog.storage.checkpoints import PARTITION_METADATA, likely_damaged_copy
 from tierlog.storage.log_manager import LogManagerSettings
 from tierlog.tiered.reader import TieredReader
 from tierlog.tiered.remote_reader import RemoteFetchInfo
-
-from .test_broker_inprocess import config
 
 
 def records(n: int, producer_id: int = -1) -> bytes:

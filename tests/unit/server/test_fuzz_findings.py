@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.unit.server.test_admin_handlers import call, with_broker
+from tests.helpers.server import call, with_broker
 from tierlog.protocol import (
     ApiKey,
     MalformedRequestError,

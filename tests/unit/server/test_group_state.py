@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from tierlog.server.groups.group import (
-    ILLEGAL_GENERATION,
-    INCONSISTENT_GROUP_PROTOCOL,
-    MEMBER_ID_REQUIRED,
-    NONE,
-    REBALANCE_IN_PROGRESS,
-    UNKNOWN_MEMBER_ID,
-    Group,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
+from tierlog.errors import ErrorCode
+from tierlog.server.groups.group import Group, GroupState, JoinResult, SyncResult
 
 PROTOCOLS = [("range", b"range-meta"), ("roundrobin", b"rr-meta")]
 
@@ -49,7 +39,7 @@ def sync(group: Group, answers: Answers, key: str, member_id: str, generation: i
 def new_member(group: Group, answers: Answers, key: str, now: int = 0) -> str:
     join(group, answers, key, now=now)
     first = answers.joins[key][-1]
-    assert first.error_code == MEMBER_ID_REQUIRED and first.member_id.startswith(key)
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id.startswith(key)
     join(group, answers, key, first.member_id, now=now)
     return first.member_id
 
@@ -58,16 +48,16 @@ def test_single_member_joins_syncs_and_heartbeats() -> None:
     group, answers = Group("g", initial_rebalance_delay_ms=0), Answers()
     a = new_member(group, answers, "a")
     result = answers.joins["a"][-1]
-    assert (result.error_code, result.generation_id, result.leader, result.protocol_name) == (NONE, 1, a, "range")
+    assert (result.error_code, result.generation_id, result.leader, result.protocol_name) == (ErrorCode.NONE, 1, a, "range")
     assert result.members == ((a, None, b"range-meta"),)
     assert group.state is GroupState.COMPLETING_REBALANCE
 
     sync(group, answers, "a", a, 1, assignments={a: b"all"})
-    assert answers.syncs["a"][-1] == SyncResult(NONE, b"all", "consumer", "range")
+    assert answers.syncs["a"][-1] == SyncResult(ErrorCode.NONE, b"all", "consumer", "range")
     assert group.state is GroupState.STABLE
-    assert group.heartbeat(a, 1, 100) == NONE
-    assert group.heartbeat(a, 0, 100) == ILLEGAL_GENERATION
-    assert group.heartbeat("stranger", 1, 100) == UNKNOWN_MEMBER_ID
+    assert group.heartbeat(a, 1, 100) == ErrorCode.NONE
+    assert group.heartbeat(a, 0, 100) == ErrorCode.ILLEGAL_GENERATION
+    assert group.heartbeat("stranger", 1, 100) == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_second_member_triggers_a_rebalance_and_both_get_assignments() -> None:
@@ -78,7 +68,7 @@ def test_second_member_triggers_a_rebalance_and_both_get_assignments() -> None:
     b = new_member(group, answers, "b", now=10)
     assert group.state is GroupState.PREPARING_REBALANCE
     assert "b" not in answers.syncs and len(answers.joins["b"]) == 1  # b waits for a to rejoin
-    assert group.heartbeat(a, 1, 20) == REBALANCE_IN_PROGRESS
+    assert group.heartbeat(a, 1, 20) == ErrorCode.REBALANCE_IN_PROGRESS
 
     join(group, answers, "a", a, now=30)
     ja, jb = answers.joins["a"][-1], answers.joins["b"][-1]
@@ -100,13 +90,13 @@ def test_leave_rebalances_the_rest_and_the_last_leave_empties_the_group() -> Non
     b = new_member(group, answers, "b")
     join(group, answers, "a", a)
     sync(group, answers, "a", a, 2, assignments={a: b"x", b: b"y"})
-    assert group.leave(b, 50) == NONE
+    assert group.leave(b, 50) == ErrorCode.NONE
     assert group.state is GroupState.PREPARING_REBALANCE
     join(group, answers, "a", a, now=60)
     assert answers.joins["a"][-1].generation_id == 3
-    assert group.leave(a, 70) == NONE
+    assert group.leave(a, 70) == ErrorCode.NONE
     assert group.state is GroupState.EMPTY and not group.members
-    assert group.leave(a, 80) == UNKNOWN_MEMBER_ID
+    assert group.leave(a, 80) == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_session_timeout_expires_a_silent_member() -> None:
@@ -118,7 +108,7 @@ def test_session_timeout_expires_a_silent_member() -> None:
     sync(group, answers, "b", b, 2)
     group.tick(5_000)
     assert set(group.members) == {a, b}
-    assert group.heartbeat(a, 2, 9_000) == NONE
+    assert group.heartbeat(a, 2, 9_000) == ErrorCode.NONE
     group.tick(10_001)  # b has been silent since 0
     assert set(group.members) == {a}
     assert group.state is GroupState.PREPARING_REBALANCE
@@ -154,11 +144,11 @@ def test_protocol_checks() -> None:
     group, answers = Group("g", initial_rebalance_delay_ms=0), Answers()
     new_member(group, answers, "a")
     join(group, answers, "c", protocols=[("sticky", b"")])
-    assert answers.joins["c"][-1].error_code == INCONSISTENT_GROUP_PROTOCOL
+    assert answers.joins["c"][-1].error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     b = new_member(group, answers, "b")
     assert b in group.members
     join(group, answers, "x", "made-up-id")
-    assert answers.joins["x"][-1].error_code == UNKNOWN_MEMBER_ID
+    assert answers.joins["x"][-1].error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_protocol_vote_prefers_what_members_rank_first() -> None:
@@ -180,7 +170,7 @@ def test_a_second_join_releases_the_first_without_dropping_the_member() -> None:
     b = new_member(group, answers, "b")  # waits for a to rejoin
     assert len(answers.joins["b"]) == 1
     join(group, answers, "b-retry", b, now=5)  # b gave up and retried on a new connection
-    assert answers.joins["b"][-1].error_code == REBALANCE_IN_PROGRESS
+    assert answers.joins["b"][-1].error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert b in group.members
     join(group, answers, "a", a, now=6)
     assert answers.joins["b-retry"][-1].generation_id == answers.joins["a"][-1].generation_id == 2

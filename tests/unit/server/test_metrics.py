@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.helpers.server import FakeTransport, Router, api_versions, settle
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import HostPort
 from tierlog.errors import ConfigError
@@ -27,8 +28,6 @@ from tierlog.server.connection import KafkaConnection
 from tierlog.server.metrics import BrokerCollector, RequestMetrics, api_name
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered.status import PartitionTierStatus
-
-from .test_connection import FakeTransport, Router, api_versions, settle
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -251,6 +250,7 @@ def test_metrics_listener_rejects(address: str, words: str) -> None:
     assert e.value.key == "metrics.listener" and words in str(e.value)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("overrides", [
     ["metrics.listener=https://127.0.0.1:9404"],
     ["metrics.listener=localhost"],

@@ -1,24 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog
 from tierlog.config import LogConfig
-from tierlog.records import SimpleRecord, build_batch
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.storage.log import UnifiedLog
 from tierlog.testing import ManualClock, ManualScheduler
-
-OpenLog = Callable[..., UnifiedLog]
-
-
-def batch(n: int = 1, *, value_size: int = 10, ts: int = 1_700_000_000_000, key: bytes | None = b"k",
-          compression: int = 0, producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
-    records = [SimpleRecord(key, bytes([65 + i % 26]) * value_size, timestamp=ts + i) for i in range(n)]
-    return build_batch(records, compression=compression, producer_id=producer_id,
-                       producer_epoch=producer_epoch, base_sequence=base_sequence)
 
 
 @pytest.fixture

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from tests.helpers.storage import batch
 from tierlog.records.header import iter_headers, set_base_offset
 from tierlog.storage.batch_check import BatchWalk, CheckedBatch, VerifiedSpans, check_record_set
-
-from .conftest import batch
 
 
 def chain(counts: list[int], first: int = 100) -> bytearray:

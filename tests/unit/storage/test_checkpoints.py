@@ -7,24 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from tierlog._util.properties import format_properties as format_java_properties
 from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.ids import ONE_UUID, ZERO_UUID, random_uuid, uuid_from_base64, uuid_to_base64
 from tierlog.storage.checkpoints import (
     CLEAN_SHUTDOWN,
     LEADER_EPOCH_CHECKPOINT,
-    ONE_UUID,
     RECOVERY_POINT_CHECKPOINT,
-    ZERO_UUID,
     CleanShutdownFile,
     CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     MetaProperties,
     OffsetCheckpointFile,
     PartitionMetadataFile,
-    format_java_properties,
     parse_java_properties,
-    random_uuid,
-    uuid_from_base64,
-    uuid_to_base64,
 )
 from tierlog.storage.leader_epoch import EpochEntry
 

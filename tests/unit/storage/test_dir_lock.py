@@ -25,6 +25,7 @@ def test_second_owner_is_refused_until_the_first_releases(tmp_path: Path) -> Non
         assert is_locked(tmp_path)
 
 
+@pytest.mark.integration
 def test_a_killed_holder_leaves_the_directory_unlocked(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog, batch, offsets_in
 from tierlog.config import LogConfig
 from tierlog.errors import CorruptRecordError
 from tierlog.records.header import iter_headers
@@ -15,9 +16,6 @@ from tierlog.storage import files
 from tierlog.storage.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 from tierlog.storage.leader_epoch import EpochEntry
 from tierlog.storage.log import UnifiedLog
-
-from .conftest import OpenLog, batch
-from .test_log import offsets_in
 
 CONFIG = LogConfig(segment_bytes=4000, index_interval_bytes=300)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.storage.conftest import batch
+from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.errors import KafkaStorageError
 from tierlog.server.handlers.produce import durable_ack

@@ -498,7 +498,7 @@ def test_looks_untrimmed_edge_files(tmp_path: Path) -> None:
 
 def _spy_pwrite(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
     """(start, length, all zeros) of every pwrite the index module makes."""
-    import tierlog.storage.index as index_module
+    import tierlog.storage.index.base as index_module
 
     calls: list[tuple[int, int, bool]] = []
     real = os.pwrite

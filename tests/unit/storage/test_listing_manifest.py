@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.storage import loader
 from tierlog.storage.listing_manifest import MANIFEST_FILE, read_manifest
 from tierlog.storage.log_manager import LogManager
-
-from .conftest import batch
 
 CFG = LogConfig(segment_bytes=800, retention_ms=-1)
 

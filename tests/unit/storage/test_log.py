@@ -5,21 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog, batch, offsets_in
 from tierlog.config import LogConfig
 from tierlog.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from tierlog.records import decode_batch, iter_headers
 from tierlog.records.header import BatchHeader
 from tierlog.storage import files
 from tierlog.testing import ManualClock
-
-from .conftest import OpenLog, batch
-
-
-def offsets_in(data: bytes) -> list[int]:
-    out: list[int] = []
-    for h in iter_headers(data):
-        out.extend(r.offset for r in decode_batch(h))
-    return out
 
 
 def test_append_assigns_offsets_and_reads_back(open_log: OpenLog) -> None:

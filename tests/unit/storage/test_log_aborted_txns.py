@@ -4,6 +4,7 @@ can land in a later segment, and stops once an entry's last stable offset passes
 
 from __future__ import annotations
 
+from tests.helpers.storage import OpenLog, batch
 from tierlog.config import LogConfig
 from tierlog.records import (
     ControlRecordType,
@@ -13,8 +14,6 @@ from tierlog.records import (
     build_end_txn_marker_batch,
 )
 from tierlog.storage.producer_state import AppendOrigin
-
-from .conftest import OpenLog, batch
 
 
 def txn_batch(pid: int, seq: int, n: int = 1) -> bytes:

@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog, batch, read_all
 from tierlog.config import LogConfig
 from tierlog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from tierlog.storage import files
-
-from .conftest import OpenLog, batch
-from .test_recovery import read_all
 
 
 def idem(seq: int, n: int = 2, epoch: int = 0, pid: int = 42) -> bytes:

@@ -3,9 +3,8 @@ a lazy startup (seed 003) left alone."""
 
 from __future__ import annotations
 
+from tests.helpers.storage import OpenLog, batch
 from tierlog.config import LogConfig
-
-from .conftest import OpenLog, batch
 
 CFG = LogConfig(segment_bytes=1200, index_interval_bytes=100)
 

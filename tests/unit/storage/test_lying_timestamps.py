@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog
+from tierlog.cli.dump import time_index_errors
 from tierlog.config import LogConfig
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
-from tierlog.storage.dump import time_index_errors
 from tierlog.storage.index import OffsetIndex, TimeIndex
 from tierlog.storage.log import UnifiedLog
 from tierlog.testing import ManualClock
-
-from .conftest import OpenLog
 
 DAY_MS = 86_400_000
 NOW_MS = 1_700_000_000_000  # the clock fixture's time

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import T0, build_batch
 from tierlog.errors import CorruptRecordError
 from tierlog.records.header import BatchHeader, iter_headers
 from tierlog.storage import producer_rebuild
@@ -39,8 +40,6 @@ from tierlog.storage.producer_state import (
     ProducerStateManager,
     read_snapshot,
 )
-
-from .test_producer_state import T0, build_batch
 
 HOUR = 3_600_000
 EMPTY_SNAPSHOT = bytes.fromhex("0001 48674BC7 00000000")
@@ -477,6 +476,7 @@ for i in range(200_000):
 """
 
 
+@pytest.mark.integration
 def test_state_survives_sigkill_of_the_writer(tmp_path: Path) -> None:
     child = _CHILD.format(t0=T0, builder=textwrap.dedent(inspect.getsource(build_batch)))
     script = tmp_path / "writer.py"

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlog._util.crc import crc32c
-from tierlog._util.varint import write_varint
+from tests.helpers.storage import T0, build_batch
 from tierlog.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -32,57 +31,9 @@ from tierlog.storage.producer_state import (
 )
 from tierlog.testing import ManualClock
 
-T0 = 1_700_000_000_000
 CLIENT = AppendOrigin.CLIENT
 COORDINATOR = AppendOrigin.COORDINATOR
 REPLICATION = AppendOrigin.REPLICATION
-
-
-def build_batch(
-    *,
-    base_offset: int = 0,
-    producer_id: int = -1,
-    epoch: int = -1,
-    base_seq: int = -1,
-    count: int = 1,
-    timestamp: int = T0,
-    transactional: bool = False,
-    control: int | None = None,
-    coordinator_epoch: int = 0,
-    value: bytes = b"v",
-) -> bytes:
-    """A valid v2 batch (CRC included) with real records; ``control`` makes it an end-txn marker batch.
-    Kept free of test imports so the crash test can ship its source to a child process."""
-    if control is not None:
-        records = [(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, coordinator_epoch))]
-        count = 1
-    else:
-        records = [(i, None, value) for i in range(count)]
-    body = bytearray()
-    for delta, key, val in records:
-        rec = bytearray([0])  # attributes
-        write_varint(rec, 0)  # timestamp delta
-        write_varint(rec, delta)
-        if key is None:
-            write_varint(rec, -1)
-        else:
-            write_varint(rec, len(key))
-            rec += key
-        write_varint(rec, len(val))
-        rec += val
-        write_varint(rec, 0)  # headers
-        write_varint(body, len(rec))
-        body += rec
-    attributes = (0x10 if transactional or control is not None else 0) | (0x20 if control is not None else 0)
-    buf = bytearray(
-        struct.pack(
-            ">qiibIhiqqqhii", base_offset, 49 + len(body), 0, 2, 0, attributes, count - 1, timestamp, timestamp,
-            producer_id, epoch, base_seq, count,
-        )
-    )
-    buf += body
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[21:]))
-    return bytes(buf)
 
 
 def header(**kwargs: object) -> BatchHeader:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
 from tierlog.storage.log_manager import LogManager, LogManagerSettings, Progress
 from tierlog.testing import ManualClock, ManualScheduler
-
-from .conftest import batch
 
 CFG = LogConfig(segment_bytes=1200, index_interval_bytes=100)
 LOGS = 12

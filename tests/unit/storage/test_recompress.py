@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.storage import OpenLog
 from tierlog.config import LogConfig
 from tierlog.errors import UnsupportedCompressionTypeError
 from tierlog.records import SimpleRecord, build_batch, decode_batch, iter_headers
 from tierlog.records.compression import CompressionType
 from tierlog.records.control import ControlRecordType, EndTransactionMarker, build_end_txn_marker_batch
 from tierlog.storage.recompress import maybe_recompress, target_codec
-
-from .conftest import OpenLog
 
 T0 = 1_700_000_000_000
 

@@ -8,12 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from tierlog.config import LogConfig
-from tierlog.records import iter_headers
-from tierlog.storage import files
+import pytest
 
-from .conftest import OpenLog, batch
-from .test_log import offsets_in
+from tests.helpers.storage import OpenLog, batch, read_all
+from tierlog.config import LogConfig
+from tierlog.storage import files
 
 WRITER = r"""
 import sys
@@ -35,22 +34,7 @@ while True:
 """
 
 
-def read_all(log: object) -> list[int]:
-    from tierlog.storage.log import UnifiedLog
-
-    assert isinstance(log, UnifiedLog)
-    got: list[int] = []
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 20).read_bytes()
-        for h in iter_headers(data):
-            h.ensure_valid()
-        offs = [o for o in offsets_in(data) if o >= offset]
-        got.extend(offs)
-        offset = offs[-1] + 1
-    return got
-
-
+@pytest.mark.integration
 def test_sigkill_mid_append_keeps_every_acknowledged_append(open_log: OpenLog, tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     rng = random.Random(7)

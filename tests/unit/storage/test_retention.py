@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.storage import OpenLog, batch
 from tierlog.config import LogConfig
 from tierlog.storage.retention import DeletionReason, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.testing import ManualClock, ManualScheduler
-
-from .conftest import OpenLog, batch
 
 
 def seg(base: int, upper: int, ts: int, size: int = 100, last: bool = False) -> SegmentInfo:

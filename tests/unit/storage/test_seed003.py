@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.storage import OpenLog, batch, read_all
 from tierlog.config import LogConfig
 from tierlog.storage import files
-
-from .conftest import OpenLog, batch
-from .test_recovery import read_all
 
 CFG = LogConfig(segment_bytes=1200, index_interval_bytes=100)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import MotoServer, s3_props
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered.api import (
     IndexType,
@@ -22,7 +23,6 @@ from tierlog.tiered.backends.s3 import (
     encode_custom_metadata,
 )
 
-from .conftest import MotoServer, s3_props
 from .rsm_contract import RemoteStorageManagerContract, SegmentFiles, finished, make_metadata
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.tiered import T0, batch
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.server.remote_tier import create_remote_log_manager
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.testing.clock import ManualClock, ManualScheduler
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
-
-from .conftest import T0, batch
 
 
 def test_broker_config_builds_a_working_remote_log_manager(tmp_path: Path) -> None:

@@ -9,10 +9,9 @@ import re
 
 import pytest
 
+from tests.helpers.tiered import Env, fill
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered import copier as remote_log_manager
-
-from .conftest import Env, fill
 
 PROGRESS = re.compile(r"remote copy progress topic=t partition=0 copied_segments=(\d+) remaining_segments=(\d+)")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import T0, Env, batch, fill, tiered_config
 from tierlog.config import BrokerConfig, LogConfig
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.remote_tier import create_remote_log_manager
@@ -23,8 +24,6 @@ from tierlog.tiered.api import (
     TopicIdPartition,
 )
 from tierlog.tiered.remote_log_manager import RemoteLogManager
-
-from .conftest import T0, Env, batch, fill, tiered_config
 
 TIP = TopicIdPartition(b"\x01" * 16, "t", 0)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlog.storage.checkpoints import random_uuid
+from tierlog.ids import random_uuid
 from tierlog.tiered import metadata_store
 from tierlog.tiered.api import (
     RemoteLogSegmentId,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlog.storage.checkpoints import random_uuid
+from tierlog.ids import random_uuid
 from tierlog.tiered import serde
 from tierlog.tiered.api import (
     InvalidStateTransitionError,

@@ -5,12 +5,11 @@ topic existed costs no remote data."""
 
 from __future__ import annotations
 
+from tests.helpers.tiered import Env, fill
 from tierlog.metadata.image import EMPTY_IMAGE
 from tierlog.server.tier_sync import TierSync
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered.api import RemotePartitionDeleteState, TopicIdPartition
-
-from .conftest import Env, fill
 
 TOPIC_ID = b"\x01" * 16
 TIP = TopicIdPartition(TOPIC_ID, "t", 0)

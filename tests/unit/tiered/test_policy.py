@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tierlog.storage.checkpoints import random_uuid
+from tierlog.ids import random_uuid
 from tierlog.tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import T0, Env, fill, tiered_config
 from tierlog.errors import OffsetOutOfRangeError
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
 from tierlog.testing.remote import FailurePlan, FlakyRemoteStorageManager, InMemoryRemoteStorageManager
@@ -23,8 +24,6 @@ from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 from tierlog.tiered.status import read_status_file
-
-from .conftest import T0, Env, fill, tiered_config
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(b"\x01" * 16, "t", 0)

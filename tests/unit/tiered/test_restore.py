@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import T0, Env, batch, tiered_config
 from tierlog.errors import KafkaStorageError, OffsetOutOfRangeError
 from tierlog.records.header import iter_headers
 from tierlog.storage.log import UnifiedLog
@@ -20,8 +21,6 @@ from tierlog.tiered.api import RemoteStorageManager, TopicIdPartition
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 from tierlog.tiered.restore import RestoreAction, plan_restore
-
-from .conftest import T0, Env, batch, tiered_config
 
 TIP = TopicIdPartition(b"\x01" * 16, "t", 0)
 P1 = 7

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.tiered import T0, MotoServer, batch, s3_props, tiered_config
 from tierlog.tiered.api import RemoteLogSegmentState, TopicIdPartition
 from tierlog.tiered.backends.s3 import S3RemoteStorageManager
-
-from .conftest import T0, MotoServer, batch, s3_props, tiered_config
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(b"\x01" * 16, "t", 0)

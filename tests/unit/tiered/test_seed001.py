@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tiered import T0, Env, batch, fill, tiered_config
 from tierlog.records.header import BatchHeader
 from tierlog.storage.producer_state import ProducerStateManager, read_snapshot
 from tierlog.testing.remote import InMemoryRemoteStorageManager
 from tierlog.tiered.api import IndexType, TopicIdPartition
-
-from .conftest import T0, Env, batch, fill, tiered_config
 
 WINDOW_MS = 20_000
 A, B, C = 100, 200, 300  # A writes early only, B always, C in the middle (inside the final window)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.helpers.tiered import T0, Env, fill, tiered_config
 from tierlog.cli import tier_cmd
 from tierlog.metadata.snapshot_generator import SnapshotMetrics
 from tierlog.server.metrics import BrokerCollector
@@ -29,8 +30,6 @@ from tierlog.tiered.api import (
 )
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 from tierlog.tiered.status import read_status_file
-
-from .conftest import T0, Env, fill, tiered_config
 
 S = RemoteLogSegmentState
 OVER = TopicIdPartition(b"\x0a" * 16, "over", 0)

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
+from tests.helpers.tiered import Env, fill
 from tierlog.cli import tier_cmd
 from tierlog.testing.remote import InMemoryRemoteStorageManager
-
-from .conftest import Env, fill
 
 
 def run(argv: list[str]) -> int:

@@ -19,25 +19,14 @@ from typing import TypeVar
 
 from tierlog.clock import Clock
 from tierlog.config.settings import broker_default
-from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups import consumer_records
 from tierlog.server.groups.consumer_coordinator import ConsumerGroups
 from tierlog.server.groups.consumer_group import ConsumerGroupSettings
-from tierlog.server.groups.group import (
-    COORDINATOR_NOT_AVAILABLE,
-    ILLEGAL_GENERATION,
-    INCONSISTENT_GROUP_PROTOCOL,
-    INVALID_SESSION_TIMEOUT,
-    NONE,
-    REBALANCE_IN_PROGRESS,
-    UNKNOWN_MEMBER_ID,
-    Group,
-    GroupState,
-    JoinResult,
-    SyncResult,
-)
+from tierlog.server.groups.group import Group, GroupState, JoinResult, SyncResult
 from tierlog.server.groups.offset_delete import classic_group_error, classic_subscribed_topics
 from tierlog.server.groups.offsets_retention import EmptySince, expired_offsets
 from tierlog.server.groups.records import (
@@ -53,17 +42,12 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, UNKNOWN_TOPIC_OR_PARTITION, PartitionManager
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
-OFFSET_METADATA_TOO_LARGE = 12
-GROUP_ID_NOT_FOUND = 69
-NON_EMPTY_GROUP = 68
-INVALID_GROUP_ID = 24
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 #: Kafka's offset.metadata.max.bytes default.
 MAX_METADATA_BYTES = 4096
 #: How often session timeouts and rebalance deadlines are checked.
@@ -89,7 +73,6 @@ class GroupSettings:
     segment_bytes: int = broker_default("offsets.topic.segment.bytes")
 
 
-TopicPartition = tuple[str, int]
 R = TypeVar("R")
 
 
@@ -324,7 +307,7 @@ class GroupCoordinator:
             await self.ensure_topic()
         except TierlogError as e:
             log.error("cannot create %s: %s", CONSUMER_OFFSETS_TOPIC, e)
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         batch = build_batch([SimpleRecord(k, v, timestamp=self.clock.wall_ms()) for k, v in records])
         partition = self._partition_of(group_id)
         async with self._write_lock:
@@ -341,9 +324,9 @@ class GroupCoordinator:
         if results[0].error_code:
             log.error("storing offsets of group %s failed: %s", group_id, results[0].error_message)
             # Kafka maps storage failures of the offsets topic to a retriable coordinator error.
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         self.partitions.waiters.notify([(CONSUMER_OFFSETS_TOPIC, partition)])
-        return NONE
+        return ErrorCode.NONE
 
     def _store_group(self, group: Group) -> None:
         value = encode_group_value(group.to_value())
@@ -362,16 +345,16 @@ class GroupCoordinator:
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                    protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
         if not group_id:
-            return JoinResult(INVALID_GROUP_ID, member_id)
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
         if not self.consumer.remove_if_empty(group_id, store=True):
-            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)  # a consumer group has the name
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)  # a consumer group has the name
         s = self.settings
         if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
-            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
             group = self.groups[group_id] = self._new_group(group_id)
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         group.join(member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
@@ -388,7 +371,7 @@ class GroupCoordinator:
                    protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
         group = self.groups.get(group_id)
         if group is None:
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.sync(member_id=member_id, generation_id=generation_id, protocol_type=protocol_type,
                    protocol_name=protocol_name, assignments=assignments, now_ms=self.now_ms(),
@@ -400,7 +383,7 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
         group = self.groups.get(group_id)
-        code = UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
+        code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
         log.debug("group %s: Heartbeat from %s generation %d -> error %d", group_id, member_id, generation_id, code)
         return code
 
@@ -408,9 +391,9 @@ class GroupCoordinator:
         """(group error, per-member errors)."""
         group = self.groups.get(group_id)
         if group is None:
-            return UNKNOWN_MEMBER_ID, [UNKNOWN_MEMBER_ID for _ in member_ids]
+            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in member_ids]
         now = self.now_ms()
-        return NONE, [group.leave(member_id, now) for member_id in member_ids]
+        return ErrorCode.NONE, [group.leave(member_id, now) for member_id in member_ids]
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -420,24 +403,24 @@ class GroupCoordinator:
             return consumer_code
         group = self.groups.get(group_id)
         if group is None:
-            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+            return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
         if group.state is GroupState.DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.state is GroupState.EMPTY:
-            return NONE  # the group only stores offsets here (manual assignment)
+            return ErrorCode.NONE  # the group only stores offsets here (manual assignment)
         if group.state is GroupState.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
+            return ErrorCode.REBALANCE_IN_PROGRESS
         if member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
-        return NONE
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
 
     async def commit(self, group_id: str, member_id: str, generation_id: int,
                      offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
         """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
         if not group_id:
-            return [INVALID_GROUP_ID] * len(offsets)
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
         code = self._commit_error(group_id, member_id, generation_id)
         if code:
             return [code] * len(offsets)
@@ -449,15 +432,15 @@ class GroupCoordinator:
         for topic, partition, offset, leader_epoch, metadata in offsets:
             t = image.topics_by_name.get(topic)
             if t is None or partition not in t.partitions:
-                codes.append(UNKNOWN_TOPIC_OR_PARTITION)
+                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(OFFSET_METADATA_TOO_LARGE)
+                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             value = OffsetValue(offset, leader_epoch, metadata or "", now)
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
-            codes.append(NONE)
+            codes.append(ErrorCode.NONE)
         if records:
             code = await self._append(group_id, records)
             if code:
@@ -478,7 +461,7 @@ class GroupCoordinator:
         """TxnOffsetCommit: the offsets go to the group's partition in a transactional batch of the
         producer and stay pending until its transaction's marker lands there."""
         if not group_id:
-            return [INVALID_GROUP_ID] * len(offsets)
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
         group = self.groups.get(group_id)
         if group is not None and member_id and generation_id >= 0:
             code = self._commit_error(group_id, member_id, generation_id)
@@ -492,15 +475,15 @@ class GroupCoordinator:
         for topic, partition, offset, leader_epoch, metadata in offsets:
             t = image.topics_by_name.get(topic)
             if t is None or partition not in t.partitions:
-                codes.append(UNKNOWN_TOPIC_OR_PARTITION)
+                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(OFFSET_METADATA_TOO_LARGE)
+                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
             value = OffsetValue(offset, leader_epoch, metadata or "", now)
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
-            codes.append(NONE)
+            codes.append(ErrorCode.NONE)
         if not records:
             return codes
         batch = build_batch([SimpleRecord(k, v, timestamp=now) for k, v in records], producer_id=producer_id,
@@ -565,9 +548,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         consumer_group = self.consumer.groups.get(group_id)
         if group is None and consumer_group is None and group_id not in self.offsets:
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if (group is not None and group.state is not GroupState.EMPTY) or (consumer_group and consumer_group.members):
-            return NON_EMPTY_GROUP
+            return ErrorCode.NON_EMPTY_GROUP
         records: list[tuple[bytes, bytes | None]] = [
             (encode_offset_key(OffsetKey(group_id, topic, partition)), None)
             for topic, partition in self.offsets.get(group_id, {})
@@ -579,14 +562,14 @@ class GroupCoordinator:
         self.groups.pop(group_id, None)
         self.consumer.remove_if_empty(group_id, store=False)
         self.offsets.pop(group_id, None)
-        return NONE
+        return ErrorCode.NONE
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> tuple[int, list[int]]:
         """OffsetDelete: (group error, an error per partition) by Kafka's rules (:mod:`.offset_delete`)."""
         group = self.groups.get(group_id)
         subscribed: set[str] | None = self.consumer.subscribed_topics(group_id)
         if group is None and subscribed is None and group_id not in self.offsets:
-            return GROUP_ID_NOT_FOUND, []
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
         if group is not None:
             code = classic_group_error(group)
             if code:
@@ -594,7 +577,8 @@ class GroupCoordinator:
             subscribed = classic_subscribed_topics(group) or set()
         subscribed = subscribed or set()
         committed = self.offsets.get(group_id, {})
-        codes = [GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else NONE for topic, _ in partitions]
+        codes: list[int] = [ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if topic in subscribed else ErrorCode.NONE
+                            for topic, _ in partitions]
         gone = [tp for tp, code in zip(partitions, codes, strict=True) if not code and tp in committed]
         if gone:
             code = await self._append(group_id, [(encode_offset_key(OffsetKey(group_id, *tp)), None) for tp in gone])
@@ -602,7 +586,7 @@ class GroupCoordinator:
                 return code, []
             for tp in gone:
                 committed.pop(tp, None)
-        return NONE, codes
+        return ErrorCode.NONE, codes
 
     def on_topic_deleted(self, topic: str) -> None:
         """Offsets of a deleted topic are dropped from memory. Kafka also writes tombstones for them;

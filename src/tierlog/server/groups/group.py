@@ -14,18 +14,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tierlog.errors import ErrorCode
 from tierlog.server.groups.records import GroupValue, MemberValue
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-COORDINATOR_NOT_AVAILABLE = 15
-MEMBER_ID_REQUIRED = 79
 
 
 class GroupState(enum.Enum):
@@ -161,10 +153,10 @@ class Group:
              callback: JoinCallback) -> None:
         """JoinGroup. ``callback`` gets the answer, now or when the rebalance completes."""
         if self.state is GroupState.DEAD:
-            callback(JoinResult(COORDINATOR_NOT_AVAILABLE, member_id))
+            callback(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id))
             return
         if not self.supports(protocol_type, protocols):
-            callback(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id))
+            callback(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
             return
         if not member_id:
             new_id = f"{client_id}-{uuid.uuid4()}"
@@ -172,7 +164,7 @@ class Group:
                 # KIP-394: the member must come back with this id, so a client that retries a
                 # timed-out join does not leave a ghost member behind.
                 self.pending_members[new_id] = now_ms + session_timeout_ms
-                callback(JoinResult(MEMBER_ID_REQUIRED, new_id))
+                callback(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id))
                 return
             self._add_member(new_id, group_instance_id, client_id, client_host, session_timeout_ms,
                              rebalance_timeout_ms, protocol_type, protocols, now_ms, callback)
@@ -184,7 +176,7 @@ class Group:
             return
         member = self.members.get(member_id)
         if member is None:
-            callback(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            callback(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
             return
         member.last_heartbeat_ms = now_ms
         changed = member.protocols != protocols
@@ -194,7 +186,7 @@ class Group:
         elif self.state is GroupState.COMPLETING_REBALANCE:
             if not changed:
                 # A retried join of this generation: answer it again.
-                callback(self._join_result(member, NONE))
+                callback(self._join_result(member, ErrorCode.NONE))
             else:
                 self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
                 self.prepare_rebalance(now_ms, f"member {member_id} changed its protocols")
@@ -204,9 +196,9 @@ class Group:
                 self._update_member(member, protocols, session_timeout_ms, rebalance_timeout_ms, callback)
                 self.prepare_rebalance(now_ms, f"{'leader' if member_id == self.leader_id else 'member'} {member_id} rejoined")
             else:
-                callback(self._join_result(member, NONE))
+                callback(self._join_result(member, ErrorCode.NONE))
         else:
-            callback(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+            callback(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
 
     def _update_member(self, member: Member, protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                        rebalance_timeout_ms: int, callback: JoinCallback) -> None:
@@ -214,7 +206,7 @@ class Group:
             # A second join while one waits can only come on a new connection (requests of one
             # connection are served in turn): the client gave up on the first. It is released with a
             # retriable error; the member itself stays.
-            member.awaiting_join(JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+            member.awaiting_join(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
         member.protocols = protocols
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -243,7 +235,7 @@ class Group:
         log.info("group %s: preparing to rebalance (generation %d, %d members%s)", self.group_id, self.generation_id,
                  len(self.members), f": {reason}" if reason else "")
         if self.state is GroupState.COMPLETING_REBALANCE:
-            self._fail_syncs(REBALANCE_IN_PROGRESS)
+            self._fail_syncs(ErrorCode.REBALANCE_IN_PROGRESS)
         timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
         if self.state is GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
             self.initial_delay_limit_ms = now_ms + max(timeout, self.initial_rebalance_delay_ms)
@@ -286,7 +278,7 @@ class Group:
             member.assignment = b""
             member.last_heartbeat_ms = now_ms
             if callback is not None:
-                callback(self._join_result(member, NONE))
+                callback(self._join_result(member, ErrorCode.NONE))
 
     def _join_result(self, member: Member, error_code: int) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
@@ -300,21 +292,21 @@ class Group:
              assignments: dict[str, bytes], now_ms: int, callback: SyncCallback) -> None:
         member = self.members.get(member_id)
         if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
-            callback(SyncResult(UNKNOWN_MEMBER_ID))
+            callback(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         if generation_id != self.generation_id:
-            callback(SyncResult(ILLEGAL_GENERATION))
+            callback(SyncResult(ErrorCode.ILLEGAL_GENERATION))
             return
         if (protocol_type is not None and protocol_type != self.protocol_type) or \
                 (protocol_name is not None and protocol_name != self.protocol_name):
-            callback(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
+            callback(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         member.last_heartbeat_ms = now_ms
         if self.state is GroupState.PREPARING_REBALANCE:
-            callback(SyncResult(REBALANCE_IN_PROGRESS))
+            callback(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         elif self.state is GroupState.COMPLETING_REBALANCE:
             if member.awaiting_sync is not None:
-                member.awaiting_sync(SyncResult(REBALANCE_IN_PROGRESS))
+                member.awaiting_sync(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
             member.awaiting_sync = callback
             if member_id == self.leader_id:
                 for m in self.members.values():
@@ -324,39 +316,39 @@ class Group:
                 for m in self.members.values():
                     waiting, m.awaiting_sync = m.awaiting_sync, None
                     if waiting is not None:
-                        waiting(SyncResult(NONE, m.assignment, self.protocol_type, self.protocol_name))
+                        waiting(SyncResult(ErrorCode.NONE, m.assignment, self.protocol_type, self.protocol_name))
         else:
-            callback(SyncResult(NONE, member.assignment, self.protocol_type, self.protocol_name))
+            callback(SyncResult(ErrorCode.NONE, member.assignment, self.protocol_type, self.protocol_name))
 
     def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> int:
         member = self.members.get(member_id)
         if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
-            return ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         member.last_heartbeat_ms = now_ms
         if self.state is GroupState.PREPARING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     def leave(self, member_id: str, now_ms: int) -> int:
         if member_id in self.pending_members:
             del self.pending_members[member_id]
             self.try_complete_join(now_ms)
-            return NONE
+            return ErrorCode.NONE
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         self._remove_and_rebalance(member, now_ms, f"member {member_id} left")
-        return NONE
+        return ErrorCode.NONE
 
     def _remove_and_rebalance(self, member: Member, now_ms: int, reason: str) -> None:
         if member.awaiting_join is not None:
             callback, member.awaiting_join = member.awaiting_join, None
-            callback(JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
+            callback(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
         if member.awaiting_sync is not None:
             waiting, member.awaiting_sync = member.awaiting_sync, None
-            waiting(SyncResult(UNKNOWN_MEMBER_ID))
+            waiting(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         self._remove(member)
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self.prepare_rebalance(now_ms, reason)
@@ -400,5 +392,5 @@ class Group:
         for m in self.members.values():
             if m.awaiting_join is not None:
                 callback, m.awaiting_join = m.awaiting_join, None
-                callback(JoinResult(COORDINATOR_NOT_AVAILABLE, m.member_id))
-        self._fail_syncs(COORDINATOR_NOT_AVAILABLE)
+                callback(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, m.member_id))
+        self._fail_syncs(ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -3,12 +3,11 @@ the features (v3+) come from the metadata image (:func:`tierlog.server.handlers.
 
 from __future__ import annotations
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, api_versions_request_is_valid, api_versions_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.handlers.features import advertised_features
-
-INVALID_REQUEST = 42
 
 
 async def handle_api_versions(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -16,7 +15,7 @@ async def handle_api_versions(ctx: BrokerContext, request: ParsedRequest, client
     if request.api_version >= 3:
         client.extra["software"] = (body.client_software_name, body.client_software_version)
     if not api_versions_request_is_valid(body):
-        return api_versions_response(request.api_version, error_code=INVALID_REQUEST)
+        return api_versions_response(request.api_version, error_code=ErrorCode.INVALID_REQUEST)
     return api_versions_response(request.api_version, **advertised_features(ctx.image))
 
 

@@ -14,15 +14,13 @@ from typing import Any
 from tierlog.config.definition import ConfigKey, Type, Value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import AlterConfigOp, AlterConfigOpType, ConfigResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.log_sync import effective_topic_defaults
-from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION
 
-INVALID_REQUEST = 42
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
@@ -144,27 +142,27 @@ async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, cl
     for resource in body.resources:
         rtype, rname = resource.resource_type, resource.resource_name
         wanted = None if resource.configuration_keys is None else set(resource.configuration_keys)
-        result: dict[str, Any] = {"resource_type": rtype, "resource_name": rname, "error_code": 0,
+        result: dict[str, Any] = {"resource_type": rtype, "resource_name": rname, "error_code": ErrorCode.NONE,
                                   "error_message": None, "configs": []}
         results.append(result)
         if rtype == TOPIC:
             image = ctx.image
             if rname not in image.topics_by_name:
-                result.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {rname} does not exist")
+                result.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {rname} does not exist")
                 continue
             result["configs"] = topic_config_entries(ctx, image.topic_configs(rname), wanted,
                                                      include_synonyms=include_synonyms, include_docs=include_docs)
         elif rtype == BROKER:
             message = _broker_name_error(ctx, rname)
             if message is not None:
-                result.update(error_code=INVALID_REQUEST, error_message=message)
+                result.update(error_code=ErrorCode.INVALID_REQUEST, error_message=message)
                 continue
             result["configs"] = broker_config_entries(ctx, rname, wanted, include_synonyms=include_synonyms,
                                                       include_docs=include_docs)
         elif rtype == BROKER_LOGGER:
             continue  # no per-logger levels to report
         else:
-            result.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
+            result.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
     return build_response(ApiKey.DESCRIBE_CONFIGS, request.api_version, {"results": results})
 
 
@@ -180,7 +178,7 @@ def _resource_type(ctx: BrokerContext, rtype: int, rname: str) -> ConfigResource
 
 
 class _RequestError(TierlogError):
-    error_code = INVALID_REQUEST
+    error_code = ErrorCode.INVALID_REQUEST
 
 
 async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -188,7 +186,7 @@ async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, clien
     responses: list[dict[str, Any]] = []
     for resource in body.resources:
         entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
-                                 "error_code": 0, "error_message": None}
+                                 "error_code": ErrorCode.NONE, "error_message": None}
         responses.append(entry)
         try:
             rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
@@ -205,7 +203,7 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRe
     responses: list[dict[str, Any]] = []
     for resource in body.resources:
         entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
-                                 "error_code": 0, "error_message": None}
+                                 "error_code": ErrorCode.NONE, "error_message": None}
         responses.append(entry)
         try:
             rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import FeatureUpdate, InvalidUpdateVersionError, MetadataImage, UpgradeType
 from tierlog.metadata import advertised_supported_features as _supported
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
@@ -50,8 +50,8 @@ async def handle_update_features(ctx: BrokerContext, request: ParsedRequest, cli
         log.info("features updated by %s: %s", client.client_id,
                  ", ".join(f"{u.feature}={u.max_version_level}" for u in updates))
     return build_response(ApiKey.UPDATE_FEATURES, version, {
-        "error_code": 0, "error_message": None,
-        "results": [{"feature": key.feature, "error_code": 0, "error_message": None} for key in body.feature_updates],
+        "error_code": ErrorCode.NONE, "error_message": None,
+        "results": [{"feature": key.feature, "error_code": ErrorCode.NONE, "error_message": None} for key in body.feature_updates],
     })
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.fetch_response import PartitionData, TopicData, encode_fetch_response
-from tierlog.server.partitions import UNKNOWN_TOPIC_OR_PARTITION, ReadResult, ReadSpec
+from tierlog.server.partitions import ReadResult, ReadSpec
 
-UNKNOWN_TOPIC_ID = 100
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
 READ_COMMITTED = 1
 #: Fetch sessions epochs: 0 opens a session, -1 is a sessionless full fetch.
 INITIAL_EPOCH = 0
@@ -67,16 +65,16 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
     session_id = getattr(body, "session_id", 0)
     session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id != 0:
-        return encode_fetch_response(version, corr, [], error_code=FETCH_SESSION_ID_NOT_FOUND)
+        return encode_fetch_response(version, corr, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
-        return encode_fetch_response(version, corr, [], error_code=INVALID_FETCH_SESSION_EPOCH)
+        return encode_fetch_response(version, corr, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
     image = ctx.image
     by_id = version >= 13
     # Response layout: one TopicData per requested topic; specs for the partitions we can read.
     layout: list[tuple[Any, list[tuple[int, int | None]]]] = []  # (topic key, [(partition, spec index)])
     specs: list[ReadSpec] = []
-    unknown_code = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+    unknown_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for t in body.topics:
         if by_id:
             tid = uuid_bytes(t.topic_id)
@@ -129,7 +127,7 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
             r = results[index]
             out.partitions.append(PartitionData(
                 partition, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset,
-                aborted_transactions=_aborted(r) if read_committed and r.error_code == 0 else None,
+                aborted_transactions=_aborted(r) if read_committed and r.error_code == ErrorCode.NONE else None,
                 records=r.records,
             ))
         topics.append(out)

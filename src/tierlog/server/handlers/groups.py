@@ -6,19 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
 from tierlog.server.groups.coordinator import GroupCoordinator
-from tierlog.server.groups.group import COORDINATOR_NOT_AVAILABLE, GroupState
+from tierlog.server.groups.group import GroupState
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-INVALID_REQUEST = 42
-UNSTABLE_OFFSET_COMMIT = 88
-UNKNOWN_TOPIC_ID = 100
-GROUP_ID_NOT_FOUND = 69
 
 
 def _coordinator(ctx: BrokerContext) -> GroupCoordinator:
@@ -39,9 +35,9 @@ async def handle_find_coordinator(ctx: BrokerContext, request: ParsedRequest, cl
         elif key_type == TRANSACTION_KEY and ctx.transactions is not None:
             await ctx.transactions.ensure_topic()
         else:
-            error, message = INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
+            error, message = ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}"
     except TierlogError as e:
-        error, message = COORDINATOR_NOT_AVAILABLE, str(e)
+        error, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, str(e)
     found = {"node_id": ctx.node_id, "host": host, "port": port} if not error else {"node_id": -1, "host": "", "port": -1}
     if version >= 4:
         return build_response(ApiKey.FIND_COORDINATOR, version, {
@@ -134,7 +130,7 @@ async def handle_offset_commit(ctx: BrokerContext, request: ParsedRequest, clien
     topic_field = "topic_id" if version >= 10 else "name"
     return build_response(ApiKey.OFFSET_COMMIT, version, {"topics": [
         {topic_field: key, "partitions": [
-            {"partition_index": p, "error_code": UNKNOWN_TOPIC_ID if i is None else codes[i]} for p, i in slots]}
+            {"partition_index": p, "error_code": ErrorCode.UNKNOWN_TOPIC_ID if i is None else codes[i]} for p, i in slots]}
         for key, slots in layout
     ]})
 
@@ -168,14 +164,14 @@ def _fetch_group(ctx: BrokerContext, group_id: str, topics: Any, by_id: bool,
         for p in partitions:
             value = committed.get((name, p))
             entry: dict[str, Any] = {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
-                                     "metadata": "", "error_code": 0}
+                                     "metadata": "", "error_code": ErrorCode.NONE}
             if value is not None:
                 entry.update(committed_offset=value.offset, committed_leader_epoch=value.leader_epoch,
                              metadata=value.metadata)
             elif by_id and topic_image is None:
-                entry["error_code"] = UNKNOWN_TOPIC_ID
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
             if (name, p) in unstable:
-                entry.update(error_code=UNSTABLE_OFFSET_COMMIT, committed_offset=-1)
+                entry.update(error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT, committed_offset=-1)
             entries.append(entry)
         out.append({"name": name, "topic_id": topic_uuid(topic_image.topic_id) if topic_image else None,
                     "partitions": entries})
@@ -231,20 +227,20 @@ async def handle_describe_groups(ctx: BrokerContext, request: ParsedRequest, cli
         group = _coordinator(ctx).describe(group_id)
         if group is None and group_id in _coordinator(ctx).consumer.groups:
             # As Kafka: DescribeGroups describes classic groups; ConsumerGroupDescribe the others.
-            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND,
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
                         "error_message": f"Group {group_id} is not a classic group.",
                         "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
                         "authorized_operations": -(2**31)})
             continue
         if group is None:
-            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND if version >= 6 else 0,
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else 0,
                         "error_message": f"Group {group_id} not found." if version >= 6 else None,
                         "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "",
                         "members": [], "authorized_operations": -(2**31)})
             continue
         stable = group.state is GroupState.STABLE
         out.append({
-            "group_id": group_id, "error_code": 0, "group_state": group.state.value,
+            "group_id": group_id, "error_code": ErrorCode.NONE, "group_state": group.state.value,
             "protocol_type": group.protocol_type or "",
             "protocol_data": (group.protocol_name or "") if stable else "",
             "members": [{

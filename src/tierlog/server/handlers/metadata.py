@@ -5,24 +5,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import TopicExistsError, TopicImage
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import AUTHORIZED_OPERATIONS_OMITTED, BrokerContext, topic_uuid, uuid_bytes
-from tierlog.server.partitions import INTERNAL_TOPICS, UNKNOWN_TOPIC_OR_PARTITION
+from tierlog.server.partitions import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
-
-UNKNOWN_TOPIC_ID = 100
-INVALID_REQUEST = 42
 
 
 def partition_entries(ctx: BrokerContext, topic: TopicImage) -> list[dict[str, Any]]:
     node = ctx.node_id
     return [
         {
-            "error_code": 0,
+            "error_code": ErrorCode.NONE,
             "partition_index": p.partition_id,
             "leader_id": node,
             "leader_epoch": p.leader_epoch,
@@ -36,7 +33,7 @@ def partition_entries(ctx: BrokerContext, topic: TopicImage) -> list[dict[str, A
 
 def topic_entry(ctx: BrokerContext, topic: TopicImage) -> dict[str, Any]:
     return {
-        "error_code": 0,
+        "error_code": ErrorCode.NONE,
         "name": topic.name,
         "topic_id": topic_uuid(topic.topic_id),
         "is_internal": topic.name in INTERNAL_TOPICS,
@@ -74,7 +71,7 @@ async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: Cl
         # Kafka's MetadataRequest.getErrorResponse: every topic asked for, with the error and "" for
         # a null name; no brokers.
         return build_response(ApiKey.METADATA, version, {"topics": [
-            {"error_code": INVALID_REQUEST, "name": t.name or "", "topic_id": getattr(t, "topic_id", None),
+            {"error_code": ErrorCode.INVALID_REQUEST, "name": t.name or "", "topic_id": getattr(t, "topic_id", None),
              "is_internal": False, "partitions": [], "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
             for t in requested], "brokers": [], "cluster_id": None, "controller_id": -1})
     # v0 asks for every topic with an empty list; v1+ with null.
@@ -88,7 +85,7 @@ async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: Cl
             if name is None:
                 by_id = image.topics_by_id.get(topic_id) if topic_id is not None else None
                 if by_id is None:
-                    topics.append({"error_code": UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_uuid(topic_id),
+                    topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_uuid(topic_id),
                                    "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
                 else:
                     topics.append(topic_entry(ctx, by_id))
@@ -99,11 +96,11 @@ async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: Cl
                 image = ctx.image
                 topic = image.topics_by_name.get(name)
                 if topic is None:
-                    topics.append({"error_code": code or UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                    topics.append({"error_code": code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
                                    "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
                     continue
             if topic is None:
-                topics.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
                                "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
             else:
                 topics.append(topic_entry(ctx, topic))
@@ -121,7 +118,7 @@ async def handle_describe_cluster(ctx: BrokerContext, request: ParsedRequest, cl
     host, port = ctx.endpoint(client)
     # endpoint_type 2 asks for controllers (KIP-1079); this node is both.
     return build_response(ApiKey.DESCRIBE_CLUSTER, request.api_version, {
-        "error_code": 0,
+        "error_code": ErrorCode.NONE,
         "cluster_id": ctx.cluster_id,
         "controller_id": ctx.node_id,
         "endpoint_type": getattr(request.body, "endpoint_type", 1),

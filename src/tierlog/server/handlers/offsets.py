@@ -6,18 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from tierlog.errors import ErrorCode, OffsetOutOfRangeError, UnknownTopicOrPartitionError, error_code_of
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
-from tierlog.server.partitions import (
-    FENCED_LEADER_EPOCH,
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_LEADER_EPOCH,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    PartitionManager,
-    error_code_of,
-)
+from tierlog.server.partitions import PartitionManager
 from tierlog.storage.log import UnifiedLog
 
 log = logging.getLogger(__name__)
@@ -35,7 +28,7 @@ def _epoch_check(pm: PartitionManager, topic: str, partition: int, current_leade
     epoch = pm.leader_epoch(topic, partition)
     if current_leader_epoch < 0 or current_leader_epoch == epoch:
         return 0
-    return FENCED_LEADER_EPOCH if current_leader_epoch < epoch else UNKNOWN_LEADER_EPOCH
+    return ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
 def _epoch_of(ulog: UnifiedLog, offset: int) -> int:
@@ -99,7 +92,7 @@ def _list_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, i
             entry["timestamp"], entry["offset"], entry["leader_epoch"] = _list_offset(pm, ulog, timestamp, read_committed)
         except Exception as e:
             entry["error_code"] = error_code_of(e)
-            if entry["error_code"] != UNKNOWN_TOPIC_OR_PARTITION:
+            if entry["error_code"] != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 log.warning("ListOffsets of %s-%d failed: %s", topic, partition, e)
     return out
 
@@ -126,7 +119,7 @@ def _end_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, in
         try:
             ulog = pm.get_log_blocking(topic, partition)
         except UnknownTopicOrPartitionError:
-            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
         entry["leader_epoch"], entry["end_offset"] = ulog.leader_epoch_cache.end_offset_for(
             leader_epoch, ulog.log_end_offset)
@@ -158,7 +151,7 @@ def _delete_records_blocking(pm: PartitionManager, queries: list[tuple[str, int,
                 ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
             entry["low_watermark"] = pm.log_start_offset(ulog)
         except OffsetOutOfRangeError:
-            entry["error_code"] = OFFSET_OUT_OF_RANGE
+            entry["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
         except Exception as e:
             entry["error_code"] = error_code_of(e)
     return out

@@ -16,15 +16,12 @@ import dataclasses
 import struct
 from typing import Any
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
-from tierlog.server.partitions import KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION, AppendResult
+from tierlog.server.partitions import AppendResult
 
-INVALID_REQUIRED_ACKS = 21
-UNKNOWN_TOPIC_ID = 100
-INVALID_PRODUCER_EPOCH = 47
-PRODUCER_FENCED = 90
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
 _FIRST_BATCH = struct.Struct(">21xh20xqh")
@@ -50,7 +47,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
 
     results: list[AppendResult]
     if acks not in (-1, 0, 1):
-        results = [AppendResult(INVALID_REQUIRED_ACKS) for _ in items]
+        results = [AppendResult(ErrorCode.INVALID_REQUIRED_ACKS) for _ in items]
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
@@ -63,11 +60,11 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
             results = await _synced(results)
         ctx.partitions.waiters.notify(
             (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
-            if name is not None and r.error_code == 0 and not r.duplicate
+            if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
         )
 
     if acks == 0:
-        failed = [r for r in results if r.error_code != 0]
+        failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:
             return CloseConnection(f"acks=0 produce failed with error {failed[0].error_code}: {failed[0].error_message}")
         return None
@@ -98,7 +95,7 @@ def durable_ack(setting: str, acks: int) -> bool:
 
 
 async def _synced(results: list[AppendResult]) -> list[AppendResult]:
-    """Each result once its batches are on disk; a failed sync turns it into KAFKA_STORAGE_ERROR."""
+    """Each result once its batches are on disk; a failed sync turns it into ErrorCode.KAFKA_STORAGE_ERROR."""
     waits = [asyncio.wrap_future(r.synced) for r in results if r.synced is not None]
     if not waits:
         return results
@@ -107,7 +104,7 @@ async def _synced(results: list[AppendResult]) -> list[AppendResult]:
     for r in results:
         error = None if r.synced is None else r.synced.exception()
         if error is not None:
-            r = dataclasses.replace(r, error_code=KAFKA_STORAGE_ERROR, base_offset=-1,
+            r = dataclasses.replace(r, error_code=ErrorCode.KAFKA_STORAGE_ERROR, base_offset=-1,
                                     error_message=str(error) or type(error).__name__)
         out.append(r)
     return out
@@ -120,7 +117,7 @@ async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, by
     results = []
     for _, name, _, _ in items:
         if name is None:
-            results.append(AppendResult(UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION))
+            results.append(AppendResult(ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         else:
             results.append(next(appended))
     return results
@@ -142,8 +139,8 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
         tp = (name, partition)
         code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
-            # Produce predates PRODUCER_FENCED: a stale epoch is INVALID_PRODUCER_EPOCH there.
-            out[i] = INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else code
+            # Produce predates ErrorCode.PRODUCER_FENCED: a stale epoch is ErrorCode.INVALID_PRODUCER_EPOCH there.
+            out[i] = ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code
     return out
 
 

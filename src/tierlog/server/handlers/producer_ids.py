@@ -7,13 +7,11 @@ coordinator answers: the id's producer id with a bumped epoch, fencing older pro
 
 from __future__ import annotations
 
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.handlers.transactions import client_code
-
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 async def handle_init_producer_id(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -28,14 +26,14 @@ async def handle_init_producer_id(ctx: BrokerContext, request: ParsedRequest, cl
             "producer_epoch": epoch})
     if body.transactional_id is not None:
         return build_response(ApiKey.INIT_PRODUCER_ID, version, {
-            "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1})
+            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1})
     try:
         producer_id = await ctx.io.run(ctx.producer_ids.next_blocking)
     except TierlogError as e:
         return build_response(ApiKey.INIT_PRODUCER_ID, version, {
             "error_code": e.error_code, "producer_id": -1, "producer_epoch": -1})
     return build_response(ApiKey.INIT_PRODUCER_ID, version, {
-        "error_code": 0, "producer_id": producer_id, "producer_epoch": 0})
+        "error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0})
 
 
 HANDLERS = {ApiKey.INIT_PRODUCER_ID: handle_init_producer_id}

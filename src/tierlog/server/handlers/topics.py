@@ -6,19 +6,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tierlog.errors import TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import CreateTopicResult
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
 from tierlog.server.handlers.configs import topic_config_entries
-from tierlog.server.partitions import INTERNAL_TOPICS, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION
+from tierlog.server.partitions import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
-
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_ID = 100
 
 
 class _Refused(TierlogError):
@@ -31,14 +27,14 @@ def _check_assignments(ctx: BrokerContext, assignments: Any, num_partitions: int
     """Manual replica assignments are accepted when they name only this broker; returns the
     partition count they imply."""
     if num_partitions != -1 or replication_factor != -1:
-        raise _Refused(INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set. "
+        raise _Refused(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments were set. "
                                         "Both cannot be used at the same time.")
     indexes = sorted(a.partition_index for a in assignments)
     if indexes != list(range(len(indexes))):
-        raise _Refused(INVALID_REPLICA_ASSIGNMENT, "Partitions should be consecutive and start from 0")
+        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Partitions should be consecutive and start from 0")
     for a in assignments:
         if list(a.broker_ids) != [ctx.node_id]:
-            raise _Refused(INVALID_REPLICA_ASSIGNMENT,
+            raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                            f"Replica assignment {list(a.broker_ids)} is not possible: this cluster has the single broker {ctx.node_id}")
     return len(indexes)
 
@@ -50,12 +46,12 @@ async def handle_create_topics(ctx: BrokerContext, request: ParsedRequest, clien
         counts[t.name] = counts.get(t.name, 0) + 1
     topics: list[dict[str, Any]] = []
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None, "num_partitions": -1,
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None, "num_partitions": -1,
                                  "replication_factor": -1, "configs": None}
         topics.append(entry)
         try:
             if counts[t.name] > 1:
-                raise _Refused(INVALID_REQUEST, f"Create topics request from client `{client.client_id}` contains "
+                raise _Refused(ErrorCode.INVALID_REQUEST, f"Create topics request from client `{client.client_id}` contains "
                                                 f"multiple entries for the following topics: {t.name}")
             num_partitions, rf = t.num_partitions, t.replication_factor
             if t.assignments:
@@ -64,7 +60,7 @@ async def handle_create_topics(ctx: BrokerContext, request: ParsedRequest, clien
             configs: dict[str, object] = {}
             for c in t.configs:
                 if c.name in configs:
-                    raise _Refused(INVALID_REQUEST, f"Duplicate config key {c.name}")
+                    raise _Refused(ErrorCode.INVALID_REQUEST, f"Duplicate config key {c.name}")
                 configs[c.name] = c.value
             result: CreateTopicResult = await ctx.io.run(
                 ctx.controller.create_topic, t.name, num_partitions, rf, configs, validate_only=body.validate_only)
@@ -91,22 +87,22 @@ async def handle_delete_topics(ctx: BrokerContext, request: ParsedRequest, clien
         wanted = [(name, None) for name in body.topic_names]
     responses: list[dict[str, Any]] = []
     for name, topic_id in wanted:
-        entry: dict[str, Any] = {"name": name, "topic_id": topic_uuid(topic_id), "error_code": 0, "error_message": None}
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_uuid(topic_id), "error_code": ErrorCode.NONE, "error_message": None}
         responses.append(entry)
         try:
             if name is None:
                 if topic_id is None:
-                    raise _Refused(INVALID_REQUEST, "Neither topic name nor id were specified.")
+                    raise _Refused(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
                 topic = ctx.image.topics_by_id.get(topic_id)
                 if topic is None:
-                    raise _Refused(UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+                    raise _Refused(ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
                 name = topic.name
                 entry["name"] = name
             topic_image = ctx.image.topics_by_name.get(name)
             if topic_image is None:
-                raise _Refused(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+                raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
             if name in INTERNAL_TOPICS:
-                raise _Refused(INVALID_TOPIC_EXCEPTION, f"Internal topic {name} cannot be deleted")
+                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Internal topic {name} cannot be deleted")
             entry["topic_id"] = topic_uuid(topic_image.topic_id)
             await ctx.io.run(ctx.controller.delete_topic, name)
             log.info("deleted topic %s", name)
@@ -123,13 +119,13 @@ async def handle_create_partitions(ctx: BrokerContext, request: ParsedRequest, c
     body = request.body
     results: list[dict[str, Any]] = []
     for t in body.topics:
-        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         results.append(entry)
         try:
             if t.assignments:
                 for a in t.assignments:
                     if list(a.broker_ids) != [ctx.node_id]:
-                        raise _Refused(INVALID_REPLICA_ASSIGNMENT,
+                        raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                        f"Replica assignment {list(a.broker_ids)} is not possible on this single-broker cluster")
             await ctx.io.run(ctx.controller.create_partitions, t.name, t.count, validate_only=body.validate_only)
         except _Refused as e:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tierlog._util.varint import read_varint, read_varlong
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.records.builder import build_batch
 from tierlog.records.header import (
@@ -19,7 +20,7 @@ from tierlog.records.header import (
     BatchHeader,
 )
 from tierlog.records.reader import _records_region, decode_batch
-from tierlog.records.record import Record, read_varint, read_varlong
+from tierlog.records.record import Record
 from tierlog.storage.cleaner.decisions import tombstone_retained
 from tierlog.storage.cleaner.offset_map import OffsetMap
 from tierlog.storage.cleaner.txn_tracker import TxnTracker

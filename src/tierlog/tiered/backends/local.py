@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tierlog._util.files import fsync_dir
-from tierlog.storage.checkpoints import uuid_to_base64
+from tierlog.ids import uuid_to_base64
 from tierlog.tiered.api import (
     IndexType,
     LogSegmentData,

@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 from tierlog._util.extras import require_extra
 from tierlog._util.varint import read_unsigned_varint, write_unsigned_varint
 from tierlog.errors import InvalidRecordError
-from tierlog.storage.checkpoints import uuid_to_base64
+from tierlog.ids import uuid_to_base64
 from tierlog.tiered.api import (
     IndexType,
     LogSegmentData,
