@@ -12,6 +12,8 @@ Sections (``--only`` picks some):
            seed 002 uploads whose plugin deletes fail (retried, or given up and settled).
   hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
            clients, ``--connections`` connections at once.
+  txn      a transactional consume-transform-produce application (its own process) while it and the broker
+           are SIGKILLed ``--txn-kills`` times; ``--txn-inputs`` records, read_committed output exactly once.
   load     ``--load-connections`` concurrent connections over ``--load-partitions`` partitions (RSS).
 
 Prints each section's figures and writes them, with the command and the date, to ``--out``
@@ -206,8 +208,38 @@ def damage(args: argparse.Namespace, work: Path) -> Section:
     return Section("damage", "Disk damage", body, not figures["failed_rounds"] and figures["started"] == len(results))
 
 
+def txn(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.txn_loop import run_txn_loop
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    r = run_txn_loop(work / "txn" / "data", inputs=args.txn_inputs, kills=args.txn_kills, partitions=3,
+                     max_uptime_s=4.0, seed=seed, timeout_s=max(300.0, args.txn_kills * 15.0), progress=True,
+                     force_both=True)
+    rows: list[tuple[str, object]] = [
+        ("input records (3 partitions)", r.inputs),
+        ("SIGKILLs: broker / application / both at once",
+         f"{r.broker_kills - (r.app_kills + r.broker_kills - r.kills)} / "
+         f"{r.app_kills - (r.app_kills + r.broker_kills - r.kills)} / {r.app_kills + r.broker_kills - r.kills}"),
+        ("application processes started", r.app_starts),
+        ("transactions committed / aborted by the application", f"{r.commits:,} / {r.aborts:,}"),
+        ("producers rebuilt after a fatal error or timeout", r.fatal_restarts),
+        ("all input consumed (offsets committed) at the end", r.finished),
+        ("**lost** in the read_committed output (must be 0)", r.lost),
+        ("**duplicated** in the read_committed output (must be 0)", r.duplicated),
+        ("duration", f"{r.seconds:.0f} s (seed {seed})"),
+    ]
+    body = ("The application (`tests/reliability/txn_app.py`, confluent-kafka) reads `eos-in` from its group's "
+            "committed offsets and writes each record to `eos-out` in transactions of up to 50 records with "
+            "`send_offsets_to_transaction`; it rewinds after an aborted transaction and starts a new producer "
+            "after a fatal error. Each round waits 0.5-4 s, then SIGKILLs the broker, the application or both "
+            "and restarts them; a new application fences the killed one's epoch. At the end the output is "
+            "read `read_committed` from offset 0.\n\n" + table(rows))
+    return Section("txn", "Exactly once under SIGKILLs of broker and application", body, r.ok)
+
+
 def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
-    return {"crash": crash, "damage": damage, "remote": remote, "hostile": hostile, "load": load_section}
+    return {"crash": crash, "damage": damage, "remote": remote, "hostile": hostile, "txn": txn,
+            "load": load_section}
 
 
 BEGIN = "<!-- chaos:{name}:begin -->"
@@ -255,6 +287,8 @@ def main() -> int:
     p.add_argument("--connections", type=int, default=2000)
     p.add_argument("--load-connections", type=int, default=1000)
     p.add_argument("--load-partitions", type=int, default=10_000)
+    p.add_argument("--txn-kills", type=int, default=40, help="txn: SIGKILL rounds (broker, application or both)")
+    p.add_argument("--txn-inputs", type=int, default=30_000, help="txn: input records")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
     p.add_argument("--json", action="store_true", help="also print each section as JSON")

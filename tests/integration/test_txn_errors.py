@@ -21,6 +21,7 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 CONCURRENT_TRANSACTIONS = 51
 OPERATION_NOT_ATTEMPTED = 55
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 PRODUCER_FENCED = 90
 
 
@@ -60,7 +61,7 @@ def txn_offset_commit(c: RawClient, txn_id: str, group: str, pid: int, epoch: in
     return int(body.topics[0].partitions[0].error_code)
 
 
-def produce_txn(c: RawClient, txn_id: str, topic: str, pid: int, epoch: int, seq: int) -> Any:
+def produce_txn(c: RawClient, txn_id: str | None, topic: str, pid: int, epoch: int, seq: int) -> Any:
     batch = build_batch([SimpleRecord(b"k", b"v", timestamp=0)], producer_id=pid, producer_epoch=epoch,
                         base_sequence=seq, is_transactional=True)
     body = c.call(ApiKey.PRODUCE, 9, {"transactional_id": txn_id, "acks": -1, "timeout": 30000, "topic_data": [
@@ -126,3 +127,35 @@ def test_bad_transaction_requests_get_kafkas_codes(broker: BrokerProcess) -> Non
     # Retrying the winner's decision is fine; the other decision is not.
     assert end_txn(c, "bad-1", pid, 1, won) == NONE
     assert end_txn(c, "bad-1", pid, 1, not won) == INVALID_TXN_STATE
+
+
+def test_transactional_batch_without_transactional_id_is_refused_unwritten(broker: BrokerProcess) -> None:
+    """Kafka refuses a Produce request carrying transactional records but no transactional id with
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition -- even with a transaction ongoing for that
+    producer on that partition, and even for the partitions whose records are not transactional."""
+    c = RawClient(broker.port, client_id="txn-no-id")
+    create_topic(c, "txn-no-id")
+    find_txn_coordinator(c, "no-id-1")
+    code, pid, epoch = init_pid(c, "no-id-1")
+    assert code == NONE
+    assert add_partitions(c, "no-id-1", pid, epoch, {"txn-no-id": [0]}) == {("txn-no-id", 0): NONE}
+    for txn_id in (None, ""):
+        answer = produce_txn(c, txn_id, "txn-no-id", pid, epoch, 0)
+        assert answer.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED, answer
+    plain = build_batch([SimpleRecord(b"k", b"plain", timestamp=0)])
+    mixed = c.call(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout": 30000, "topic_data": [
+        {"name": "txn-no-id", "partition_data": [
+            {"index": 0, "records": build_batch([SimpleRecord(b"k", b"v", timestamp=0)], producer_id=pid,
+                                                producer_epoch=epoch, base_sequence=0, is_transactional=True)}]},
+        {"name": "txn-err-other", "partition_data": [{"index": 0, "records": plain}]}]})
+    assert [p.error_code for r in mixed.responses for p in r.partition_responses] == [
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED] * 2, mixed
+    # Nothing was written: the same producer's first transactional batch, sent right, still gets offset 0.
+    answer = produce_txn(c, "no-id-1", "txn-no-id", pid, epoch, 0)
+    assert (answer.error_code, answer.base_offset) == (NONE, 0), answer
+    # A plain batch without a transactional id is of course fine.
+    plain_answer = c.call(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout": 30000,
+                                               "topic_data": [{"name": "txn-no-id", "partition_data": [
+                                                   {"index": 0, "records": plain}]}]})
+    assert plain_answer.responses[0].partition_responses[0].error_code == NONE
+    assert end_txn(c, "no-id-1", pid, epoch, True) == NONE

@@ -1,13 +1,16 @@
 """Exactly once under crashes: a consume-transform-produce application (confluent-kafka, a
-transaction per batch with ``send_offsets_to_transaction``) runs while the broker is SIGKILLed at
-random moments; afterwards the output topic read ``read_committed`` must hold every input record
-exactly once. The application rewinds to its committed offsets after every failed transaction (and
-builds a new producer after a fatal error), as a Kafka Streams task does.
+transaction per batch with ``send_offsets_to_transaction``; ``tests/reliability/txn_app.py``) runs as its
+own process while the broker, the application or both are SIGKILLed at random moments; afterwards the
+output topic read ``read_committed`` must hold every input record exactly once.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -17,20 +20,25 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.reliability.harness import ChaosBroker, create_topic, wait_until
+from tests.reliability.txn_app import GROUP, IN_TOPIC, OUT_TOPIC
 
-IN_TOPIC, OUT_TOPIC, GROUP, TXN_ID = "eos-in", "eos-out", "eos-app", "eos-app-0"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
 class TxnLoopResult:
     inputs: int
     kills: int = 0
+    broker_kills: int = 0
+    app_kills: int = 0
+    app_starts: int = 0
     commits: int = 0
     aborts: int = 0
     fatal_restarts: int = 0
     lost: int = 0
     duplicated: int = 0
     finished: bool = False
+    seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -38,86 +46,67 @@ class TxnLoopResult:
         return self.finished and self.lost == 0 and self.duplicated == 0
 
 
-class _App:
-    def __init__(self, bootstrap: str, partitions: int, result: TxnLoopResult) -> None:
-        self.bootstrap = bootstrap
-        self.partitions = partitions
-        self.result = result
-        self.stop = threading.Event()
-        self.producer: Producer | None = None
-        self.consumer: Consumer | None = None
+class AppProcess:
+    """``txn_app`` as a child process; its stdout lines (one per outcome) go to ``log_path``."""
 
-    def _open(self) -> None:
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "linger.ms": 5,
-                                  "transaction.timeout.ms": 10000, "message.timeout.ms": 10000})
-        self.producer.init_transactions(60)
-        self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP, "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-        self._rewind()
+    def __init__(self, bootstrap: str, partitions: int, log_path: Path) -> None:
+        self.bootstrap, self.partitions, self.log_path = bootstrap, partitions, log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
 
-    def _rewind(self) -> None:
-        """Start again from the committed offsets (what the last committed transaction consumed)."""
-        assert self.consumer is not None
-        committed = self.consumer.committed([TopicPartition(IN_TOPIC, p) for p in range(self.partitions)], timeout=60)
-        self.consumer.assign([TopicPartition(IN_TOPIC, tp.partition, tp.offset if tp.offset >= 0 else 0)
-                              for tp in committed])
+    def start(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.txn_app", self.bootstrap,
+                                          str(self.partitions)], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         cwd=ROOT)
+        self.starts += 1
 
-    def _close(self) -> None:
-        if self.consumer is not None:
-            try:
-                self.consumer.close()
-            except Exception:
-                pass
-        self.consumer = self.producer = None
+    def sigkill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                if self.producer is None:
-                    self._open()
-                self._one_transaction()
-            except KafkaException as e:
-                error = e.args[0]
-                if self.producer is not None and not error.fatal() and error.txn_requires_abort():
-                    try:
-                        self.producer.abort_transaction(60)
-                        self.result.aborts += 1
-                        self._rewind()
-                        continue
-                    except KafkaException as again:
-                        self.result.notes.append(f"abort failed: {again.args[0]}")
-                if error.retriable() and not error.fatal() and not error.txn_requires_abort():
-                    # A commit whose outcome is unknown: retrying the call finishes it (librdkafka).
-                    try:
-                        assert self.producer is not None
-                        self.producer.commit_transaction(60)
-                        self.result.commits += 1
-                        continue
-                    except KafkaException as again:
-                        self.result.notes.append(f"commit retry failed: {again.args[0]}")
-                self.result.fatal_restarts += 1
-                self.result.notes.append(f"restart after {error}")
-                self._close()
-            except Exception as e:  # a timeout in the client, a closed handle: start over
-                self.result.fatal_restarts += 1
-                self.result.notes.append(f"restart after {type(e).__name__}: {e}")
-                self._close()
-        self._close()
-
-    def _one_transaction(self) -> None:
-        consumer, producer = self.consumer, self.producer
-        assert consumer is not None and producer is not None
-        messages = [m for m in consumer.consume(50, 0.5) if m.error() is None]
-        if not messages:
+    def stop(self, timeout_s: float = 120.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
             return
-        producer.begin_transaction()
-        for m in messages:
-            producer.produce(OUT_TOPIC, value=b"out-" + m.value(), partition=m.partition())
-        positions = consumer.position([TopicPartition(IN_TOPIC, p) for p in range(self.partitions)])
-        producer.send_offsets_to_transaction([tp for tp in positions if tp.offset >= 0],
-                                             consumer.consumer_group_metadata(), 60)
-        producer.commit_transaction(60)
-        self.result.commits += 1
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.sigkill()
+
+    def lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+
+
+def _feed(bootstrap: str, inputs: int, partitions: int, seconds: float, result: TxnLoopResult) -> None:
+    """Produce ``inputs`` records, idempotent and acks=all, spread over ``seconds``; the broker's kills
+    only delay them (no delivery times out), so every one of them is in the input topic once."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                  "message.timeout.ms": 600_000})
+    failed: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    t0 = time.monotonic()
+    chunk = max(1, inputs // max(1, int(seconds * 10)))
+    for start in range(0, inputs, chunk):
+        for i in range(start, min(start + chunk, inputs)):
+            p.produce(IN_TOPIC, value=f"{i}".encode(), partition=i % partitions, on_delivery=on_delivery)
+        p.poll(0)
+        lag_s = t0 + seconds * (start + chunk) / inputs - time.monotonic()
+        if lag_s > 0:
+            time.sleep(lag_s)
+    left = p.flush(600)
+    if left or failed:
+        result.notes.append(f"input not delivered: {left} left, failed {failed[:3]}")
 
 
 def _committed_total(bootstrap: str, partitions: int) -> int:
@@ -152,31 +141,52 @@ def _read_output(bootstrap: str, partitions: int) -> list[bytes]:
 
 
 def run_txn_loop(data_dir: Path, *, inputs: int, kills: int, partitions: int = 2, max_uptime_s: float = 3.0,
-                 seed: int = 0, timeout_s: float = 240.0) -> TxnLoopResult:
+                 seed: int = 0, timeout_s: float = 240.0, progress: bool = False,
+                 force_both: bool = False) -> TxnLoopResult:
+    """``kills`` rounds, each SIGKILLing the broker, the application or both (drawn by ``seed``) after
+    0.5 to ``max_uptime_s`` seconds of work, then restarting what was killed. ``force_both``: the first
+    two rounds kill the application and then the broker, whatever the draw (a short run kills each)."""
     rng = random.Random(seed)
     result = TxnLoopResult(inputs)
+    t0 = time.monotonic()
+    data_dir.mkdir(parents=True, exist_ok=True)
     broker = ChaosBroker(data_dir, {"transaction.state.log.num.partitions": "3",
                                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}).start()
+    app: AppProcess | None = None
     try:
         create_topic(broker.port, IN_TOPIC, partitions)
         create_topic(broker.port, OUT_TOPIC, partitions)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
-        for i in range(inputs):
-            p.produce(IN_TOPIC, value=f"{i}".encode(), partition=i % partitions)
-        assert p.flush(60) == 0
-        app = _App(broker.bootstrap, partitions, result)
-        worker = threading.Thread(target=app.run, daemon=True)
-        worker.start()
+        # The input arrives over the whole kill phase, so that every kill lands on work in progress.
+        feed_s = kills * (0.5 + max_uptime_s) / 2
+        feeder = threading.Thread(target=_feed, args=(broker.bootstrap, inputs, partitions, feed_s, result),
+                                  daemon=True)
+        feeder.start()
+        app = AppProcess(broker.bootstrap, partitions, data_dir.parent / "txn-app.log")
+        app.start()
         deadline = time.monotonic() + timeout_s
         while result.kills < kills and time.monotonic() < deadline:
             time.sleep(rng.uniform(0.5, max_uptime_s))
-            broker.sigkill()
+            victim = rng.choices(["broker", "app", "both"], weights=[4, 4, 2])[0]
+            if force_both and result.kills < 2:
+                victim = ("app", "broker")[result.kills]
+            if victim in ("app", "both"):
+                app.sigkill()
+                result.app_kills += 1
+            if victim in ("broker", "both"):
+                broker.sigkill()
+                result.broker_kills += 1
+                broker.start()
+            if victim in ("app", "both"):
+                app.start()
             result.kills += 1
-            broker.start()
-        result.finished = wait_until(lambda: _committed_total(broker.bootstrap, partitions) >= inputs,
-                                     max(deadline - time.monotonic(), 10))
-        app.stop.set()
-        worker.join(120)
+            if progress:
+                print(f"kill {result.kills}/{kills}: {victim}; committed "
+                      f"{_committed_total(broker.bootstrap, partitions)}/{inputs}", flush=True)
+        feeder.join(max(deadline - time.monotonic(), 10))
+        fed = not feeder.is_alive() and not any(n.startswith("input not delivered") for n in result.notes)
+        result.finished = fed and wait_until(lambda: _committed_total(broker.bootstrap, partitions) >= inputs,
+                                             max(deadline - time.monotonic(), 10), interval_s=0.5)
+        app.stop()
         counts = Counter(_read_output(broker.bootstrap, partitions))
         expected = {f"out-{i}".encode() for i in range(inputs)}
         result.lost = len(expected - set(counts))
@@ -184,5 +194,14 @@ def run_txn_loop(data_dir: Path, *, inputs: int, kills: int, partitions: int = 2
             n for v, n in counts.items() if v not in expected)
         return result
     finally:
+        if app is not None:
+            app.stop(10)
+            lines = app.lines()
+            result.app_starts = app.starts
+            result.commits = sum(1 for line in lines if line == "commit")
+            result.aborts = sum(1 for line in lines if line == "abort")
+            result.fatal_restarts = sum(1 for line in lines if line.startswith("restart"))
+            result.notes += [line for line in lines if line.startswith(("restart", "note", "Traceback"))][-10:]
+        result.seconds = time.monotonic() - t0
         if broker.alive():
             broker.stop()

@@ -25,6 +25,7 @@ from tierlog.server.partitions import AppendResult
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
 _FIRST_BATCH = struct.Struct(">21xh20xqh")
+_MAGIC_AT = 16
 
 
 async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -48,6 +49,11 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     results: list[AppendResult]
     if acks not in (-1, 0, 1):
         results = [AppendResult(ErrorCode.INVALID_REQUIRED_ACKS) for _ in items]
+    elif not getattr(body, "transactional_id", None) and any(_is_transactional(records) for *_, records in items):
+        # Kafka (KafkaApis.handleProduceRequest) refuses the whole request: transactional records need the
+        # transactional id they are written for, which is what is authorized and verified.
+        results = [AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message="transactional records "
+                                "without a transactional id") for _ in items]
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
@@ -123,6 +129,14 @@ async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, by
     return results
 
 
+def _is_transactional(records: bytes | None) -> bool:
+    """Whether the record set's first batch has the transactional bit (v3+ sends one batch per partition;
+    message sets of magic 0 and 1 have no such bit)."""
+    if records is None or len(records) < _FIRST_BATCH.size or records[_MAGIC_AT] != 2:
+        return False
+    return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
+
+
 def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]]) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
     the transaction coordinator does not have in the producer's ongoing transaction."""
@@ -131,11 +145,9 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
         return {}
     out: dict[int, int] = {}
     for i, (_, name, partition, records) in enumerate(items):
-        if name is None or records is None or len(records) < _FIRST_BATCH.size:
+        if name is None or records is None or not _is_transactional(records):
             continue
-        attributes, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
-        if not attributes & TRANSACTIONAL_BIT:
-            continue
+        _, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
         tp = (name, partition)
         code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
