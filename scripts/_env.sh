@@ -25,6 +25,13 @@ if [ "${TIERLOG_NEED_CHROMIUM:-1}" = 1 ] && ! command -v chromedriver >/dev/null
       || echo "warning: could not install chromium with apt-get; the console's browser tests will say so" >&2
   fi
 fi
+# The power-loss harness (tests/reliability/lazyfs.py) is a FUSE filesystem: libfuse3 and fusermount3.
+if [ "${TIERLOG_NEED_FUSE:-1}" = 1 ] && ! command -v fusermount3 >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3) >/dev/null 2>&1 \
+      || echo "warning: could not install fuse3 with apt-get; the power-loss tests will say so" >&2
+  fi
+fi
 # The Spark pipeline runs on a JVM: Java 17 (pyspark 4 needs 17 or newer).
 if [ "${TIERLOG_NEED_JAVA:-1}" = 1 ] && ! command -v java >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
