@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tierlog._util.framed import FramedFileError
+from tierlog.cli._options import add_data_dir_options
 from tierlog.cli.serve import load_broker_config
 from tierlog.errors import TierlogError
 from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
@@ -27,12 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              description="Per compacted partition: the cleaner checkpoint, the dirty ratio (dirty "
                                          "bytes over cleanable bytes), the last clean time and the bytes cleaned, "
                                          "as the running broker's cleaner last wrote them.")
-    status.add_argument("--config", type=Path, help="server.properties (for log.dirs)")
-    status.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="set one config key (repeatable)")
-    status.add_argument("--data-dir", type=Path, action="append",
-                        help="a log directory (repeatable); default: the config's log.dirs")
-    status.add_argument("--json", action="store_true", help="one JSON object per partition")
+    add_data_dir_options(status)
     status.set_defaults(func=run_status)
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tierlog.cli import tier_restore
+from tierlog.cli._options import add_data_dir_options
 from tierlog.cli.serve import load_broker_config
 from tierlog.clock import SYSTEM_CLOCK
 from tierlog.errors import TierlogError
@@ -34,12 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              description="Per partition: highest tiered offset, local and remote bytes "
                                          "(the plugin's uploaded size where its custom metadata says), copy "
                                          "lag (closed segments not yet tiered) and the copy task's last error.")
-    status.add_argument("--config", type=Path, help="server.properties (for log.dirs and the plugin class)")
-    status.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="set one config key (repeatable)")
-    status.add_argument("--data-dir", type=Path, action="append",
-                        help="a log directory (repeatable); default: the config's log.dirs")
-    status.add_argument("--json", action="store_true", help="one JSON object per partition")
+    add_data_dir_options(status, config_help="server.properties (for log.dirs and the plugin class)")
     status.set_defaults(func=run_status)
     tier_restore.register(tsub)
     for name, help_text, description in (

@@ -16,6 +16,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from tierlog.cli._options import add_data_dir_options
 from tierlog.cli.serve import load_broker_config
 from tierlog.errors import TierlogError
 from tierlog.storage import files
@@ -26,11 +27,7 @@ def register(tsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = tsub.add_parser("restore", help="rebuild a tiered partition from the remote tier at the next start",
                         description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("partition", metavar="TOPIC-PARTITION", help="e.g. orders-0")
-    p.add_argument("--config", type=Path, help="server.properties (for log.dirs)")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="set one config key (repeatable)")
-    p.add_argument("--data-dir", type=Path, action="append",
-                   help="a log directory (repeatable); default: the config's log.dirs")
+    add_data_dir_options(p, json_output=False)
     p.add_argument("--log-dir", type=Path, help="the log dir to rebuild the partition in (default: where it is, "
                                                 "or the broker's choice at its next start)")
     p.set_defaults(func=run_restore)
