@@ -2,8 +2,8 @@
 what ``tierlog serve`` wrote, with the values ``tierlog dump-log`` prints.
 
 tierlog writes ``.log`` (all five codecs), ``.index``, ``.timeindex``, producer ``.snapshot`` files,
-the metadata log and its ``<offset>-<epoch>.checkpoint`` snapshots. It writes no ``.txnindex``: those
-only hold aborted transactions, and tierlog has none yet (issue 17).
+the metadata log and its ``<offset>-<epoch>.checkpoint`` snapshots; transactional control batches and the
+``.txnindex`` are held against Kafka in test_kafka_reads_tierlog_txns.py.
 """
 
 from __future__ import annotations
