@@ -68,3 +68,38 @@ def test_format_kafka_and_format_tierlog_return_the_same_rows(tiered_broker: Bro
     assert got["kafka_rows"] == got["tierlog_rows"] == COUNT, got
     assert got["only_kafka"] == got["only_tierlog"] == 0, got
     assert got["first"][0]["offset"] == 0, got
+
+
+def test_a_streaming_query_switches_sources_on_one_checkpoint(tiered_broker: BrokerProcess, tmp_path: Path) -> None:
+    """Both sources keep offsets in Spark's Kafka format ({"topic": {"0": n}}): a query that ran on
+    format("kafka") goes on with format("tierlog") from where it stopped -- no record twice, none lost."""
+    if not list(SPARK_KAFKA_JARS.glob("spark-sql-kafka*.jar")):
+        pytest.skip(f"Spark's Kafka source jars are missing from {SPARK_KAFKA_JARS} (scripts/_env.sh fetches them)")
+    broker, data = tiered_broker, tiered_broker.data_dir
+    topic = "spark-switch"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.bytes": "16384"})])[topic].result(30)
+
+    def produce(first: int, count: int) -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.num.messages": 50})
+        for i in range(first, first + count):
+            producer.produce(topic, value=b"v%06d" % i, partition=0)
+        assert producer.flush(60) == 0
+
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+
+    def phase(source: str) -> None:
+        proc = subprocess.run([sys.executable, str(Path(__file__).parent / "spark_switch_job.py"), source,
+                               broker.bootstrap, str(data), topic, str(SPARK_KAFKA_JARS), str(checkpoint), str(out)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+
+    produce(0, 1500)
+    phase("kafka")
+    produce(1500, 1000)
+    phase("tierlog")
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out).to_pydict()
+    assert sorted(rows["offset"]) == list(range(2500))
+    assert sorted(rows["value"]) == [f"v{i:06d}" for i in range(2500)]
