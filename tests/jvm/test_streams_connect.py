@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -37,9 +38,18 @@ def test_streams_word_count_at_least_once(kafka_jars: None, tierlog_broker: Brok
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-5000:]}\n{tierlog_broker.stderr_tail()}"
     counts = {line.split()[1]: int(line.split()[2]) for line in proc.stdout.splitlines() if line.startswith("count ")}
     assert counts == WORDS
-    # The state store's changelog and the repartition topic live on tierlog.
+    # The state store's changelog and the repartition topic live on tierlog, and the changelog
+    # (cleanup.policy=compact, as Streams creates it) is compacted by the log cleaner.
     log = tierlog_broker.log_path.read_text()
     assert "-counts-changelog" in log and "-counts-repartition" in log
+
+    def changelog_cleaned() -> bool:
+        out = subprocess.run([sys.executable, "-m", "tierlog.cli.main", "cleaner", "status", "--json", "--data-dir",
+                              str(tierlog_broker.data_dir)], capture_output=True, text=True, timeout=60).stdout
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+        return any(r["topic"].endswith("-counts-changelog") and r.get("bytes_cleaned", 0) > 0 for r in rows)
+
+    wait_for(changelog_cleaned, 90, "the changelog to be compacted by the log cleaner")
 
 
 def test_streams_exactly_once_v2(kafka_jars: None, tierlog_broker: BrokerProcess, tmp_path: Path) -> None:

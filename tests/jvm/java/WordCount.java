@@ -33,6 +33,11 @@ public class WordCount {
         s.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "200");
         s.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
         s.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, "1");
+        // Small segments for the internal topics, so the broker's log cleaner has closed changelog
+        // segments to compact while the test runs.
+        s.put(StreamsConfig.topicPrefix("segment.bytes"), "4096");
+        s.put(StreamsConfig.producerPrefix("batch.size"), "1024");
+        s.put(StreamsConfig.topicPrefix("min.cleanable.dirty.ratio"), "0.01");
         s.put("consumer.auto.offset.reset", "earliest");
         StreamsBuilder b = new StreamsBuilder();
         b.stream(in, Consumed.with(Serdes.String(), Serdes.String()))
