@@ -50,10 +50,13 @@ async def handle_join_group(ctx: BrokerContext, request: ParsedRequest, client: 
     version = request.api_version
     session_ms = to_millis(body.session_timeout)
     rebalance_ms = to_millis(body.rebalance_timeout) if version >= 1 else session_ms
+    instance_id = getattr(body, "group_instance_id", None)
     result = await _coordinator(ctx).join(
-        body.group_id, body.member_id, getattr(body, "group_instance_id", None), client.client_id,
+        body.group_id, body.member_id, instance_id, client.client_id,
         f"/{client.host}", session_ms, rebalance_ms, body.protocol_type,
-        [(p.name, p.metadata) for p in body.protocols], require_known_member_id=version >= 4)
+        [(p.name, p.metadata) for p in body.protocols],
+        # As Kafka: a static member is identified by its instance id, never sent back for a member id.
+        require_known_member_id=version >= 4 and instance_id is None, supports_skip_assignment=version >= 9)
     nullable = version >= 7
     return build_response(ApiKey.JOIN_GROUP, version, {
         "error_code": result.error_code,
@@ -61,7 +64,7 @@ async def handle_join_group(ctx: BrokerContext, request: ParsedRequest, client: 
         "protocol_type": result.protocol_type,
         "protocol_name": result.protocol_name if (nullable or result.protocol_name) else "",
         "leader": result.leader,
-        "skip_assignment": False,
+        "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
         "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in result.members],
     })
@@ -71,7 +74,8 @@ async def handle_sync_group(ctx: BrokerContext, request: ParsedRequest, client: 
     body = request.body
     result = await _coordinator(ctx).sync(
         body.group_id, body.member_id, body.generation_id, getattr(body, "protocol_type", None),
-        getattr(body, "protocol_name", None), {a.member_id: a.assignment for a in body.assignments})
+        getattr(body, "protocol_name", None), {a.member_id: a.assignment for a in body.assignments},
+        getattr(body, "group_instance_id", None))
     return build_response(ApiKey.SYNC_GROUP, request.api_version, {
         "error_code": result.error_code,
         "protocol_type": result.protocol_type,
@@ -82,7 +86,8 @@ async def handle_sync_group(ctx: BrokerContext, request: ParsedRequest, client: 
 
 async def handle_heartbeat(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
-    code = _coordinator(ctx).heartbeat(body.group_id, body.member_id, body.generation_id)
+    code = _coordinator(ctx).heartbeat(body.group_id, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
     return build_response(ApiKey.HEARTBEAT, request.api_version, {"error_code": code})
 
 
@@ -93,7 +98,7 @@ async def handle_leave_group(ctx: BrokerContext, request: ParsedRequest, client:
         leaving = [(m.member_id, m.group_instance_id) for m in body.members]
     else:
         leaving = [(body.member_id, None)]
-    error, codes = _coordinator(ctx).leave(body.group_id, [m for m, _ in leaving])
+    error, codes = _coordinator(ctx).leave(body.group_id, leaving)
     if version < 3:
         return build_response(ApiKey.LEAVE_GROUP, version, {"error_code": error or codes[0]})
     return build_response(ApiKey.LEAVE_GROUP, version, {
@@ -126,7 +131,8 @@ async def handle_offset_commit(ctx: BrokerContext, request: ParsedRequest, clien
             entries.append((name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                             p.committed_metadata))
         layout.append((key, slots))
-    codes = await _coordinator(ctx).commit(body.group_id, body.member_id, body.generation_id_or_member_epoch, entries)
+    codes = await _coordinator(ctx).commit(body.group_id, body.member_id, body.generation_id_or_member_epoch, entries,
+                                           getattr(body, "group_instance_id", None))
     topic_field = "topic_id" if version >= 10 else "name"
     return build_response(ApiKey.OFFSET_COMMIT, version, {"topics": [
         {topic_field: key, "partitions": [

@@ -100,7 +100,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
     if code == Code.NONE:
         codes = await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
                                         getattr(body, "generation_id", -1), body.producer_id, body.producer_epoch,
-                                        entries)
+                                        entries, group_instance_id=getattr(body, "group_instance_id", None))
     else:
         codes = [code] * len(entries)
     codes = [client_code(ApiKey.TXN_OFFSET_COMMIT, version, c) for c in codes]
