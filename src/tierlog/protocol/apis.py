@@ -91,6 +91,7 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,7 @@ _SPECS = (
     ApiSpec(ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2),
     ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1),
     ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1),
+    ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSpec] = MappingProxyType({spec.api_key.value: spec for spec in _SPECS})

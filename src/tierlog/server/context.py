@@ -31,6 +31,16 @@ if TYPE_CHECKING:
 
 #: Kafka's "authorized operations not requested" marker (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+#: Every operation on a topic (READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+#: DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11) as the bit field of AclOperation codes Kafka answers
+#: with when no authorizer is configured.
+ALL_TOPIC_OPERATIONS = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
+def authorized_topic_operations(ctx: BrokerContext, client: ClientInfo, topic: str) -> int:
+    """The operations the client may perform on the topic. No authorizer exists yet, so every one,
+    as Kafka without an authorizer; the authorizer's answer goes here once there is one."""
+    return ALL_TOPIC_OPERATIONS
 
 
 class ProducerIdManager:

@@ -143,6 +143,14 @@ public class ClientCheck {
             admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
             check(admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size() == 4, "createPartitions");
             System.out.println("ok: createPartitions");
+            // describeTopics goes through DescribeTopicPartitions: two partitions per response make the
+            // admin follow the broker's cursor; the authorized operations are every topic operation.
+            TopicDescription paged = admin.describeTopics(List.of(topic), new DescribeTopicsOptions()
+                .partitionSizeLimitPerResponse(2).includeAuthorizedOperations(true)).allTopicNames().get().get(topic);
+            check(paged.partitions().size() == 4 && paged.partitions().get(3).partition() == 3, "paged " + paged.partitions());
+            check(paged.authorizedOperations() != null && paged.authorizedOperations().size() == 8,
+                  "topic authorized operations " + paged.authorizedOperations());
+            System.out.println("ok: describeTopics paged " + paged.authorizedOperations().size() + " operations");
             TopicPartition tp = new TopicPartition(topic, 0);
             try (KafkaProducer<String, String> p = producer(bootstrap, "none")) {
                 for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(topic, 0, BASE_MS + i * 1000, "k", "v" + i));

@@ -7,6 +7,7 @@ import struct
 import types
 
 import pytest
+from kio.index import api_key_map, schema_name_map
 
 from tierlog.errors import ErrorCode
 from tierlog.protocol import UnsupportedApiError, parse_request, parse_response
@@ -33,6 +34,12 @@ def test_every_answered_api_version_encodes_its_error(api_key: int, version: int
     else:
         items = getattr(parsed, "results", None) or getattr(parsed, "filter_results", None) or parsed.groups
         assert items and {i.error_code for i in items} == {expected}
+
+
+@pytest.mark.parametrize("api_key", sorted(ANSWERED_APIS))
+def test_answered_versions_are_kafkas(api_key: int) -> None:
+    versions = sorted(schema_name_map[api_key_map[api_key]])
+    assert (ANSWERED_APIS[api_key].min_version, ANSWERED_APIS[api_key].max_version) == (versions[0], versions[-1])
 
 
 def test_acls_without_an_authorizer_answer_security_disabled() -> None:
