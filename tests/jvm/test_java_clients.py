@@ -53,6 +53,10 @@ def test_java_consumer_group_kip848_protocol(kafka_jars: None, tierlog_broker: B
     assert "ok: group consumer 400" in _client(tierlog_broker, "group", "consumer").stdout
 
 
+def test_java_admin_removes_a_static_member_by_instance_id(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:
+    assert "ok: static member removed by instance id" in _client(tierlog_broker, "static").stdout
+
+
 def test_java_admin_client(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:
     before = _requests_by_api(tierlog_broker).get("DescribeTopicPartitions", 0.0)
     out = _client(tierlog_broker, "admin").stdout
