@@ -153,7 +153,25 @@ class Broker:
                 self.proc.wait()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+
+
+def first_error(output: str) -> str:
+    """The line that says what failed: the assertion, else the failure banner, else any error."""
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    for pattern in (r"^Test assertion failed", r"^### Test .* failed", r"\bFAIL|\berror\b|Error"):
+        for i, line in enumerate(lines):
+            if re.search(pattern, line) and "PASSED" not in line:
+                if line.startswith("###") and i + 1 < len(lines) and lines[i + 1]:
+                    return f"{lines[i + 1]} ({line.strip('# ')})"
+                if line.endswith(":") and i + 1 < len(lines) and lines[i + 1]:
+                    return f"{line} {lines[i + 1]}"
+                return line
+    return ""
+
+
 def classify(number: str, name: str, code: int | None, output: str, seconds: float) -> Outcome:
+    output = _ANSI.sub("", output)
     if code is None:
         return Outcome(number, name, "TIMEOUT", "did not finish within the time limit", seconds)
     skipped = re.search(r"SKIPPED?:?\s*(.*)", output)
@@ -163,15 +181,17 @@ def classify(number: str, name: str, code: int | None, output: str, seconds: flo
         return Outcome(number, name, "skipped-by-test", skipped.group(1).strip()[:160], seconds)
     if code == 0:
         return Outcome(number, name, "PASS", "", seconds)
-    first = next((line.strip() for line in output.splitlines()
-                  if re.search(r"FAIL|Test assertion failed|error|Error", line) and "PASSED" not in line), "")
+    first = first_error(output)
     if SEVERAL_BROKERS.search(output):
-        return Outcome(number, name, "needs-several-brokers", first[:160], seconds)
-    return Outcome(number, name, "FAIL", first[:200], seconds)
+        return Outcome(number, name, "needs-several-brokers", first[:200], seconds)
+    return Outcome(number, name, "FAIL", first[:300], seconds)
 
 
 def run_test(runner: Path, number: str, broker: Broker, timeout_s: float) -> tuple[int | None, str, float]:
-    env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "RDKAFKA_TEST_CONF": "test.conf"}
+    src = runner.parent.parent
+    # As the suite's run-test.sh: the runner links the freshly built libraries, not installed ones.
+    libs = os.pathsep.join([str(src / "src"), str(src / "src-cpp"), os.environ.get("LD_LIBRARY_PATH", "")])
+    env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "LD_LIBRARY_PATH": libs}
     started = time.monotonic()
     proc = subprocess.Popen([str(runner)], cwd=runner.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
