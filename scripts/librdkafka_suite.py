@@ -164,24 +164,27 @@ def first_error(output: str) -> str:
             if re.search(pattern, line) and "PASSED" not in line:
                 if line.startswith("###") and i + 1 < len(lines) and lines[i + 1]:
                     return f"{lines[i + 1]} ({line.strip('# ')})"
-                if line.endswith(":") and i + 1 < len(lines) and lines[i + 1]:
+                if line.endswith(":") and i + 1 < len(lines) and lines[i + 1] and not lines[i + 1].startswith("["):
                     return f"{line} {lines[i + 1]}"
                 return line
     return ""
 
 
 def classify(number: str, name: str, code: int | None, output: str, seconds: float) -> Outcome:
+    """The verdict of one test from the runner's summary row of it (``| NNNN_name | PASSED | ...``);
+    TESTS=NNNN also runs the local variants of the number (``NNNN_name_mock``), which do not count."""
     output = _ANSI.sub("", output)
     if code is None:
         return Outcome(number, name, "TIMEOUT", "did not finish within the time limit", seconds)
-    skipped = re.search(r"SKIPPED?:?\s*(.*)", output)
-    if code == 0 and re.search(r"\bPASSED\b", output) and not re.search(r"\bSKIPPED\b", output.split("TEST ")[-1]):
+    row = re.search(rf"^\|\s*{number}_{re.escape(name)}\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*\|?\s*$",
+                    output, re.M)
+    if row is not None and not seconds:
+        seconds = float(row.group(2))
+    if row is not None and row.group(1) == "PASSED":
         return Outcome(number, name, "PASS", "", seconds)
-    if code == 0 and skipped:
-        return Outcome(number, name, "skipped-by-test", skipped.group(1).strip()[:160], seconds)
-    if code == 0:
-        return Outcome(number, name, "PASS", "", seconds)
-    first = first_error(output)
+    if row is not None and row.group(1) == "SKIPPED":
+        return Outcome(number, name, "skipped-by-test", row.group(3)[:200], seconds)
+    first = first_error(output) or (f"exit code {code}, no summary row" if row is None else "")
     if SEVERAL_BROKERS.search(output):
         return Outcome(number, name, "needs-several-brokers", first[:200], seconds)
     return Outcome(number, name, "FAIL", first[:300], seconds)
@@ -233,6 +236,8 @@ def main() -> int:
     parser.add_argument("--commit", default="", help="the librdkafka commit, when DIR is not a git checkout")
     parser.add_argument("--note", default="", help="a sentence added to the table's heading")
     parser.add_argument("--no-doc", action="store_true", help="print the results only")
+    parser.add_argument("--from-logs", type=Path, help="classify the NNNN.log files of an earlier run again "
+                        "(its logs directory) instead of running the tests")
     args = parser.parse_args()
     src: Path = args.librdkafka_src.resolve()
     runner = build(src, args.jobs)
@@ -243,6 +248,14 @@ def main() -> int:
                                            capture_output=True, text=True).stdout.strip() or "unknown"
     wanted = {t.strip() for t in args.tests.split(",") if t.strip()}
     tests = [(n, name) for n, name in broker_tests(src) if not wanted or n in wanted]
+    if args.from_logs is not None:
+        outcomes = [classify(n, name, 0, (args.from_logs / f"{n}.log").read_text(errors="replace"), 0.0)
+                    for n, name in tests if (args.from_logs / f"{n}.log").exists()]
+        for o in outcomes:
+            print(f"{o.number} {o.name}: {o.verdict} {o.detail}")
+        if not args.no_doc:
+            write_table(outcomes, version, commit, args.note)
+        return 0
     work = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
     broker = Broker(work / "data")
     broker.start()
