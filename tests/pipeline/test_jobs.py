@@ -61,16 +61,55 @@ def test_verify_passes_on_good_data_and_names_the_damage(spark: Any, dataset: Da
     assert any("offset index" in p for p in bad[second])
 
 
-def test_export_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
+def test_export_mirror_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
     out = tmp_path / "export"
     opts = parse_options({"path": str(dataset.data), "subscribe": "orders"})
     want = len(dataset.expected[("orders", 0)]) + len(dataset.expected[("orders", 1)])
-    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out), mode="mirror") == want
     first = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
-    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out), mode="mirror") == want
     again = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
     assert first == again and len(again) == want
     assert [p.name for p in (out / "topic=orders").iterdir() if p.is_dir()] == ["date=2023-11-14"]
+
+
+def test_export_archive_keeps_rows_retention_deleted_and_appends_only_new_ones(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.pipeline.data import _fill_mixed, expected_rows
+    from tierlog.config import LogConfig
+    from tierlog.storage.loader import LoadOptions, load_log
+
+    data, out = tmp_path / "data", tmp_path / "archive"
+    ulog = load_log(data / "arch-0", LogConfig.from_props({"segment.bytes": 1500, "retention.ms": -1}), LoadOptions())
+    try:
+        _fill_mixed(ulog, 0)
+        first = {r[4]: r[1] for r in expected_rows(ulog.dir)}
+        argv = ["export", "--path", str(data), "--topic", "arch", "--output", str(out), "--json"]
+        assert spark_cmd.run(cli(*argv)) == 0
+        assert json.loads(capsys.readouterr().out)["rows"] == len(first)
+        # More records, then retention moves the log start past rows the first run exported.
+        _fill_mixed(ulog, 1)
+        later = {r[4]: r[1] for r in expected_rows(ulog.dir)}
+        ulog.maybe_increment_log_start_offset(ulog.segments.base_offsets[3], "test")
+        ulog.delete_old_segments()
+        log_start = ulog.log_start_offset
+        assert log_start > min(first)
+    finally:
+        ulog.close()
+    assert spark_cmd.run(cli(*argv)) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == len(set(later) - set(first))
+    archived = [(r.offset, r.value) for r in spark.read.parquet(str(out)).select("offset", "value").collect()]
+    assert len(archived) == len({o for o, _ in archived}), "an offset was exported twice"
+    assert dict(archived) == {**first, **later}
+    # Nothing new: a third run appends nothing.
+    assert spark_cmd.run(cli(*argv)) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 0
+    assert spark.read.parquet(str(out)).count() == len(archived)
+    # Mirror mode is today's output: what the log holds now, in the dates it writes.
+    assert spark_cmd.run(cli(*argv, "--mode", "mirror")) == 0
+    capsys.readouterr()
+    mirrored = {r.offset for r in spark.read.parquet(str(out)).select("offset").collect()}
+    assert mirrored == {o for o in later if o >= log_start}
 
 
 def _largest_timestamps(part_dir: Path) -> list[tuple[int, int]]:
@@ -145,3 +184,17 @@ def test_rebuild_snapshots_recreates_what_the_broker_wrote(spark: Any, dataset: 
     rebuilt = {p.name: sorted(decode_snapshot(p.read_bytes())) for p in (data / "orders-0").glob("*.snapshot")}
     assert rebuilt == originals
     assert not [p for p in data.iterdir() if p.name.startswith(".tierlog-snapshot-rebuild")]
+
+
+def test_verify_skips_a_segment_deleted_during_the_job(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", data / "orders-0")
+    opts = parse_options({"path": str(data), "subscribe": "orders"})
+    tasks = jobs.segment_tasks(opts.discover())  # planned, then retention deletes the oldest segment
+    oldest = min(tasks, key=lambda t: t.scan.start_offset)
+    for f in data.glob(f"orders-0/{Path(str(oldest.scan.log_path)).stem}.*"):
+        f.unlink()
+    rows = jobs.verify_tasks(spark, tasks, opts.paths, opts.remote)
+    gone = [r for r in rows if r["base_offset"] == oldest.scan.start_offset]
+    assert gone == [{**gone[0], "ok": True, "problems": [], "skipped": jobs.DELETED}]
+    assert all(r["ok"] and r["skipped"] is None for r in rows if r is not gone[0]) and len(rows) == len(tasks)

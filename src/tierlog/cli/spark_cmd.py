@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "delete now, per tier. "
                                    "rebuild-snapshots: create missing producer snapshots of closed segments "
                                    "(on a cleanly stopped broker's data). "
-                                   "export: topics to Parquet partitioned by topic and date (rerunnable).")
+                                   "export: topics to Parquet partitioned by topic and date, an archive each run appends "
+                                   "the new offsets to (or --mode mirror).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="a log directory (repeatable or comma-separated); default: the config's log.dirs, or ./tierlog-data without --config")
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a remote-tier setting, e.g. rsm.config.dir=/data-remote (repeatable)")
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable); export needs one")
     p.add_argument("--output", help="export: the Parquet directory")
+    p.add_argument("--mode", choices=("archive", "mirror"), default="archive",
+                   help="export: archive (default) appends only offsets not exported before and never deletes "
+                        "a row; mirror makes each date written equal to what the log holds now")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="retention-preview: a topic config to assume for every topic, e.g. retention.ms=3600000")
     p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
@@ -131,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
                 columns = ["topic", "partition", "segment", "snapshot", "producers", "written"]
             elif args.job == "verify":
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
-                columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems"]
+                columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems", "skipped"]
             else:
-                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output)
+                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output, mode=args.mode)
                 rows = [{"topics": ",".join(args.topic), "output": args.output, "rows": written}]
                 columns = ["topics", "output", "rows"]
         finally:

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,19 +157,36 @@ class SegmentCheck:
     base_offset: int
     batches: int
     problems: tuple[str, ...] = field(default=())
+    #: Why the segment was not checked: it was deleted (retention, tiering, compaction) or kept
+    #: changing while the job read it. Not damage: Kafka's own check never sees such a segment.
+    skipped: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list[str]) -> None:
-    if len(raw) % 8:
-        problems.append(f"offset index: size {len(raw)} is not a multiple of 8")
+def _zero_tail(raw: bytes, valid: int, entry_bytes: int) -> bool:
+    """The bytes after the valid entries are all zero: the preallocated, not yet written part of an
+    active segment's index (Kafka preallocates segment.index.bytes and trims only at roll)."""
+    return not any(raw[valid * entry_bytes :])
+
+
+def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list[str], *,
+                        active: bool = False, read_bytes: int | None = None) -> None:
+    """``active``: the partition's active segment, whose index has a zero-filled tail and may already
+    hold entries for batches appended after its log was read (positions at or past ``read_bytes``)."""
     offsets, positions = offset_index_entries(raw, base)
     whole = len(raw) // 8
+    if active and _zero_tail(raw, len(offsets), 8):
+        whole = len(offsets)
+    elif len(raw) % 8:
+        problems.append(f"offset index: size {len(raw)} is not a multiple of 8")
     if len(offsets) < whole:
         problems.append(f"offset index: entry {len(offsets)} of {whole} does not increase (zero-filled or damaged)")
+    if active and read_bytes is not None:
+        keep = positions < read_bytes
+        offsets, positions = offsets[keep], positions[keep]
     by_position = dict(zip(table[:, K.F_POSITION].tolist(),
                            (table[:, K.F_BASE_OFFSET] + table[:, K.F_LAST_OFFSET_DELTA]).tolist(), strict=True))
     for offset, position in zip(offsets.tolist(), positions.tolist(), strict=True):
@@ -183,13 +200,17 @@ def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list
 
 
 def _check_time_index(raw: bytes, base: int, end: int, table: np.ndarray, final: bool, problems: list[str]) -> None:
-    if len(raw) % 12:
-        problems.append(f"time index: size {len(raw)} is not a multiple of 12")
+    """``final`` false: the active segment (a zero-filled tail, entries for what was appended after
+    its log was read, and no final entry yet)."""
     stamps, offsets = time_index_entries(raw, base)
     whole = len(raw) // 12
+    if not final and _zero_tail(raw, len(stamps), 12):
+        whole = len(stamps)
+    elif len(raw) % 12:
+        problems.append(f"time index: size {len(raw)} is not a multiple of 12")
     if len(stamps) < whole:
         problems.append(f"time index: entry {len(stamps)} of {whole} does not increase (zero-filled or damaged)")
-    if len(offsets) and (offsets[0] < base or offsets[-1] >= max(end, base + 1)):
+    if len(offsets) and (offsets[0] < base or (final and offsets[-1] >= max(end, base + 1))):
         problems.append(f"time index: offsets [{offsets[0]}, {offsets[-1]}] outside the segment [{base}, {end})")
     # Control batches count: the log's max timestamp covers transaction markers too.
     if final and len(table):
@@ -199,9 +220,54 @@ def _check_time_index(raw: bytes, base: int, end: int, table: np.ndarray, final:
             problems.append(f"time index: last entry {found} is not the segment's largest timestamp {largest}")
 
 
+#: Times a local segment whose files changed while it was read is checked again before it is
+#: reported as skipped (a log cleaner swap or a roll between reading the log and its indexes).
+CHECK_ATTEMPTS = 3
+DELETED = "deleted during the job"
+CHANGING = "changed during the job"
+
+
+def _identity(task: SegmentTask) -> tuple[int, ...] | None:
+    """What changes when a local segment's files are replaced or rewritten (None: the log is gone).
+    The active segment only grows, which its checks allow for: only a replacement counts there."""
+    if task.scan.log_path is None:
+        return ()
+    out: list[int] = []
+    for suffix in (".log", ".index", ".timeindex"):
+        try:
+            st = os.stat(Path(task.scan.log_path).with_suffix(suffix))
+        except FileNotFoundError:
+            if suffix == ".log":
+                return None
+            out += [-1, -1, -1]
+            continue
+        out += [st.st_ino, -1, -1] if task.last else [st.st_ino, st.st_size, st.st_mtime_ns]
+    return tuple(out)
+
+
 def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     """Every check of one segment; problems are described, never raised, so one bad segment does not
-    hide the others."""
+    hide the others. A local segment deleted while it is checked is skipped, and one whose files
+    changed while it was read (compaction's swap, a roll) is checked again, as the problems then
+    describe no state the files were ever in."""
+    scan = task.scan
+    base = segment_base_offset(scan)
+    for _ in range(CHECK_ATTEMPTS):
+        before = _identity(task)
+        if before is None:
+            return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=DELETED)
+        check = _verify_once(task, spec)
+        if check.ok:
+            return check
+        after = _identity(task)
+        if after is None:
+            return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=DELETED)
+        if after == before:
+            return check
+    return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=CHANGING)
+
+
+def _verify_once(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     scan = task.scan
     base = segment_base_offset(scan)
     problems: list[str] = []
@@ -212,7 +278,8 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     table, stop, status = _headers(data)
     if status != K.OK and not (status == K.SHORT_BATCH and not any(data[stop:])):
         problems.append(f"batch at position {stop}: {'length below the minimum' if status == K.SHORT_BATCH else 'bad magic'}")
-    elif stop != len(data) and any(data[stop:]):
+    elif stop != len(data) and any(data[stop:]) and not (task.last and status == K.OK):
+        # The active segment may end inside a batch the broker is writing as it is read.
         problems.append(f"{len(data) - stop} bytes after the last whole batch at position {stop}")
     view = memoryview(data)
     bases = table[:, K.F_BASE_OFFSET]
@@ -236,7 +303,8 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
         except TierlogError as e:
             problems.append(str(e))
     del view
-    _check_offset_index(read_index(scan, IndexType.OFFSET, spec), base, table, problems)
+    _check_offset_index(read_index(scan, IndexType.OFFSET, spec), base, table, problems,
+                        active=task.last, read_bytes=stop)
     _check_time_index(read_index(scan, IndexType.TIMESTAMP, spec), base, scan.end_offset, table, not task.last,
                       problems)
     snapshot: bytes | None = None
@@ -247,7 +315,10 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
         except (OSError, TierlogError) as e:
             problems.append(f"producer snapshot: missing from the remote tier ({e})")
     elif task.snapshot_path is not None:
-        snapshot = Path(task.snapshot_path).read_bytes()
+        try:
+            snapshot = Path(task.snapshot_path).read_bytes()
+        except FileNotFoundError:
+            snapshot = None  # deleted with its segment, or replaced by the broker: not this check's
     if snapshot is not None:
         try:
             decode_snapshot(snapshot, task.snapshot_path or "remote producer snapshot")
@@ -278,40 +349,156 @@ def usage(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
 
 def verify(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
            topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    tasks = segment_tasks(_logs(paths, spec), topics)
+    return verify_tasks(spark, segment_tasks(_logs(paths, spec), topics), paths, spec, topics)
+
+
+def verify_tasks(spark: Any, tasks: Sequence[SegmentTask], paths: Sequence[str], spec: RemoteSpec | None,
+                 topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Check ``tasks`` (planned earlier); a segment found damaged that the log no longer holds when
+    the job ends (retention deleted it, tiering moved it, a remote segment's deletion started) is
+    reported as skipped: Kafka would never read it again."""
     checks: list[SegmentCheck] = _run(spark, tasks, spec, verify_segment)
+    if any(not c.ok for c in checks):
+        live = {(t.scan.topic, t.scan.partition, t.tier, segment_base_offset(t.scan))
+                for t in segment_tasks(_logs(paths, spec), topics)}
+        checks = [c if c.ok or (c.topic, c.partition, c.tier, c.base_offset) in live
+                  else replace(c, problems=(), skipped=DELETED) for c in checks]
     return [{**asdict(c), "problems": list(c.problems), "ok": c.ok}
             for c in sorted(checks, key=lambda c: (c.topic, c.partition, c.base_offset, c.tier))]
 
 
-def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Sequence[str], output: str,
-           *, options: Mapping[str, str] | None = None) -> int:
-    """Write ``topics`` to Parquet under ``output``, partitioned by topic and record date (UTC).
+#: The export's manifest, beside the Parquet files: Spark's file sources skip names starting with
+#: ``_``, so reading the output as Parquet never sees it.
+EXPORT_MANIFEST = "_tierlog_export"
+EXPORT_MODES = ("archive", "mirror")
+_MANIFEST_SCHEMA = "run STRING, state STRING, topic STRING, partition INT, start_offset LONG, end_offset LONG"
 
-    Dynamic partition overwrite replaces exactly the dates a run writes, so a rerun over the same
-    data leaves the same files, and a rerun after more data arrived rewrites only the dates it
-    touches. Returns the rows written."""
-    reader = spark.read.format("tierlog").option("path", ",".join(paths)).option("subscribe", ",".join(topics))
-    reader = reader.option("includeHeaders", "true")
+
+def _reader(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None) -> Any:
+    reader = spark.read.format("tierlog").option("path", ",".join(paths)).option("includeHeaders", "true")
     if spec is not None:
         reader = reader.option("remote.log.storage.manager.class.name", spec.class_name)
         for key, value in spec.props:
             reader = reader.option(f"rsm.config.{key}", value)
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
+    return reader
+
+
+def _with_date(df: Any) -> Any:
     from pyspark.sql import functions as F
 
     # The UTC date by arithmetic on epoch milliseconds: to_date would use the session's time zone,
     # and the same data must land in the same directories whoever runs the export.
-    df = reader.load().withColumn("date", F.expr("date_from_unix_date(CAST(floor(unix_millis(timestamp) / 86400000) AS INT))"))
-    previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    try:
-        df.write.mode("overwrite").partitionBy("topic", "date").parquet(output)
-    finally:
-        spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
-    return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
+    return df.withColumn("date", F.expr("date_from_unix_date(CAST(floor(unix_millis(timestamp) / 86400000) AS INT))"))
 
+
+def _exists(spark: Any, path: str) -> bool:
+    """Whether ``path`` exists, through Hadoop's file systems (local, s3a, hdfs: wherever the output is)."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))
+
+
+def _manifest_rows(spark: Any, output: str) -> list[Any]:
+    manifest = f"{output.rstrip('/')}/{EXPORT_MANIFEST}"
+    if not _exists(spark, manifest):
+        return []
+    return list(spark.read.schema(_MANIFEST_SCHEMA).json(manifest).collect())
+
+
+def exported_offsets(spark: Any, output: str, topics: Sequence[str] | None = None) -> dict[tuple[str, int], int]:
+    """Per partition, the offset the next archive run starts at: the end of the last committed run.
+
+    A run is recorded ``started`` before its rows are appended and ``committed`` after. A run found
+    started but not committed (the export was killed between) is checked against the output: Spark
+    commits an append job's files together, so its rows are either all there or none are."""
+    rows = _manifest_rows(spark, output)
+    committed = {r.run for r in rows if r.state == "committed"}
+    ends: dict[tuple[str, int], int] = {}
+    unsure = [r for r in rows if r.state == "started" and r.run not in committed]
+    if unsure:
+        from pyspark.sql import functions as F
+
+        data = spark.read.parquet(output)
+        for r in unsure:
+            found = data.where((F.col("topic") == r.topic) & (F.col("partition") == r.partition)
+                               & (F.col("offset") >= r.start_offset) & (F.col("offset") < r.end_offset)).limit(1).count()
+            if found:
+                committed.add(r.run)
+    for r in rows:
+        if r.state == "started" and r.run in committed and (topics is None or r.topic in topics):
+            tp = (r.topic, int(r.partition))
+            ends[tp] = max(ends.get(tp, 0), int(r.end_offset))
+    return ends
+
+
+def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Sequence[str], output: str,
+           *, options: Mapping[str, str] | None = None, mode: str = "archive") -> int:
+    """Write ``topics`` to Parquet under ``output``, partitioned by topic and record date (UTC), and
+    return the rows this run wrote.
+
+    ``archive`` (the default) appends only the offsets no earlier run exported, recorded per
+    partition in a manifest in ``output``, and never deletes a row: what retention removed from
+    the log stays in the archive. Offsets that retention deleted before any run exported them are
+    data loss, an error unless ``failOnDataLoss`` is false in ``options``.
+
+    ``mirror`` makes the output equal to what the log holds now: dynamic partition overwrite replaces
+    exactly the dates the run writes (rows retention deleted from those dates go)."""
+    if mode not in EXPORT_MODES:
+        raise TierlogError(f"export mode must be one of {', '.join(EXPORT_MODES)}, got {mode!r}")
+    if mode == "mirror":
+        df = _with_date(_reader(spark, paths, spec, options).option("subscribe", ",".join(topics)).load())
+        previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+        try:
+            df.write.mode("overwrite").partitionBy("topic", "date").parquet(output)
+        finally:
+            spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
+        from pyspark.sql import functions as F
+
+        return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
+
+    import json
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from tierlog.pipeline.options import parse_options
+
+    # Where each partition ends now, fixed on the driver: the manifest records exactly what is read.
+    opts = parse_options({**(options or {}), "path": ",".join(paths), "subscribe": ",".join(topics)})
+    parts = opts.partitions(opts.discover())
+    done = exported_offsets(spark, output, topics)
+    todo = {}
+    for plog in parts:
+        tp = (plog.topic, plog.partition)
+        start, end = done.get(tp, plog.earliest), opts.latest(plog)
+        if start < end:
+            todo[tp] = (start, end)
+    if not todo:
+        return 0
+    run = uuid.uuid4().hex
+    manifest = f"{output.rstrip('/')}/{EXPORT_MANIFEST}"
+    started = [(run, "started", t, p, start, end) for (t, p), (start, end) in sorted(todo.items())]
+    spark.createDataFrame(started, _MANIFEST_SCHEMA).coalesce(1).write.mode("append").json(manifest)
+    chosen = sorted({t for t, _ in todo})
+    starting = {t: {str(p): todo[(t, p)][0] for tt, p in todo if tt == t} for t in chosen}
+    ending = {t: {str(p): todo[(t, p)][1] for tt, p in todo if tt == t} for t in chosen}
+    reader = _reader(spark, paths, spec, options)
+    reader = reader.option("startingOffsets", json.dumps(starting)).option("endingOffsets", json.dumps(ending))
+    reader = reader.option("assign", json.dumps({t: sorted(p for tt, p in todo if tt == t) for t in chosen}))
+    _with_date(reader.load()).write.mode("append").partitionBy("topic", "date").parquet(output)
+    spark.createDataFrame([(run, "committed", None, None, None, None)], _MANIFEST_SCHEMA).coalesce(1).write.mode(
+        "append").json(manifest)
+    # The rows this run wrote, read back (the offset column only) rather than counted by a second scan
+    # of the log.
+    data = spark.read.parquet(output)
+    ran = F.lit(False)
+    for (t, p), (start, end) in todo.items():
+        ran = ran | ((F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") >= start)
+                     & (F.col("offset") < end))
+    return int(data.where(ran).count())
 
 
 # -- retention preview -------------------------------------------------------------------------------------
