@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    p.add_argument("--verbose", action="store_true",
+                   help="on an error, the whole stack trace (Java and Python) and Spark's own log; "
+                        "without it, one line")
     p.set_defaults(func=run)
 
 
@@ -86,6 +91,36 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+#: The last "module.Name: message" line of a Python traceback (inside a PythonException's text, or a
+#: Java exception's message that carries one).
+_PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception|Exit)): (.+)$")
+_WRAPPERS = ("PythonException", "Py4JJavaError", "SparkException", "AnalysisException", "Exception")
+
+
+def one_line(e: BaseException) -> str:
+    """What went wrong, in one line, from an error however Spark wrapped it: a Python exception raised
+    in a worker arrives as a PythonException (or a Py4JJavaError) whose text holds the worker's
+    traceback; the line wanted is that traceback's last ``Type: message``."""
+    if isinstance(e, TierlogError | OSError | MissingExtraError):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = str(e)
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text += "\n" + str(java.toString())
+        except Exception:  # the JVM may be gone already
+            pass
+    found = None
+    for line in text.splitlines():
+        m = _PYTHON_ERROR.match(line.strip())
+        if m and m.group(1) not in _WRAPPERS:
+            found = m.group(2).strip()
+    if found:
+        return found
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    return first
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         from tierlog.pipeline import jobs
@@ -104,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         spark = spark_session(args.master, app_name=f"tierlog-{args.job}",
                               conf={"spark.ui.showConsoleProgress": "false" if args.json else "true"})
         if owned:
-            spark.sparkContext.setLogLevel("ERROR")
+            # A failed task is reported once, by this command, as one line: not by Spark's log too.
+            spark.sparkContext.setLogLevel("WARN" if args.verbose else "OFF")
         try:
             if args.job == "usage":
                 rows = jobs.usage(spark, opts.paths, opts.remote, topics)
@@ -143,8 +179,10 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if owned:
                 spark.stop()
-    except (TierlogError, OSError, MissingExtraError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 1
     if args.json:
         for row in rows:

@@ -71,6 +71,8 @@ def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable
         plog = logs[tp]
         if wanted is not None and plog.topic not in wanted:
             continue
+        if plog.remote_segments:
+            plog.require_remote()
         for md in plog.remote_segments:
             rng = ScanRange(plog.topic, plog.partition, md.start_offset, md.end_offset + 1, remote=md)
             tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes))
@@ -337,19 +339,26 @@ def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: 
     return list(rdd.map(lambda t: fn(t, spec)).collect())
 
 
-def _logs(paths: Sequence[str], spec: RemoteSpec | None) -> dict[tuple[str, int], PartitionLog]:
-    return discover([Path(p) for p in paths], spec)
+def _logs(paths: Sequence[str], spec: RemoteSpec | None,
+          topics: Iterable[str] | None = None) -> dict[tuple[str, int], PartitionLog]:
+    """The partitions in ``paths`` and the remote tier; a wanted topic found in neither is an error."""
+    logs = discover([Path(p) for p in paths], spec)
+    missing = sorted(set(topics or ()) - {t for t, _ in logs})
+    if missing:
+        raise TierlogError(f"topic {', '.join(map(repr, missing))} not found in {', '.join(paths)}"
+                           + (f" or the remote log metadata in {spec.metadata_dir}" if spec is not None else ""))
+    return logs
 
 
 def usage(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
           topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    tasks = segment_tasks(_logs(paths, spec), topics)
+    tasks = segment_tasks(_logs(paths, spec, topics), topics)
     return summarize_usage(_run(spark, tasks, spec, segment_usage))
 
 
 def verify(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
            topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    return verify_tasks(spark, segment_tasks(_logs(paths, spec), topics), paths, spec, topics)
+    return verify_tasks(spark, segment_tasks(_logs(paths, spec, topics), topics), paths, spec, topics)
 
 
 def verify_tasks(spark: Any, tasks: Sequence[SegmentTask], paths: Sequence[str], spec: RemoteSpec | None,
@@ -576,7 +585,7 @@ def topic_configs(paths: Sequence[str], broker: BrokerConfig | None,
 def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
                       config_for: Callable[[str], LogConfig], now_ms: int,
                       topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    logs = _logs(paths, spec)
+    logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [(logs[tp], config_for(tp[0])) for tp in sorted(logs) if wanted is None or tp[0] in wanted]
     if not work:
@@ -630,7 +639,7 @@ def stopped_cleanly(paths: Sequence[str]) -> list[str]:
 
 def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, expiration_ms: int, *,
                       dry_run: bool = False, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    logs = _logs(paths, spec)
+    logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [logs[tp] for tp in sorted(logs) if logs[tp].directory is not None and (wanted is None or tp[0] in wanted)]
     if not work:

@@ -5,7 +5,9 @@ Layout as Kafka's LocalTieredStorage, so an operator used to it finds the same f
 with ``.log .index .timeindex .txnindex .leader_epoch_checkpoint .snapshot``.
 
 Properties (``rsm.config.`` prefix removed): ``dir`` (required unless the broker fills it in),
-``delete.enable`` (default true; false keeps data, to simulate an eventually consistent store) and
+``delete.enable`` (default true; false keeps data, to simulate an eventually consistent store),
+``tierlog.read.only`` (set by readers such as the Spark pipeline: the directory is not created and
+nothing is written or deleted) and
 ``fsync`` (default true: once a segment is here its local copy may be deleted, so it must survive a
 crash like any log file).
 """
@@ -23,6 +25,7 @@ from typing import BinaryIO
 from tierlog._util.files import fsync_dir
 from tierlog.ids import uuid_to_base64
 from tierlog.tiered.api import (
+    READ_ONLY_PROPERTY,
     IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
@@ -70,6 +73,7 @@ def fileset_prefix(metadata: RemoteLogSegmentMetadata) -> str:
 class LocalDirectoryRemoteStorageManager:
     def __init__(self) -> None:
         self._root: Path | None = None
+        self.read_only = False
         self.delete_enabled = True
         self.fsync = True
 
@@ -78,7 +82,9 @@ class LocalDirectoryRemoteStorageManager:
         if not base:
             raise RemoteStorageError("the local-directory remote storage needs rsm.config.dir")
         self._root = Path(base) / ROOT_DIR_NAME
-        self._root.mkdir(parents=True, exist_ok=True)
+        self.read_only = _bool(props, READ_ONLY_PROPERTY, False)
+        if not self.read_only:
+            self._root.mkdir(parents=True, exist_ok=True)
         self.delete_enabled = _bool(props, "delete.enable", True)
         self.fsync = _bool(props, "fsync", True)
 
@@ -98,6 +104,8 @@ class LocalDirectoryRemoteStorageManager:
     # -- copy -----------------------------------------------------------------------------------
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
         directory, prefix = self._paths(metadata)
         sources: list[tuple[str, Path | bytes]] = [
             (LOG_SUFFIX, segment_data.log_segment),
