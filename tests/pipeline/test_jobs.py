@@ -198,3 +198,52 @@ def test_verify_skips_a_segment_deleted_during_the_job(spark: Any, dataset: Data
     gone = [r for r in rows if r["base_offset"] == oldest.scan.start_offset]
     assert gone == [{**gone[0], "ok": True, "problems": [], "skipped": jobs.DELETED}]
     assert all(r["ok"] and r["skipped"] is None for r in rows if r is not gone[0]) and len(rows) == len(tasks)
+
+
+def test_usage_counts_each_readable_offset_once_and_leaves_out_empty_partitions(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.pipeline.data import _fill_mixed, _Logs, expected_rows
+    from tierlog.config import LogConfig
+    from tierlog.records import SimpleRecord, build_batch
+    from tierlog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    from tierlog.storage.loader import LoadOptions, load_log
+    from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+    from tierlog.tiered.layout import METADATA_DIR_NAME, default_local_remote_dir
+    from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
+
+    data = tmp_path / "data"
+    base = {"segment.bytes": 1500, "retention.ms": -1}
+    # both-0: every closed segment tiered, the newest of them still on local disk too.
+    both = load_log(data / "both-0", LogConfig.from_props({**base, "remote.storage.enable": True,
+                                                           "local.retention.bytes": 3000}), LoadOptions())
+    both.write_partition_metadata(b"\x05" * 16)
+    _fill_mixed(both, 2)
+    want_both = expected_rows(both.dir)
+    rsm = LocalDirectoryRemoteStorageManager()
+    rsm.configure({"dir": str(default_local_remote_dir(data.resolve())), "fsync": "false"})
+    rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _Logs({("both", 0): both}), rsm,
+                           FileRemoteLogMetadataManager(data / METADATA_DIR_NAME, sync=False),
+                           index_cache_dir=data / "remote-log-index-cache")
+    assert rlm.copy_all() >= 3
+    both.delete_old_segments()
+    local_start = both.segments.base_offsets[0]
+    assert 0 < local_start and both.num_segments >= 3  # tiered segments kept locally, and some only remote
+    rlm.close()
+    both.close()
+    # cut-0: local only, its log start moved into the middle of a batch (DeleteRecords).
+    cut = load_log(data / "cut-0", LogConfig.from_props(base), LoadOptions())
+    for i in range(6):
+        cut.append_as_leader(build_batch([SimpleRecord(b"k", b"v%d" % j, (), 1_700_000_000_000 + i) for j in range(4)]))
+    cut.close()
+    OffsetCheckpointFile(data / LOG_START_OFFSET_CHECKPOINT).write({("cut", 0): 10})
+    load_log(data / "empty-0", LogConfig.from_props(base), LoadOptions()).close()
+
+    assert spark_cmd.run(cli("usage", "--path", str(data), "--json")) == 0
+    rows = {(r["topic"], r["partition"]): r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(rows) == {("both", 0), ("cut", 0)}  # the empty partition is left out
+    r = rows[("both", 0)]
+    assert r["local_records"] + r["remote_records"] == len(want_both)
+    assert r["remote_records"] == sum(1 for w in want_both if w[4] < local_start)
+    assert r["remote_segments"] > r["local_segments"] - 1 > 0  # both tiers' objects are still counted as stored
+    assert rows[("cut", 0)]["local_records"] == 24 - 10

@@ -46,6 +46,8 @@ from tierlog.pipeline.reader import (
     segment_base_offset,
     time_index_entries,
 )
+from tierlog.records import decode_batch
+from tierlog.records.header import BatchHeader
 from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
 from tierlog.storage.producer_rebuild import rebuild_missing_snapshot, segment_sources_in
 from tierlog.storage.producer_snapshot import decode_snapshot
@@ -62,6 +64,9 @@ class SegmentTask:
     size_bytes: int
     snapshot_path: str | None = None  # the local producer snapshot at the segment's end, if any
     last: bool = False  # the partition's active segment (no final index entries, no snapshot yet)
+    #: The offsets [lo, hi) a reader gets from this copy: within [log start, end), and a tiered
+    #: segment still on local disk is read (and counted) locally only, as the source reads it.
+    readable: tuple[int, int] = (0, 0)
 
 
 def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable[str] | None = None) -> list[SegmentTask]:
@@ -73,15 +78,17 @@ def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable
             continue
         if plog.remote_segments:
             plog.require_remote()
+        local_start = plog.local_start if plog.local_start is not None else plog.log_end_offset
         for md in plog.remote_segments:
             rng = ScanRange(plog.topic, plog.partition, md.start_offset, md.end_offset + 1, remote=md)
-            tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes))
+            readable = (max(md.start_offset, plog.remote_start or 0), min(md.end_offset + 1, local_start))
+            tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes, readable=readable))
         bounds = plog.local_bounds()
         for i, (seg, end) in enumerate(bounds):
             rng = ScanRange(plog.topic, plog.partition, seg.base_offset, end, log_path=seg.log_path)
             snap = Path(seg.log_path).with_name(f"{end:020d}.snapshot")
             tasks.append(SegmentTask(rng, "local", seg.size_bytes, str(snap) if snap.exists() else None,
-                                     last=i == len(bounds) - 1))
+                                     last=i == len(bounds) - 1, readable=(max(seg.base_offset, local_start), end)))
     return tasks
 
 
@@ -127,15 +134,28 @@ def segment_usage(task: SegmentTask, spec: RemoteSpec | None) -> SegmentUsage:
                 reported = None
             if isinstance(reported, int):
                 size = reported
-    table, _, _ = _headers(_segment_bytes(task, spec))
-    data = (table[:, K.F_ATTRIBUTES] & 0x20) == 0
-    records = int(table[data, K.F_RECORDS_COUNT].clip(min=0).sum())
+    lo, hi = task.readable
+    records = batches = 0
+    if lo < hi:
+        data = _segment_bytes(task, spec)
+        table, _, _ = _headers(data)
+        bases = table[:, K.F_BASE_OFFSET]
+        lasts = bases + table[:, K.F_LAST_OFFSET_DELTA]
+        counted = ((table[:, K.F_ATTRIBUTES] & 0x20) == 0) & (lasts >= lo) & (bases < hi)
+        whole = counted & (bases >= lo) & (lasts < hi)
+        records = int(table[whole, K.F_RECORDS_COUNT].clip(min=0).sum())
+        batches = int(np.count_nonzero(counted))
+        # A batch the log start (DeleteRecords) or the tier boundary cuts: its records one by one.
+        for i in np.flatnonzero(counted & ~whole).tolist():
+            header = BatchHeader(data, int(table[i, K.F_POSITION]))
+            records += sum(1 for r in decode_batch(header) if lo <= r.offset < hi)
     return SegmentUsage(task.scan.topic, task.scan.partition, task.tier, segment_base_offset(task.scan), size,
-                        records, len(table))
+                        records, batches)
 
 
 def summarize_usage(rows: Iterable[SegmentUsage]) -> list[dict[str, Any]]:
-    """Per partition: local and remote bytes, records and segments."""
+    """Per partition: local and remote bytes and segments (what each tier stores) and the records a
+    reader gets from each (each offset once); partitions that hold nothing at all are left out."""
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for r in rows:
         entry = out.setdefault((r.topic, r.partition), {
@@ -145,7 +165,8 @@ def summarize_usage(rows: Iterable[SegmentUsage]) -> list[dict[str, Any]]:
         entry[f"{r.tier}_bytes"] += r.size_bytes
         entry[f"{r.tier}_records"] += r.records
         entry[f"{r.tier}_segments"] += 1
-    return [out[k] for k in sorted(out)]
+    return [e for k, e in sorted(out.items())
+            if e["local_bytes"] or e["remote_bytes"] or e["local_records"] or e["remote_records"]]
 
 
 # -- verify ----------------------------------------------------------------------------------------------
