@@ -228,7 +228,7 @@ def test_usage_counts_each_readable_offset_once_and_leaves_out_empty_partitions(
     assert rlm.copy_all() >= 3
     both.delete_old_segments()
     local_start = both.segments.base_offsets[0]
-    assert 0 < local_start and both.num_segments >= 3  # tiered segments kept locally, and some only remote
+    assert local_start > 0 and both.num_segments >= 3  # tiered segments kept locally, and some only remote
     rlm.close()
     both.close()
     # cut-0: local only, its log start moved into the middle of a batch (DeleteRecords).
