@@ -247,3 +247,19 @@ def test_usage_counts_each_readable_offset_once_and_leaves_out_empty_partitions(
     assert r["remote_records"] == sum(1 for w in want_both if w[4] < local_start)
     assert r["remote_segments"] > r["local_segments"] - 1 > 0  # both tiers' objects are still counted as stored
     assert rows[("cut", 0)]["local_records"] == 24 - 10
+
+
+def test_rebuild_snapshots_tasks_write_nothing_where_the_log_is(dataset: Dataset, tmp_path: Path) -> None:
+    """What an executor runs returns the snapshots' bytes; only the driver writes them (on a cluster a
+    task's file would land on whichever node ran it)."""
+    data = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", data / "orders-0")
+    for p in (data / "orders-0").glob("*.snapshot"):
+        p.unlink()
+    before = sorted(p.name for p in data.rglob("*"))
+    plog = parse_options({"path": str(data), "subscribe": "orders"}).discover()[("orders", 0)]
+    rows = jobs.partition_rebuild_snapshots(plog, 7 * 86_400_000, dry_run=False)
+    assert rows and all(isinstance(r["content"], bytes) and not r["written"] for r in rows)
+    assert sorted(p.name for p in data.rglob("*")) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert all(jobs.write_snapshot(r) for r in rows)
+    assert sorted(p.name for p in (data / "orders-0").glob("*.snapshot")) == sorted(r["snapshot"] for r in rows)

@@ -619,9 +619,14 @@ def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
 
 
 def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run: bool) -> list[dict[str, Any]]:
-    """Create the producer snapshot at the end of every closed local segment that lacks one, each
-    rebuilt from only the segments within ``producer.id.expiration.ms`` before the segment's end
-    (seed 001), so tiering them later uploads real state rather than a placeholder."""
+    """The producer snapshot at the end of every closed local segment that lacks one, each rebuilt
+    from only the segments within ``producer.id.expiration.ms`` before the segment's end (seed 001),
+    so tiering them later uploads real state rather than a placeholder.
+
+    Runs on an executor and writes nothing where the log is: each snapshot's bytes go back in its
+    row (``content``) and the driver writes them into the partition directory (on a cluster a file
+    written by a task would land on whichever node ran it). Scratch files stay in the executor's
+    own temporary directory."""
     if plog.directory is None:
         return []
     bounds = plog.local_bounds()[:-1]  # the active segment has no end yet
@@ -634,22 +639,39 @@ def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run:
     sources = segment_sources_in(plog.directory)
     # Closed segments' largest timestamps from their time indexes: no segment is scanned for them.
     stamps = {seg.base_offset: _largest_timestamp(seg, False) for seg, _ in plog.local_bounds()}
-    scratch = Path(tempfile.mkdtemp(prefix=".tierlog-snapshot-rebuild-", dir=plog.directory.parent))
+    scratch = Path(tempfile.mkdtemp(prefix="tierlog-snapshot-rebuild-"))
     try:
         for seg, end in missing:
-            row = {"topic": plog.topic, "partition": plog.partition, "segment": seg.base_offset,
-                   "snapshot": f"{end:020d}.snapshot", "producers": None, "written": False}
+            row: dict[str, Any] = {"topic": plog.topic, "partition": plog.partition, "segment": seg.base_offset,
+                                   "snapshot": f"{end:020d}.snapshot", "producers": None, "written": False,
+                                   "directory": str(plog.directory)}
             if not dry_run:
-                built = rebuild_missing_snapshot(sources, seg.base_offset, end, start, expiration_ms, scratch, stamps)
-                row["producers"] = len(decode_snapshot(built.read_bytes(), built))
-                # Renamed in only when whole: a reader never sees a partial snapshot.
-                os.replace(built, plog.directory / built.name)
-                fsync_dir(plog.directory)
-                row["written"] = True
+                built = rebuild_missing_snapshot(sources, seg.base_offset, end, start, expiration_ms, scratch, stamps,
+                                                 sync=False)
+                content = built.read_bytes()
+                row["producers"] = len(decode_snapshot(content, built))
+                row["content"] = content
             rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows
+
+
+def write_snapshot(row: dict[str, Any]) -> bool:
+    """On the driver: write one rebuilt snapshot into its partition directory, renamed in only when
+    whole (a reader never sees a partial snapshot), unless one appeared meanwhile."""
+    directory = Path(row["directory"])
+    target = directory / row["snapshot"]
+    if target.exists():
+        return False
+    tmp = directory / f".{row['snapshot']}.tmp"
+    with open(tmp, "wb") as out:
+        out.write(row["content"])
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+    fsync_dir(directory)
+    return True
 
 
 def stopped_cleanly(paths: Sequence[str]) -> list[str]:
@@ -666,4 +688,10 @@ def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
     if not work:
         return []
     rdd = spark.sparkContext.parallelize(work, len(work))
-    return list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
+    rows = list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
+    for row in rows:
+        content = row.pop("content", None)
+        if content is not None:
+            row["written"] = write_snapshot({**row, "content": content})
+        row.pop("directory", None)
+    return rows
