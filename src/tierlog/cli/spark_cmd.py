@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--force", action="store_true",
                    help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark conf setting (repeatable), e.g. spark.tierlog.s3.access.key.id=... or "
+                        "spark.hadoop.fs.s3a.endpoint=...: the object store's settings and credentials reach "
+                        "the executors with the job")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     p.add_argument("--verbose", action="store_true",
                    help="on an error, the whole stack trace (Java and Python) and Spark's own log; "
@@ -124,24 +128,31 @@ def one_line(e: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         from tierlog.pipeline import jobs
-        from tierlog.pipeline.options import parse_options
+        from tierlog.pipeline.options import conf_options, parse_options, with_defaults
 
-        opts = parse_options(_options(args))
+        raw = _options(args)
         topics = args.topic or None
         if args.job == "export" and (not args.output or not args.topic):
             raise TierlogError("export needs --output DIR and at least one --topic")
+        conf = {"spark.ui.showConsoleProgress": "false" if args.json else "true"}
+        for item in args.conf:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise TierlogError(f"--conf {item!r} is not KEY=VALUE")
+            conf[key.strip()] = value.strip()
         from pyspark.sql import SparkSession
 
-        from tierlog.pipeline import spark_session
+        from tierlog.pipeline.source import session_conf, spark_session
 
         # A session that already exists (a notebook, a test) is used and left running.
         owned = SparkSession.getActiveSession() is None
-        spark = spark_session(args.master, app_name=f"tierlog-{args.job}",
-                              conf={"spark.ui.showConsoleProgress": "false" if args.json else "true"})
+        spark = spark_session(args.master, app_name=f"tierlog-{args.job}", conf=conf)
         if owned:
             # A failed task is reported once, by this command, as one line: not by Spark's log too.
             spark.sparkContext.setLogLevel("WARN" if args.verbose else "OFF")
         try:
+            # The session's spark.tierlog.* and S3A settings under the command's own options.
+            opts = parse_options(with_defaults(conf_options({**session_conf(spark), **conf}), raw))
             if args.job == "usage":
                 rows = jobs.usage(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "local_segments", "local_records", "local_bytes",

@@ -404,13 +404,18 @@ EXPORT_MODES = ("archive", "mirror")
 _MANIFEST_SCHEMA = "run STRING, state STRING, topic STRING, partition INT, start_offset LONG, end_offset LONG"
 
 
+def _source_options(paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None) -> dict[str, str]:
+    out = {"path": ",".join(paths)}
+    if spec is not None and not spec.defaulted:
+        out["remote.log.storage.manager.class.name"] = spec.class_name
+        out.update((f"rsm.config.{key}", value) for key, value in spec.props)
+    out.update(options or {})
+    return out
+
+
 def _reader(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None) -> Any:
-    reader = spark.read.format("tierlog").option("path", ",".join(paths)).option("includeHeaders", "true")
-    if spec is not None:
-        reader = reader.option("remote.log.storage.manager.class.name", spec.class_name)
-        for key, value in spec.props:
-            reader = reader.option(f"rsm.config.{key}", value)
-    for key, value in (options or {}).items():
+    reader = spark.read.format("tierlog").option("includeHeaders", "true")
+    for key, value in _source_options(paths, spec, options).items():
         reader = reader.option(key, value)
     return reader
 
@@ -497,7 +502,7 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
     from tierlog.pipeline.options import parse_options
 
     # Where each partition ends now, fixed on the driver: the manifest records exactly what is read.
-    opts = parse_options({**(options or {}), "path": ",".join(paths), "subscribe": ",".join(topics)})
+    opts = parse_options({**_source_options(paths, spec, options), "subscribe": ",".join(topics)})
     parts = opts.partitions(opts.discover())
     done = exported_offsets(spark, output, topics)
     todo = {}

@@ -125,6 +125,39 @@ class ReadOptions:
         return f" (topics there: {', '.join(present[:20])}{', ...' if len(present) > 20 else ''})" if present else ""
 
 
+# -- Spark conf -------------------------------------------------------------------------------------------
+
+#: Spark conf keys under this prefix are option defaults: ``spark.tierlog.s3.X`` is the S3 plugin's
+#: ``rsm.config.s3.X``, and ``spark.tierlog.<option>`` any other option (e.g. ``spark.tierlog.
+#: remote.log.storage.manager.class.name``). Options given to the reader win.
+SPARK_CONF_PREFIX = "spark.tierlog."
+#: Hadoop's S3A settings that mean the same to the S3 plugin (a cluster that reads S3 has them set).
+S3A_CONF = {
+    "spark.hadoop.fs.s3a.access.key": "rsm.config.s3.access.key.id",
+    "spark.hadoop.fs.s3a.secret.key": "rsm.config.s3.secret.access.key",
+    "spark.hadoop.fs.s3a.session.token": "rsm.config.s3.session.token",
+    "spark.hadoop.fs.s3a.endpoint": "rsm.config.s3.endpoint",
+    "spark.hadoop.fs.s3a.endpoint.region": "rsm.config.s3.region",
+}
+
+
+def conf_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """The data-source option defaults a Spark conf holds (S3A's first, then ``spark.tierlog.*``)."""
+    out = {option: conf[key] for key, option in S3A_CONF.items() if conf.get(key)}
+    for key, value in conf.items():
+        if key.startswith(SPARK_CONF_PREFIX + "s3."):
+            out["rsm.config." + key[len(SPARK_CONF_PREFIX):]] = value
+        elif key.startswith(SPARK_CONF_PREFIX):
+            out[key[len(SPARK_CONF_PREFIX):]] = value
+    return out
+
+
+def with_defaults(defaults: Mapping[str, str], options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` over ``defaults``, keys compared without case as Spark compares option names."""
+    given = {k.lower() for k in options}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **options}
+
+
 # -- parsing ---------------------------------------------------------------------------------------------
 
 

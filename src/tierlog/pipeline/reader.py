@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -64,7 +64,8 @@ class RemoteSpec:
     """How a worker reaches the remote tier: the plugin class and its properties (prefix removed)."""
 
     class_name: str
-    props: tuple[tuple[str, str], ...]
+    #: Credentials may be among them: never in a repr (errors and logs print specs).
+    props: tuple[tuple[str, str], ...] = field(repr=False)
     metadata_dir: str
     #: No option and no config named the plugin: the local-directory default beside the log dir was
     #: assumed, which is wrong when another plugin wrote the tier (the catalog checks).
