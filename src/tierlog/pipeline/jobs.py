@@ -1,15 +1,17 @@
 """Maintenance jobs over a data directory and its remote tier, run as Spark jobs: one task per segment,
 so they grow from ``local[*]`` to a cluster by changing the master.
 
-* :func:`usage` — bytes, records and segments per partition, local and remote (the remote size as
-  the plugin's custom metadata reports it, seed 002, where the plugin can read it);
+* :func:`usage` — bytes and segments per partition, local and remote (the remote size as the
+  plugin's custom metadata reports it, seed 002, where the plugin can read it), and the records a
+  reader gets (each readable offset once);
 * :func:`verify` — every batch's CRC and structure, offsets, both indexes and the producer snapshot
   of every segment, local and remote (seed 003's checks, for all segments at once);
 * :func:`retention_preview` — what the time, size and timestamp-floor (seed 004) policies would
   delete now, in each tier, without deleting anything;
 * :func:`rebuild_snapshots` — the missing producer snapshots of closed segments, each rebuilt from
   the expiration window only (seed 001 as a backfill), on a cleanly stopped broker's data;
-* :func:`export` — topics to Parquet partitioned by date, idempotent when rerun.
+* :func:`export` — topics to Parquet partitioned by date: an archive each run appends the offsets
+  not yet exported to (a manifest in the output records them), or a mirror of the log.
 
 The per-segment functions are plain Python, so they run on Spark workers and in tests alike.
 """
