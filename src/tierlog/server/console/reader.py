@@ -35,6 +35,8 @@ TIER_ROWS_PER_PAGE = 50
 GROUPS_PER_PAGE = 50
 LAG_ROWS_PER_PAGE = 100
 MAX_MESSAGES = 50
+#: What the Messages page reads by default, and at most (the form's "read at most" field, in KiB).
+DEFAULT_MESSAGE_READ_BYTES = 64 * 1024
 MAX_MESSAGE_READ_BYTES = 1 << 20
 
 SOURCE_NAMES = {
@@ -253,47 +255,94 @@ def group_lags(ctx: BrokerContext) -> dict[str, int]:
             for g, committed in offsets.items()}
 
 
+@dataclass(frozen=True)
+class GroupSummary:
+    """One group of either protocol as the console shows it."""
+
+    state: str
+    members: int
+    protocol: str | None
+    generation: int | None = None
+    leader: str | None = None
+
+
+def _summaries(ctx: BrokerContext) -> dict[str, GroupSummary]:
+    """Every live group: the classic ones and those of the consumer protocol (KIP-848), whose
+    generation is the group epoch and whose protocol is shown with its server-side assignor."""
+    coordinator = ctx.groups
+    if coordinator is None:
+        return {}
+    classic = _copied(lambda: list(coordinator.list_groups()))
+    out = {g.group_id: GroupSummary(g.state.value, len(g.members), g.protocol_name, g.generation_id, g.leader_id)
+           for g in classic}
+    for g in _copied(lambda: list(coordinator.consumer.groups.values())):
+        out[g.group_id] = GroupSummary(g.state.value, len(g.members), f"consumer ({g.assignor})", g.group_epoch)
+    return out
+
+
 def groups(ctx: BrokerContext, sampler: Sampler, page: int) -> dict[str, Any]:
     coordinator = ctx.groups
-    live = {} if coordinator is None else _copied(lambda: {g.group_id: g for g in coordinator.list_groups()})
+    live = _summaries(ctx)
     committed = {} if coordinator is None else _copied(lambda: {g: len(o) for g, o in list(coordinator.offsets.items())})
     names = sorted(set(live) | set(committed))
     group_page = views.paginate(names, page, GROUPS_PER_PAGE)
     rows = []
     for g in group_page.items:
-        group = live.get(g)
+        summary = live.get(g)
         history = sampler.group_lag(g)
-        rows.append({"id": g, "state": group.state.value if group else "Empty",
-                     "members": len(group.members) if group else 0,
-                     "protocol": group.protocol_name if group else None, "partitions": committed.get(g, 0),
+        rows.append({"id": g, "state": summary.state if summary else "Empty",
+                     "members": summary.members if summary else 0,
+                     "protocol": summary.protocol if summary else None, "partitions": committed.get(g, 0),
                      "lag": history[-1][1] if history else None,
                      "spark": views.sparkline([float(v) for _, v in history], 160, 24)})
     return {"rows": rows, "group_page": group_page}
+
+
+def _members(ctx: BrokerContext, group_id: str) -> list[dict[str, Any]] | None:
+    """The members of a live group with their assignments as (topic, partitions), or None."""
+    coordinator = ctx.groups
+    if coordinator is None:
+        return None
+    classic = coordinator.describe(group_id)
+    if classic is not None:
+        rows = []
+        for m in _copied(lambda: list(classic.members.values())):
+            assigned = views.decode_consumer_assignment(m.assignment) if m.protocol_type == "consumer" else []
+            rows.append({"member_id": m.member_id, "instance": m.group_instance_id, "client_id": m.client_id,
+                         "host": m.client_host, "assignment": assigned})
+        return rows
+    group = coordinator.consumer.groups.get(group_id)
+    if group is None:
+        return None
+    names = {tid: t.name for tid, t in ctx.image.topics_by_id.items()}
+    rows = []
+    for cm in _copied(lambda: list(group.members.values())):
+        assigned = sorted((names.get(tid, tid.hex()), sorted(ps)) for tid, ps in cm.assigned.items())
+        rows.append({"member_id": cm.member_id, "instance": cm.instance_id, "client_id": cm.client_id,
+                     "host": cm.client_host, "assignment": assigned})
+    return rows
 
 
 def group(ctx: BrokerContext, sampler: Sampler, group_id: str, page: int) -> dict[str, Any]:
     coordinator = ctx.groups
     if coordinator is None:
         raise NotFound(f"no group {group_id}")
-    g = coordinator.describe(group_id)
+    summary = _summaries(ctx).get(group_id)
+    member_rows = _members(ctx, group_id) or []
     committed_values = _copied(lambda: dict(coordinator.offsets.get(group_id, {})))
-    if g is None and not committed_values:
+    if summary is None and not committed_values:
         raise NotFound(f"no group {group_id}")
-    members = [] if g is None else _copied(lambda: list(g.members.values()))
     owners: dict[tuple[str, int], str] = {}
-    member_rows = []
-    for m in members:
-        assigned = views.decode_consumer_assignment(m.assignment) if m.protocol_type == "consumer" else []
-        for topic_name, partitions in assigned:
+    for m in member_rows:
+        for topic_name, partitions in m["assignment"]:
             for p in partitions:
-                owners[(topic_name, p)] = m.member_id
-        member_rows.append({"member_id": m.member_id, "instance": m.group_instance_id, "client_id": m.client_id,
-                            "host": m.client_host, "assignment": assigned})
+                owners[(topic_name, p)] = m["member_id"]
     committed = {tp: v.offset for tp, v in committed_values.items()}
     rows = views.lag_rows(committed, _end_offsets(ctx, set(committed) | set(owners)), owners)
     history = sampler.group_lag(group_id)
-    return {"id": group_id, "state": g.state.value if g else "Empty", "generation": g.generation_id if g else None,
-            "protocol": g.protocol_name if g else None, "leader": g.leader_id if g else None,
+    return {"id": group_id, "state": summary.state if summary else "Empty",
+            "generation": summary.generation if summary else None,
+            "protocol": summary.protocol if summary else None, "leader": summary.leader if summary else None,
             "members": member_rows, "lag_page": views.paginate(rows, page, LAG_ROWS_PER_PAGE),
             "total_lag": sum(r.lag or 0 for r in rows),
             "lag_spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
@@ -311,7 +360,7 @@ class MessageQuery:
     timestamp_ms: int | None = None
     count: int = 10
     fmt: str = "text"
-    max_bytes: int = 64 * 1024
+    max_bytes: int = DEFAULT_MESSAGE_READ_BYTES
 
 
 @dataclass
