@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tierlog
 from tierlog.records import decode_batch, iter_headers
 from tierlog.server.console import views
-from tierlog.server.console.sampler import Sampler
+from tierlog.server.console.sampler import LocalSizes, Sampler
 from tierlog.server.handlers.configs import ConfigSource, topic_config_entries
 from tierlog.storage import files
 from tierlog.storage.log import UnifiedLog
@@ -75,33 +75,37 @@ class LogDirRow:
     total_bytes: int
 
 
+def local_sizes(ctx: BrokerContext, now_ms: int) -> LocalSizes:
+    """Every log's local bytes summed per log dir and per topic (the sampler's input)."""
+    by_dir: dict[str, tuple[int, int]] = {str(d): (0, 0) for d in ctx.log_manager.log_dirs}
+    by_topic: dict[str, int] = {}
+    for (topic_name, _), ulog in ctx.log_manager.all_logs().items():
+        if ulog.deleted:
+            continue
+        size = ulog.size_bytes_unloaded()
+        d = str(ulog.dir.parent)
+        count, total = by_dir.get(d, (0, 0))
+        by_dir[d] = (count + 1, total + size)
+        by_topic[topic_name] = by_topic.get(topic_name, 0) + size
+    return LocalSizes(now_ms, by_dir, by_topic)
+
+
 def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -> dict[str, Any]:
     now = ctx.clock.wall_ms()
     manager = ctx.log_manager
-    logs = manager.all_logs()
-    by_dir: dict[str, list[UnifiedLog]] = {}
-    local_bytes = 0
-    for ulog in logs.values():
-        by_dir.setdefault(str(ulog.dir.parent), []).append(ulog)
+    sizes = sampler.local_sizes() or local_sizes(ctx, now)
     dirs = []
     for d in manager.log_dirs:
         usage = shutil.disk_usage(d)
-        in_dir = by_dir.get(str(d), [])
-        size = sum(u.size_bytes_unloaded() for u in in_dir if not u.deleted)
-        local_bytes += size
-        dirs.append(LogDirRow(str(d), len(in_dir), size, usage.used, usage.free, usage.total))
+        count, size = sizes.by_dir.get(str(d), (0, 0))
+        dirs.append(LogDirRow(str(d), count, size, usage.used, usage.free, usage.total))
+    local_bytes = sum(row.tierlog_bytes for row in dirs)
     image = ctx.image
     topics = sorted(image.topics_by_name.values(), key=lambda t: t.name)
     topic_page = views.paginate(topics, page, TOPICS_PER_PAGE)
-    topic_rows = []
-    for t in topic_page.items:
-        size = 0
-        for p in t.partitions:
-            found = logs.get((t.name, p))
-            if found is not None:
-                size += found.size_bytes_unloaded()
-        topic_rows.append({"name": t.name, "partitions": t.num_partitions, "local_bytes": size,
-                           "remote": image.topic_configs(t.name).get("remote.storage.enable") == "true"})
+    topic_rows = [{"name": t.name, "partitions": t.num_partitions, "local_bytes": sizes.by_topic.get(t.name, 0),
+                   "remote": image.topic_configs(t.name).get("remote.storage.enable") == "true"}
+                  for t in topic_page.items]
     samples = sampler.throughput()
     produce = views.rates([(t, p) for t, p, _ in samples])
     fetch = views.rates([(t, f) for t, _, f in samples])
@@ -117,6 +121,7 @@ def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -
         "sample_interval_ms": sampler.interval_ms, "samples": len(samples),
         "lazy_checked": manager.lazy_checked_segments, "unchecked": manager.unchecked_segments(),
         "snapshot_age_ms": controller.latest_snapshot_age_ms, "topics": topic_rows, "topic_page": topic_page,
+        "sizes_age_ms": now - sizes.taken_ms,
     }
 
 
@@ -338,13 +343,20 @@ def group(ctx: BrokerContext, sampler: Sampler, group_id: str, page: int) -> dic
             for p in partitions:
                 owners[(topic_name, p)] = m["member_id"]
     committed = {tp: v.offset for tp, v in committed_values.items()}
-    rows = views.lag_rows(committed, _end_offsets(ctx, set(committed) | set(owners)), owners)
+    # Rows are built for the shown page only; the total needs every partition's end offset, which is
+    # one lookup each (a group with 10,000 partitions would otherwise build 10,000 rows per render).
+    ends = _end_offsets(ctx, set(committed) | set(owners))
+    keys = views.paginate(sorted(set(committed) | set(owners)), page, LAG_ROWS_PER_PAGE)
+    shown = set(keys.items)
+    rows = views.lag_rows({tp: c for tp, c in committed.items() if tp in shown}, ends,
+                          {tp: m for tp, m in owners.items() if tp in shown})
+    lag_page = views.Page(rows, keys.number, keys.pages, keys.total)
     history = sampler.group_lag(group_id)
     return {"id": group_id, "state": summary.state if summary else "Empty",
             "generation": summary.generation if summary else None,
             "protocol": summary.protocol if summary else None, "leader": summary.leader if summary else None,
-            "members": member_rows, "lag_page": views.paginate(rows, page, LAG_ROWS_PER_PAGE),
-            "total_lag": sum(r.lag or 0 for r in rows),
+            "members": member_rows, "lag_page": lag_page,
+            "total_lag": views.total_lag(committed, ends),
             "lag_spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
             "sample_interval_ms": sampler.interval_ms}
 

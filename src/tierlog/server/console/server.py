@@ -91,7 +91,8 @@ class Console:
         rlm = ctx.remote_log_manager
         self.sampler = Sampler(ctx.clock, sample_interval_ms, totals=requests.totals,
                                group_lags=lambda: reader.group_lags(ctx),
-                               tier_status=rlm.status if rlm is not None else None)
+                               tier_status=rlm.status if rlm is not None else None,
+                               local_sizes=lambda now_ms: reader.local_sizes(ctx, now_ms))
         self.env = make_environment()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
