@@ -76,18 +76,21 @@ class LogDirRow:
 
 
 def local_sizes(ctx: BrokerContext, now_ms: int) -> LocalSizes:
-    """Every log's local bytes summed per log dir and per topic (the sampler's input)."""
+    """Every log's local bytes summed per log dir and per topic, and the unchecked segments (the
+    sampler's input)."""
     by_dir: dict[str, tuple[int, int]] = {str(d): (0, 0) for d in ctx.log_manager.log_dirs}
     by_topic: dict[str, int] = {}
+    unchecked = 0
     for (topic_name, _), ulog in ctx.log_manager.all_logs().items():
         if ulog.deleted:
             continue
+        unchecked += ulog.unchecked_segments()
         size = ulog.size_bytes_unloaded()
         d = str(ulog.dir.parent)
         count, total = by_dir.get(d, (0, 0))
         by_dir[d] = (count + 1, total + size)
         by_topic[topic_name] = by_topic.get(topic_name, 0) + size
-    return LocalSizes(now_ms, by_dir, by_topic)
+    return LocalSizes(now_ms, by_dir, by_topic, unchecked)
 
 
 def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -
         "remote_enabled": ctx.remote_log_manager is not None,
         "produce": views.sparkline([r for _, r in produce]), "fetch": views.sparkline([r for _, r in fetch]),
         "sample_interval_ms": sampler.interval_ms, "samples": len(samples),
-        "lazy_checked": manager.lazy_checked_segments, "unchecked": manager.unchecked_segments(),
+        "lazy_checked": manager.lazy_checked_segments, "unchecked": sizes.unchecked_segments,
         "snapshot_age_ms": controller.latest_snapshot_age_ms, "topics": topic_rows, "topic_page": topic_page,
         "sizes_age_ms": now - sizes.taken_ms,
     }

@@ -35,12 +35,15 @@ class TierSummary:
 
 @dataclass(frozen=True)
 class LocalSizes:
-    """Local bytes per log dir (with its partition count) and per topic: summing them walks every
+    """Local bytes per log dir (with its partition count) and per topic, and the unchecked segments:
+    summing them walks every
     partition, too slow for a page render with thousands of partitions, so the sampler keeps them."""
 
     taken_ms: int
     by_dir: dict[str, tuple[int, int]]
     by_topic: dict[str, int]
+    #: Segments a lazy start left unchecked (seed 003), summed over every log for the same reason.
+    unchecked_segments: int = 0
 
 
 @dataclass
