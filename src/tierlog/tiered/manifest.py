@@ -7,8 +7,13 @@ The journal stays the broker's source of truth; a manifest is derived from it
 (:func:`is_current`). Written whole under a temporary name and renamed (:func:`write_local`), so a
 reader never sees half of one.
 
-Not yet done (see docs/operations.md, Spark jobs): the broker writing it after each state change,
-the object-store put with a conditional write, and the pipeline planning from it.
+:class:`ManifestPublisher` wraps the broker's metadata manager: each state change goes to the
+journal first, then the partition's manifest is rewritten through the plugin (plugins with
+``write_manifest``: the local-directory one so far); a crash between leaves it behind, and
+:meth:`ManifestPublisher.sync_all` (at startup) rewrites every manifest that is missing or behind.
+
+Not yet done (see docs/operations.md, Spark jobs): the broker composing the publisher, the S3
+plugin's put with a conditional write, and the pipeline planning from manifests.
 
 Format, version 1 (bytes as standard base64)::
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,13 +40,21 @@ from typing import Any
 from tierlog._util.files import write_atomic
 from tierlog.errors import TierlogError
 from tierlog.ids import TopicIdPartition, uuid_from_base64, uuid_to_base64
-from tierlog.tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from tierlog.tiered.api import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
+from tierlog.tiered.backends.local import MANIFEST_NAME as LOCAL_MANIFEST_NAME
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 FORMAT = "tierlog-remote-manifest"
 VERSION = 1
 #: The manifest's object name inside a partition's directory (or key prefix) of the remote tier.
-MANIFEST_NAME = "_manifest.json"
+MANIFEST_NAME = LOCAL_MANIFEST_NAME
 
 
 class ManifestError(TierlogError):
@@ -153,3 +167,83 @@ def read_local(directory: Path) -> PartitionManifest | None:
     except FileNotFoundError:
         return None
     return decode(data, str(path))
+
+
+class ManifestPublisher:
+    """The broker's metadata manager, publishing each partition's manifest after every state change
+    (the journal first: it stays the source of truth). Reads go to the journal."""
+
+    def __init__(self, store: FileRemoteLogMetadataManager, rsm: object) -> None:
+        self.store = store
+        self._write = getattr(rsm, "write_manifest", None)
+        self._read = getattr(rsm, "read_manifest", None)
+
+    @property
+    def publishes(self) -> bool:
+        return callable(self._write)
+
+    def publish(self, tip: TopicIdPartition) -> None:
+        if callable(self._write):
+            self._write(tip, encode(build_manifest(self.store, tip)))
+
+    def sync_all(self) -> list[TopicIdPartition]:
+        """Rewrite every manifest that is missing or behind the journal; the partitions rewritten."""
+        if not callable(self._write) or not callable(self._read):
+            return []
+        rewritten = []
+        for tip in self.store.partitions():
+            raw = self._read(tip)
+            try:
+                current = decode(raw) if isinstance(raw, bytes) else None
+            except ManifestError:
+                current = None  # unreadable: rebuilt like a missing one
+            if not is_current(current, self.store, tip):
+                self.publish(tip)
+                rewritten.append(tip)
+        return rewritten
+
+    # -- RemoteLogMetadataManager: writes, each followed by the partition's manifest ----------------
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.store.add_remote_log_segment_metadata(metadata)
+        self.publish(metadata.segment_id.topic_id_partition)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        self.store.update_remote_log_segment_metadata(update)
+        self.publish(update.segment_id.topic_id_partition)
+
+    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        self.store.put_remote_partition_delete_metadata(metadata)
+        self.publish(metadata.topic_id_partition)
+
+    def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
+        self.store.update_log_start_offset(tip, log_start_offset, event_timestamp_ms)
+        self.publish(tip)
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int,
+                                    leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
+        return self.store.remote_log_segment_metadata(tip, offset, leader_epoch)
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        return self.store.highest_offset_for_epoch(tip, leader_epoch)
+
+    def list_remote_log_segments(self, tip: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        return self.store.list_remote_log_segments(tip, leader_epoch)
+
+    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        return self.store.remote_partition_delete_state(tip)
+
+    def remote_log_size(self, tip: TopicIdPartition) -> int:
+        return self.store.remote_log_size(tip)
+
+    def partitions(self) -> Iterable[TopicIdPartition]:
+        return self.store.partitions()
+
+    def log_start_offset(self, tip: TopicIdPartition) -> int | None:
+        return self.store.log_start_offset(tip)
+
+    def close(self) -> None:
+        self.store.close()

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from tierlog._util.files import fsync_dir
-from tierlog.ids import uuid_to_base64
+from tierlog._util.files import fsync_dir, write_atomic
+from tierlog.ids import TopicIdPartition, uuid_to_base64
 from tierlog.tiered.api import (
     READ_ONLY_PROPERTY,
     IndexType,
@@ -49,6 +49,8 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.PRODUCER_SNAPSHOT: ".snapshot",
 }
 ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+#: A partition's manifest of its remote segments (tiered/manifest.py), beside its segments.
+MANIFEST_NAME = "_manifest.json"
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
@@ -100,6 +102,31 @@ class LocalDirectoryRemoteStorageManager:
     def _path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> Path:
         directory, prefix = self._paths(metadata)
         return directory / f"{prefix}{suffix}"
+
+    # -- the partition manifest (tiered/manifest.py) --------------------------------------------
+
+    def _manifest_path(self, tip: TopicIdPartition) -> Path:
+        return self.root / f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}" / MANIFEST_NAME
+
+    def write_manifest(self, tip: TopicIdPartition, data: bytes) -> None:
+        """Replace the partition's manifest whole: a reader sees the old one or the new one."""
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
+        path = self._manifest_path(tip)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data, sync=self.fsync)
+
+    def read_manifest(self, tip: TopicIdPartition) -> bytes | None:
+        try:
+            return self._manifest_path(tip).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def manifests(self) -> list[bytes]:
+        """Every partition's manifest in the tier (what a reader plans from without the journal)."""
+        if not self.root.is_dir():
+            return []
+        return [path.read_bytes() for path in sorted(self.root.glob(f"*/{MANIFEST_NAME}"))]
 
     # -- copy -----------------------------------------------------------------------------------
 
