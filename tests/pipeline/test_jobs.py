@@ -263,3 +263,29 @@ def test_rebuild_snapshots_tasks_write_nothing_where_the_log_is(dataset: Dataset
     assert sorted(p.name for p in data.rglob("*")) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     assert all(jobs.write_snapshot(r) for r in rows)
     assert sorted(p.name for p in (data / "orders-0").glob("*.snapshot")) == sorted(r["snapshot"] for r in rows)
+
+
+def test_export_archive_after_a_run_killed_between_its_rows_and_its_manifest(spark: Any, dataset: Dataset,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "archive"
+    opts = parse_options({"path": str(dataset.data), "subscribe": "events"})
+    want = len(dataset.expected[("events", 0)])
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == want
+
+    def drop_commit_records() -> None:
+        records = [f for f in (out / jobs.EXPORT_MANIFEST).glob("part-*") if b'"committed"' in f.read_bytes()]
+        assert records
+        for f in records:
+            f.unlink()
+
+    # Killed after Spark committed the rows, before the manifest said so: the rows are found, nothing
+    # is exported twice.
+    drop_commit_records()
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == 0
+    assert spark.read.parquet(str(out)).count() == want
+    # Killed before the rows were committed (none written; the run is still only "started"): the next
+    # run exports them.
+    shutil.rmtree(out / "topic=events")
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == want
+    assert sorted(r.offset for r in spark.read.parquet(str(out)).select("offset").collect()) == [
+        r[4] for r in dataset.expected[("events", 0)]]

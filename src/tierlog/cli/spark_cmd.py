@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
             conf[key.strip()] = value.strip()
         from pyspark.sql import SparkSession
 
-        from tierlog.pipeline.source import session_conf, spark_session
+        from tierlog.pipeline import spark_session
+        from tierlog.pipeline.source import session_conf
 
         # A session that already exists (a notebook, a test) is used and left running.
         owned = SparkSession.getActiveSession() is None

@@ -437,6 +437,16 @@ def _exists(spark: Any, path: str) -> bool:
     return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))
 
 
+def _has_rows(spark: Any, output: str) -> bool:
+    """Whether the output holds any data yet (a first run killed before its rows were committed
+    leaves only the manifest, and Parquet cannot read an empty directory)."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(output)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return fs.exists(hpath) and any(not str(st.getPath().getName()).startswith(("_", "."))
+                                    for st in fs.listStatus(hpath))
+
+
 def _manifest_rows(spark: Any, output: str) -> list[Any]:
     manifest = f"{output.rstrip('/')}/{EXPORT_MANIFEST}"
     if not _exists(spark, manifest):
@@ -454,7 +464,7 @@ def exported_offsets(spark: Any, output: str, topics: Sequence[str] | None = Non
     committed = {r.run for r in rows if r.state == "committed"}
     ends: dict[tuple[str, int], int] = {}
     unsure = [r for r in rows if r.state == "started" and r.run not in committed]
-    if unsure:
+    if unsure and _has_rows(spark, output):
         from pyspark.sql import functions as F
 
         data = spark.read.parquet(output)
