@@ -30,6 +30,7 @@ from tierlog.errors import (
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     INT32_MAX,
+    LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
@@ -285,6 +286,18 @@ class LogSegment:
 
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
+            lying = self._first_header_contradicting_itself()
+            if lying is not None:
+                # The time index an older tierlog built from such headers skipped the lying batch:
+                # its last entry may name an honest batch before it and check out, while the
+                # segment's newest records are in the lying one (the floor would delete them).
+                log.warning("batch header at offset %d of %s says max timestamp %d below its base timestamp %d "
+                            "(written so by an older tierlog); deriving the segment's time index and largest "
+                            "timestamp from its records", lying.base_offset, self.log.path, lying.max_timestamp,
+                            lying.base_timestamp)
+                self._rebuild_from_records()
+                assert self._max_ts_and_offset is not None
+                return self._max_ts_and_offset
             entry = self.time_index.last_entry()
             if entry[0] >= 0 and not self._time_entry_matches(entry[0], entry[1], check_records=True):
                 # Retention deletes by this timestamp: one flipped byte must not make a segment
@@ -297,11 +310,34 @@ class LogSegment:
                 # 1.22) as it came, or the records really have none. Their records decide.
                 log.info("the time index %s has no entry; deriving the timestamps of %s from its records",
                          self.time_index_path, self.log.path)
-                self.recover(truncate=False)
+                self._rebuild_from_records()
                 assert self._max_ts_and_offset is not None
                 return self._max_ts_and_offset
             self._max_ts_and_offset = (entry[0], entry[1])
         return self._max_ts_and_offset
+
+    def _first_header_contradicting_itself(self) -> BatchHeader | None:
+        """Header-only scan (61 bytes per batch) for a batch whose header max timestamp contradicts the
+        header's own base timestamp (the first record's): -1, or any value below it, over records that
+        have timestamps. Stored so only by an older tierlog, which kept the producer's value (Sarama
+        1.22 writes -1); tierlog rewrites such headers on append. A LogAppendTime batch's max is the
+        append time and may be below its records'. Damage ends the scan: reads report it."""
+        try:
+            for h in self.log.iter_headers_from(0):
+                if h.base_timestamp >= 0 and h.max_timestamp < h.base_timestamp \
+                        and h.timestamp_type != LOG_APPEND_TIME:
+                    return h
+        except CorruptRecordError:
+            return None
+        return None
+
+    def _rebuild_from_records(self) -> None:
+        """Rebuild the indexes and the largest timestamp from the records, keeping the bytes; an index
+        with room left (the active segment's) gets its room back."""
+        room = self.offset_index.max_entries > self.offset_index.entries
+        self.recover(truncate=False)
+        if room:
+            self.resize_indexes(self.settings.max_index_size)
 
     def _time_entry_matches(self, timestamp: int, offset: int, *, check_records: bool = False) -> bool:
         """Whether the batch a time index entry names (by its last offset) has that largest timestamp,
@@ -330,7 +366,7 @@ class LogSegment:
         log.warning("the time index %s names timestamp %d at offset %d, which the batches there do not carry; "
                     "rebuilding the indexes of %s from its batches", self.time_index_path, timestamp, offset,
                     self.log.path)
-        self.recover(truncate=False)
+        self._rebuild_from_records()
 
     @property
     def max_timestamp_so_far(self) -> int:
