@@ -291,7 +291,7 @@ class LogSegment:
                 # The time index an older tierlog built from such headers skipped the lying batch:
                 # its last entry may name an honest batch before it and check out, while the
                 # segment's newest records are in the lying one (the floor would delete them).
-                log.warning("batch header at offset %d of %s says max timestamp %d below its base timestamp %d "
+                log.info("batch header at offset %d of %s says max timestamp %d below its base timestamp %d "
                             "(written so by an older tierlog); deriving the segment's time index and largest "
                             "timestamp from its records", lying.base_offset, self.log.path, lying.max_timestamp,
                             lying.base_timestamp)

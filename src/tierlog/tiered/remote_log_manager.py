@@ -113,8 +113,8 @@ class RemoteLogManager:
                              segments_lock=self._segments_lock)
         self.deleter = SegmentDeleter(ctx)
         self.copier = SegmentCopier(ctx, self.deleter, self._check_boundary)
-        self.expiration = RemoteExpiration(ctx, self.deleter)
         self.reader = RemoteReader(ctx)
+        self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
         self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self.reader.read_segment(md, offset, n, True))

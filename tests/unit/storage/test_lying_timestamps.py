@@ -5,51 +5,32 @@ when it is loaded (recovery, and the lazy time-index check of seed 003)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.lying_batches import (
+    DAY_MS,
+    LIES,
+    NOW_MS,
+    PER_BATCH,
+    T0,
+    batch_timestamps,
+    make_batch,
+    write_indexes_from_headers,
+    write_mixed_segments,
+)
 from tests.helpers.storage import OpenLog
 from tierlog.cli.dump import time_index_errors
 from tierlog.config import LogConfig
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
-from tierlog.storage.index import OffsetIndex, TimeIndex
 from tierlog.storage.log import UnifiedLog
 from tierlog.testing import ManualClock
 
-DAY_MS = 86_400_000
-NOW_MS = 1_700_000_000_000  # the clock fixture's time
-T0 = NOW_MS - 10 * DAY_MS
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
           CompressionType.ZSTD]
-#: What a producer may write as the header's max timestamp, given the records' true maximum.
-LIES = {
-    "minus_one": lambda true_max: -1,
-    "older": lambda true_max: true_max - 5 * DAY_MS,
-    "newer": lambda true_max: true_max + 5 * DAY_MS,
-}
 BATCHES = 6
-PER_BATCH = 10
-
-
-def batch_timestamps(i: int) -> list[int]:
-    """Batch i holds records one day apart from batch i-1; within a batch the newest is in the middle,
-    so the max is neither the first nor the last record."""
-    base = T0 + i * DAY_MS
-    return [base + (j if j <= PER_BATCH // 2 else PER_BATCH - j) * 1000 for j in range(PER_BATCH)]
-
-
-def make_batch(i: int, codec: int, lie: str | None, *, base_offset: int = 0) -> bytes:
-    timestamps = batch_timestamps(i)
-    # Incompressible values: every codec gives batches of about the same size, two to a segment.
-    records = [SimpleRecord(b"k%d" % j, random.Random(i * PER_BATCH + j).randbytes(40), timestamp=ts)
-               for j, ts in enumerate(timestamps)]
-    header_max = None if lie is None else LIES[lie](max(timestamps))
-    data = build_batch(records, compression=codec, max_timestamp=header_max, base_offset=base_offset)
-    assert BatchHeader(data).max_timestamp == (max(timestamps) if lie is None else header_max)
-    return data
 
 
 def config(**overrides: int) -> LogConfig:
@@ -189,18 +170,7 @@ def write_old_segments(directory: Path, codec: int, lie: str, *, with_indexes: b
         data = b"".join(make_batch(i, codec, lie, base_offset=i * PER_BATCH) for i in (first, first + 1))
         (directory / f"{base:020d}.log").write_bytes(data)
         if with_indexes:
-            offsets = OffsetIndex(directory / f"{base:020d}.index", base)
-            times = TimeIndex(directory / f"{base:020d}.timeindex", base)
-            running = -1
-            for h in iter_headers(data):
-                offsets.append(h.last_offset, h.position)
-                if h.max_timestamp > running:
-                    running = h.max_timestamp
-                    times.maybe_append(running, h.last_offset)
-            offsets.trim_to_valid_size()
-            times.trim_to_valid_size()
-            offsets.close()
-            times.close()
+            write_indexes_from_headers(directory, base, data)
 
 
 def expected_largest() -> list[int]:
@@ -260,31 +230,6 @@ OPENINGS = {
     "clean_check_all": {"clean": True, "sanity_check_all": True},
     "unclean_below_recovery_point": {"clean": False, "recovery_point": 4 * PER_BATCH, "sanity_check_all": False},
 }
-
-
-def write_mixed_segments(directory: Path, codec: int, lie: str) -> None:
-    """Segment k holds batch 2k stored with an honest header and batch 2k+1 with a lying one, plus the
-    indexes an older tierlog built from those headers: the time index's last entry names the honest
-    batch, so it checks out although the segment's newest records are a day later."""
-    directory.mkdir(parents=True)
-    for first in range(0, BATCHES, 2):
-        base = first * PER_BATCH
-        data = make_batch(first, codec, None, base_offset=base) + make_batch(first + 1, codec, lie,
-                                                                             base_offset=base + PER_BATCH)
-        (directory / f"{base:020d}.log").write_bytes(data)
-        offsets = OffsetIndex(directory / f"{base:020d}.index", base)
-        times = TimeIndex(directory / f"{base:020d}.timeindex", base)
-        running = -1
-        for h in iter_headers(data):
-            offsets.append(h.last_offset, h.position)
-            if h.max_timestamp > running:
-                running = h.max_timestamp
-                times.maybe_append(running, h.last_offset)
-        assert times.last_entry() == (max(batch_timestamps(first)), base + PER_BATCH - 1)
-        offsets.trim_to_valid_size()
-        times.trim_to_valid_size()
-        offsets.close()
-        times.close()
 
 
 @pytest.mark.parametrize("opening", list(OPENINGS))
