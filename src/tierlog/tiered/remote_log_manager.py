@@ -117,7 +117,8 @@ class RemoteLogManager:
         self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
-        self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self.reader.read_segment(md, offset, n, True))
+        self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self.reader.read_segment(md, offset, n, True),
+                                           self.reader.segment_max_timestamp)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
