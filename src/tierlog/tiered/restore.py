@@ -80,6 +80,43 @@ def remote_end(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> RemoteE
     return RemoteEnd(newest.end_offset, newest)
 
 
+def untiered_conflict(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, ulog: UnifiedLog, why: str) -> str | None:
+    """Why ``ulog`` must not be served while remote storage is off for it (``why`` says which switch),
+    or None. A local log that ends at or below the remote tier's end (its directory was wiped, or
+    restored from an old backup) would hand out again offsets the remote tier holds; only a restore
+    from the remote tier may restart it, and that needs remote storage on."""
+    end = remote_end(rlmm, tip)
+    if end.end_offset < 0:
+        return None
+    with ulog.lock:
+        local_start, local_end = ulog.log_start_offset, ulog.log_end_offset
+        pending = ulog.pending_restore_offset is not None
+    if plan_restore(local_start, local_end, end.end_offset, pending) not in (
+            RestoreAction.RESTART, RestoreAction.COMPARE_THEN_RESTART):
+        return None
+    finished = [m.start_offset for m in rlmm.list_remote_log_segments(tip)
+                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    start = rlmm.log_start_offset(tip)
+    first = max(min(finished), start or 0) if finished else None
+    held = (f"offsets [{first}, {end.end_offset}]" if first is not None and first <= end.end_offset
+            else f"no offsets any more, having held offsets up to {end.end_offset}")
+    local = (f"nothing (it would start at offset {local_start})" if local_start >= local_end
+             else f"offsets [{local_start}, {local_end - 1}]")
+    return (f"{tip.topic}-{tip.partition}: the remote tier holds {held} of this partition, but the local log holds "
+            f"{local} and remote storage is off for it ({why}): serving it would hand out offsets the remote tier "
+            "holds again. Turn remote storage back on for it to restore the partition from the remote tier "
+            "(docs/operations.md, 'Losing a disk')")
+
+
+def take_untiered_offline(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, ulog: UnifiedLog, why: str) -> str | None:
+    """:func:`untiered_conflict`, and if there is one: the partition offline, said at ERROR."""
+    reason = untiered_conflict(rlmm, tip, ulog, why)
+    if reason is not None:
+        ulog.take_offline(reason)
+        log.error("partition offline: %s", reason)
+    return reason
+
+
 class PartitionConflictError(Exception):
     """The local log and the remote tier hold different data at the same offsets."""
 

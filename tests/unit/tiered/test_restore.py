@@ -289,3 +289,72 @@ def test_an_empty_remote_producer_snapshot_stays_empty_when_no_idempotent_produc
     ulog, rlm = reopen(env)
     assert ulog.log_start_offset == remote_end + 1
     assert not ulog.producer_state.producers
+
+
+def test_a_wiped_partition_of_a_topic_no_longer_tiered_stays_offline_until_tiering_is_back(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """remote.storage.enable turned off for the topic while its remote segments remain: the wiped
+    partition would start at offset 0 and hand out again the offsets the remote tier holds."""
+    ulog, rlm, sent, original = write_and_tier(env)
+    remote_end = ulog.highest_offset_in_remote_storage
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+
+    off = tiered_config(**{"remote.storage.enable": False})
+    ulog = env.open_log(config=off)
+    rlm = env.rlm(rsm_in(env))
+    with caplog.at_level(logging.ERROR, logger="tierlog.tiered"):
+        rlm.sync_partitions()
+    reason = ulog.offline_reason
+    assert reason is not None and f"offsets [0, {remote_end}]" in reason and "remote.storage.enable" in reason
+    assert any(r.levelno == logging.ERROR and f"[0, {remote_end}]" in r.getMessage() for r in caplog.records)
+    with pytest.raises(KafkaStorageError):
+        ulog.append_as_leader(sent[0])
+    assert ulog.log_end_offset == 0
+    rlm.sync_partitions()  # checked once: nothing changes while the topic stays untiered
+    assert ulog.offline_reason == reason
+
+    # Tiering back on: the partition is restored from the remote tier and serves again.
+    ulog.update_config(tiered_config())
+    rlm.sync_partitions()
+    assert ulog.offline_reason is None
+    assert ulog.log_start_offset == ulog.log_end_offset == remote_end + 1
+    assert read_everything(ulog, rlm) == [k for k in original if k[1] <= remote_end]
+    last_tiered = (remote_end - 2) // 3
+    assert ulog.append_as_leader(sent[last_tiered]).duplicate
+
+
+def test_an_untiered_topic_whose_local_log_goes_past_the_remote_tier_is_served(env: Env) -> None:
+    ulog, rlm, _, _ = write_and_tier(env)
+    stop(env, ulog, rlm)
+    ulog = env.open_log(config=tiered_config(**{"remote.storage.enable": False}))
+    rlm = env.rlm(rsm_in(env))
+    rlm.sync_partitions()
+    assert ulog.offline_reason is None
+    assert not ulog.append_as_leader(batch(1, seed=5)).duplicate
+
+
+def test_with_the_remote_tier_switched_off_a_wiped_partition_stays_offline(env: Env) -> None:
+    """remote.log.storage.system.enable=false: no remote log manager runs, but the broker still reads
+    the remote log metadata once at startup and keeps a partition whose local log ends at or below the
+    remote tier's end offline, naming both ranges."""
+    from tierlog.server.remote_tier import guard_without_remote_tier
+
+    ulog, rlm, _, _ = write_and_tier(env)
+    remote_end = ulog.highest_offset_in_remote_storage
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+    wiped = env.open_log(config=tiered_config())
+    intact = env.open_log("u-0", config=tiered_config())
+    intact.append_as_leader(batch(3))
+    metadata_dir = env.root / "data" / "remote-log-metadata"
+    before = sorted((f.name, f.read_bytes()) for f in metadata_dir.iterdir())
+    offline = guard_without_remote_tier(metadata_dir, env.logs)
+    assert list(offline) == [("t", 0)]
+    reason = wiped.offline_reason
+    assert reason is not None and f"offsets [0, {remote_end}]" in reason
+    assert "remote.log.storage.system.enable=false" in reason
+    assert intact.offline_reason is None
+    with pytest.raises(KafkaStorageError):
+        wiped.append_as_leader(batch(1))
+    assert sorted((f.name, f.read_bytes()) for f in metadata_dir.iterdir()) == before, "read only"
