@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 
@@ -251,7 +251,7 @@ def test_an_unreachable_remote_tier_keeps_the_partition_offline_then_a_sigkill(t
 
 
 def test_restored_from_s3(tmp_path: Path, topic_name: str) -> None:
-    from tests.reliability.s3_server import JournaledS3Server
+    from tests.helpers.s3_server import JournaledS3Server
 
     server = JournaledS3Server(tmp_path / "s3.journal").start()
     env_saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}

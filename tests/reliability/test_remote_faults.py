@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.s3_server import JournaledS3Server
 from tests.helpers.seeds import test_seed
 from tests.reliability.remote_deletes import run_failing_deletes
 from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
-from tests.reliability.s3_server import JournaledS3Server
 
 pytestmark = pytest.mark.integration
 

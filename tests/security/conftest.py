@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.broker import LISTENING, BrokerProcess
-from tests.integration.conftest import topic_name  # noqa: F401 - a fixture
+from tests.helpers.fixtures import topic_name  # noqa: F401 - a fixture
 from tests.security.pki import CertificateAuthority
 
 WAIT_S = 30.0
