@@ -30,10 +30,10 @@ from tierlog.errors import (
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     INT32_MAX,
-    LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
 )
 from tierlog.records.reader import records_max_timestamp
@@ -52,6 +52,7 @@ CHECK_CHUNK_BYTES = 1 << 20
 _HEADER_FIELDS = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
+_TIMESTAMP_FIELDS = struct.Struct(">hiqq")  # at byte 21: attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 
 
 class SegmentDamageError(CorruptRecordError):
@@ -317,18 +318,28 @@ class LogSegment:
         return self._max_ts_and_offset
 
     def _first_header_contradicting_itself(self) -> BatchHeader | None:
-        """Header-only scan (61 bytes per batch) for a batch whose header max timestamp contradicts the
-        header's own base timestamp (the first record's): -1, or any value below it, over records that
-        have timestamps. Stored so only by an older tierlog, which kept the producer's value (Sarama
-        1.22 writes -1); tierlog rewrites such headers on append. A LogAppendTime batch's max is the
-        append time and may be below its records'. Damage ends the scan: reads report it."""
-        try:
-            for h in self.log.iter_headers_from(0):
-                if h.base_timestamp >= 0 and h.max_timestamp < h.base_timestamp \
-                        and h.timestamp_type != LOG_APPEND_TIME:
-                    return h
-        except CorruptRecordError:
+        """Header-only scan for a batch whose header max timestamp contradicts the header's own base
+        timestamp (the first record's): -1, or any value below it, over records that have timestamps.
+        Stored so only by an older tierlog, which kept the producer's value (Sarama 1.22 writes -1);
+        tierlog rewrites such headers on append. A LogAppendTime batch's max is the append time and
+        may be below its records'. Reads three header fields per batch from a mapping (once per
+        segment and process); damage ends the scan, reads report it."""
+        size = self.log.size_bytes
+        if size < BATCH_HEADER_SIZE:
             return None
+        with mmap.mmap(self.log.fd, 0, access=mmap.ACCESS_READ) as mm:
+            end = min(size, len(mm))
+            pos = 0
+            while end - pos >= BATCH_HEADER_SIZE:
+                (length,) = _LENGTH.unpack_from(mm, pos + 8)
+                if length < MIN_BATCH_LENGTH or mm[pos + 16] != MAGIC_V2 or pos + LOG_OVERHEAD + length > end:
+                    return None
+                attributes, _, base_ts, max_ts = _TIMESTAMP_FIELDS.unpack_from(mm, pos + 21)
+                if base_ts >= 0 and max_ts < base_ts and not attributes & TIMESTAMP_TYPE_MASK:
+                    found = BatchHeader(bytes(mm[pos : pos + BATCH_HEADER_SIZE]), 0)
+                    found.position = pos
+                    return found
+                pos += LOG_OVERHEAD + length
         return None
 
     def _rebuild_from_records(self) -> None:
