@@ -44,7 +44,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
-from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
 from tierlog.server.storage_io import StorageIO
@@ -182,6 +182,8 @@ class Broker:
             tier_sync.reconcile(controller.image)
             controller.add_listener(tier_sync.on_commit)
             remote.start()
+        else:
+            guard_without_remote_tier(metadata_dir_of(config), manager)
         manager.start_background_tasks()
         cleaner_settings = settings_from(config.get)
         if cleaner_settings.enable:
