@@ -123,7 +123,7 @@ class Broker:
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
-        self.security = ListenerSecurity(config)
+        self.security = ListenerSecurity(config, clock=self.clock)
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -215,6 +215,7 @@ class Broker:
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.security.image = lambda: controller.image
+        await asyncio.to_thread(self.security.start)
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = net.socket_request_max_bytes
@@ -270,6 +271,7 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        self.security.close()
         if self.console is not None:
             await asyncio.to_thread(self.console.close)
         await asyncio.to_thread(self.metrics.close)
