@@ -22,7 +22,7 @@ Format, version 1 (bytes as standard base64)::
      "segments": [{"id": "<base64 uuid>", "start_offset": 0, "end_offset": 99, "max_timestamp_ms": ...,
                    "broker_id": 1, "event_timestamp_ms": ..., "size_bytes": ...,
                    "leader_epochs": [[0, 0]], "state": "COPY_SEGMENT_FINISHED",
-                   "custom_metadata": "<base64>" | null}, ...]}
+                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false}, ...]}
 
 Segments are listed by start offset, every state but DELETE_SEGMENT_FINISHED (a reader reads only
 COPY_SEGMENT_FINISHED ones; the others say an upload or a deletion is under way).
@@ -101,6 +101,7 @@ def encode(manifest: PartitionManifest) -> bytes:
             "event_timestamp_ms": m.event_timestamp_ms, "size_bytes": m.segment_size_in_bytes,
             "leader_epochs": [list(e) for e in m.segment_leader_epochs], "state": m.state.name,
             "custom_metadata": _b64(m.custom_metadata),
+            "max_timestamp_from_records": m.max_timestamp_from_records,
         } for m in manifest.segments],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -147,7 +148,8 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 _field(s, "event_timestamp_ms", int, at), _field(s, "size_bytes", int, at),
                 tuple((int(e), int(o)) for e, o in epochs),
                 RemoteLogSegmentState[state],
-                None if custom is None else base64.b64decode(custom, validate=True)))
+                None if custom is None else base64.b64decode(custom, validate=True),
+                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at)))
     except (KeyError, ValueError, TypeError) as e:
         raise ManifestError(f"{where}: {e}") from None
     return PartitionManifest(tip, start, tuple(segments))
