@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from tierlog.clock import Clock
 from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.errors import ErrorCode as Code
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import (
     ControlRecordType,
@@ -42,7 +43,7 @@ from tierlog.server.txn.records import (
     encode_value,
     partition_for_transactional_id,
 )
-from tierlog.server.txn.rules import Code, TxnMetadata
+from tierlog.server.txn.rules import TxnMetadata
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)

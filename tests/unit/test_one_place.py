@@ -1,0 +1,88 @@
+"""Guards for "each fact in one place" (#23): an AST scan of src/ fails when a module writes again a
+fact that has its one home -- a Kafka error code as a bare constant or a second error-code enum
+(home: ``tierlog.errors.ErrorCode``), a ``TopicPartition`` type alias (home: ``tierlog.ids``).
+
+Each check is a function of a module's source, so the tests below also prove on made-up modules that
+it finds what it is meant to find (a guard that can never fail guards nothing).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from tierlog.errors import ErrorCode
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "tierlog"
+KAFKA_ERROR_NAMES = frozenset(ErrorCode.__members__)
+#: Affixes a copied code's name may carry (``UNKNOWN_TOPIC_ID_CODE``, ``ERR_INVALID_REQUEST``).
+_AFFIXES = ("_ERROR_CODE", "_CODE", "_ERROR")
+
+
+def _modules() -> Iterator[tuple[str, str]]:
+    for path in sorted(SRC.rglob("*.py")):
+        yield str(path.relative_to(SRC.parent)), path.read_text(encoding="utf-8")
+
+
+def _is_int_literal(node: ast.expr | None) -> bool:
+    """``42``, ``-1``, or ``int(...)`` (a copy of another enum's value)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int"
+
+
+def _assigned_ints(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and _is_int_literal(stmt.value):
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, stmt.lineno
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and _is_int_literal(stmt.value):
+            yield stmt.target.id, stmt.lineno
+
+
+def _error_code_name(name: str) -> bool:
+    upper = name.upper()
+    if upper.startswith("ERR_"):
+        upper = upper[4:]
+    for affix in _AFFIXES:
+        if upper.endswith(affix) and upper[: -len(affix)] in KAFKA_ERROR_NAMES:
+            return True
+    return upper in KAFKA_ERROR_NAMES and name.isupper()
+
+
+def error_code_copies(source: str) -> list[str]:
+    """Module-level int constants named like a Kafka error code, and classes that hold two or more
+    of them (a second error-code enum: ``class SecurityErrorCode(IntEnum): NONE = 0; ...``)."""
+    tree = ast.parse(source)
+    found = [f"{name} (line {line})" for name, line in _assigned_ints(tree.body) if _error_code_name(name)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            members = [name for name, _ in _assigned_ints(node.body) if name in KAFKA_ERROR_NAMES]
+            if len(members) >= 2 or (members and "error" in node.name.lower()):
+                found.append(f"class {node.name} (line {node.lineno}): {', '.join(members)}")
+    return found
+
+
+def test_the_error_code_scan_finds_copies() -> None:
+    assert error_code_copies("INVALID_REQUEST = 42\nX = 1\n") == ["INVALID_REQUEST (line 1)"]
+    assert error_code_copies("UNKNOWN_TOPIC_ID_CODE: int = 100\n") == ["UNKNOWN_TOPIC_ID_CODE (line 1)"]
+    assert error_code_copies("NONE = int(kio.ErrorCode.none)\n") == ["NONE (line 1)"]
+    enum_copy = "class SecurityErrorCode(IntEnum):\n    NONE = 0\n    SASL_AUTHENTICATION_FAILED = 58\n"
+    assert error_code_copies(enum_copy) == ["class SecurityErrorCode (line 1): NONE, SASL_AUTHENTICATION_FAILED"]
+    # Not copies: another enum with a NONE member, names that only share a word, the enum itself used.
+    assert error_code_copies("class CompressionType(IntEnum):\n    NONE = 0\n    GZIP = 1\n") == []
+    assert error_code_copies("MAX_EPOCH = 32767\nERROR_EXIT = 1\nCODE = ErrorCode.NONE\n") == []
+
+
+def test_no_module_copies_a_kafka_error_code() -> None:
+    copies = {
+        name: found
+        for name, source in _modules()
+        if name != "tierlog/errors.py" and (found := error_code_copies(source))
+    }
+    assert copies == {}, "Kafka's error codes live in tierlog.errors.ErrorCode only"
+
