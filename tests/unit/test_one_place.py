@@ -1,6 +1,7 @@
 """Guards for "each fact in one place" (#23): an AST scan of src/ fails when a module writes again a
 fact that has its one home -- a Kafka error code as a bare constant or a second error-code enum
-(home: ``tierlog.errors.ErrorCode``), a ``TopicPartition`` type alias (home: ``tierlog.ids``).
+(home: ``tierlog.errors.ErrorCode``), a ``TopicPartition`` or ``TopicIdPartition`` definition
+(home: ``tierlog.ids``).
 
 Each check is a function of a module's source, so the tests below also prove on made-up modules that
 it finds what it is meant to find (a guard that can never fail guards nothing).
@@ -86,3 +87,41 @@ def test_no_module_copies_a_kafka_error_code() -> None:
     }
     assert copies == {}, "Kafka's error codes live in tierlog.errors.ErrorCode only"
 
+
+
+#: The shared ids whose one definition is in tierlog.ids.
+SHARED_IDS = frozenset({"TopicPartition", "TopicIdPartition"})
+
+
+def shared_id_definitions(source: str) -> list[str]:
+    """Definitions of a shared id: an alias (``TopicPartition = tuple[str, int]``, annotated or a
+    ``type`` statement) or a class of that name, anywhere in the module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            names = [node.target.id]
+        elif isinstance(node, ast.ClassDef):
+            names = [node.name]
+        elif type(node).__name__ == "TypeAlias":  # ``type TopicPartition = ...`` (Python 3.12)
+            names = [ast.unparse(node.name)]  # type: ignore[attr-defined]
+        found += [f"{name} (line {node.lineno})" for name in names if name in SHARED_IDS]
+    return found
+
+
+def test_the_shared_id_scan_finds_copies() -> None:
+    assert shared_id_definitions("TopicPartition = tuple[str, int]\n") == ["TopicPartition (line 1)"]
+    assert shared_id_definitions("TopicPartition: TypeAlias = tuple[str, int]\n") == ["TopicPartition (line 1)"]
+    assert shared_id_definitions("class TopicIdPartition:\n    pass\n") == ["TopicIdPartition (line 1)"]
+    assert shared_id_definitions("from tierlog.ids import TopicPartition\nTP = TopicPartition\n") == []
+
+
+def test_no_module_redefines_a_shared_id() -> None:
+    copies = {
+        name: found
+        for name, source in _modules()
+        if name != "tierlog/ids.py" and (found := shared_id_definitions(source))
+    }
+    assert copies == {}, "TopicPartition and TopicIdPartition are defined in tierlog.ids only"

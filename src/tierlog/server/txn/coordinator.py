@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from tierlog.clock import Clock
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
+from tierlog.ids import TopicPartition
 from tierlog.metadata import Controller, TopicExistsError
 from tierlog.records import (
     ControlRecordType,
@@ -48,7 +49,6 @@ from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 TICK_INTERVAL_S = 0.1
 #: Marker writes that fail (a storage error) are retried this often before the transaction is left
 #: in its Prepare state for the next start to finish.

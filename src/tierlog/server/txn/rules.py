@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tierlog.errors import ErrorCode as Code
+from tierlog.ids import TopicPartition
 from tierlog.server.txn.records import TxnLogValue, TxnState
 
-TopicPartition = tuple[str, int]
 NO_PRODUCER_EPOCH = -1
 #: Kafka rotates the producer id once the epoch reaches Short.MAX_VALUE - 1 (the last one is kept for
 #: fencing).

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.storage.cleaner.batches import CorruptDirtyBatchError
 from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
 from tierlog.storage.cleaner.cleaner import Cleaner, CleanResult, Throttle, segment_views, with_timestamps
@@ -33,8 +34,6 @@ from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager, Progress
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
