@@ -56,8 +56,7 @@ class ListenerSecurity:
         self.image: Callable[[], MetadataImage] | None = None
         # Salts of unknown SCRAM users are derived from it: stable per name, unguessable.
         self._unknown_user_secret = os.urandom(32)
-        for item in config.get_list("listeners"):
-            name = item.partition("://")[0].upper()
+        for name in config.listener_names():
             if self.protocols.get(name) in TLS_PROTOCOLS:
                 self.tls[name] = TlsContextSource(TlsSettings.from_config(config, name), now_s)
                 self.mappers[name] = PrincipalMapper(str(config.listener_value(name, "ssl.principal.mapping.rules")))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.clock import Clock
+from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
 from tierlog.ids import TopicPartition
@@ -58,12 +59,12 @@ MARKER_BACKOFF_S = 0.2
 
 @dataclass(frozen=True)
 class TxnSettings:
-    num_partitions: int = 50
-    segment_bytes: int = 104857600
-    max_timeout_ms: int = 900000
-    abort_timed_out_interval_ms: int = 10000
-    id_expiration_ms: int = 604800000
-    remove_expired_interval_ms: int = 3600000
+    num_partitions: int = broker_default("transaction.state.log.num.partitions")
+    segment_bytes: int = broker_default("transaction.state.log.segment.bytes")
+    max_timeout_ms: int = broker_default("transaction.max.timeout.ms")
+    abort_timed_out_interval_ms: int = broker_default("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    id_expiration_ms: int = broker_default("transactional.id.expiration.ms")
+    remove_expired_interval_ms: int = broker_default("transactions.remove.expired.transaction.cleanup.interval.ms")
 
 
 class TransactionCoordinator:
