@@ -1,7 +1,7 @@
 """Guards for "each fact in one place" (#23): an AST scan of src/ fails when a module writes again a
 fact that has its one home -- a Kafka error code as a bare constant or a second error-code enum
 (home: ``tierlog.errors.ErrorCode``), a ``TopicPartition`` or ``TopicIdPartition`` definition
-(home: ``tierlog.ids``).
+(home: ``tierlog.ids``), a direct read of the time (home: the injected ``tierlog.clock.Clock``).
 
 Each check is a function of a module's source, so the tests below also prove on made-up modules that
 it finds what it is meant to find (a guard that can never fail guards nothing).
@@ -125,3 +125,39 @@ def test_no_module_redefines_a_shared_id() -> None:
         if name != "tierlog/ids.py" and (found := shared_id_definitions(source))
     }
     assert copies == {}, "TopicPartition and TopicIdPartition are defined in tierlog.ids only"
+
+
+#: The readings of the time module that only tierlog.clock makes (sleeping is not reading the clock).
+CLOCK_READINGS = frozenset({"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+                            "process_time", "process_time_ns"})
+
+
+def direct_clock_reads(source: str) -> list[str]:
+    """``time.monotonic()`` and the like, called or passed on (``now_s=time.monotonic``), and the same
+    names imported from the time module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and node.attr in CLOCK_READINGS and isinstance(node.value, ast.Name)
+                and node.value.id == "time"):
+            found.append(f"time.{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.ImportFrom) and node.module == "time":
+            found += [f"from time import {a.name} (line {node.lineno})" for a in node.names if a.name in CLOCK_READINGS]
+    return found
+
+
+def test_the_clock_scan_finds_direct_reads() -> None:
+    assert direct_clock_reads("import time\nstarted = time.monotonic()\n") == ["time.monotonic (line 2)"]
+    assert direct_clock_reads("def f(now_s=time.perf_counter): ...\n") == ["time.perf_counter (line 1)"]
+    assert direct_clock_reads("from time import time_ns\n") == ["from time import time_ns (line 1)"]
+    assert direct_clock_reads("import time\ntime.sleep(1)\nclock.monotonic_ns()\n") == []
+
+
+def test_only_the_clock_reads_the_time() -> None:
+    reads = {
+        name: found
+        for name, source in _modules()
+        # tierlog.testing holds fakes and fault plugins that sleep and stamp real time on purpose.
+        if name != "tierlog/clock.py" and not name.startswith("tierlog/testing/")
+        and (found := direct_clock_reads(source))
+    }
+    assert reads == {}, "read the time through the injected tierlog.clock.Clock"

@@ -131,7 +131,7 @@ class Broker:
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
-        self.security = ListenerSecurity(config)
+        self.security = ListenerSecurity(config, lambda: monotonic_s(self.clock))
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None

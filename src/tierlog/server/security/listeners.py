@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
 
+from tierlog.clock import system_monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.security_keys import SASL_MECHANISMS
 from tierlog.errors import ConfigError
@@ -41,7 +41,7 @@ class ListenerSecurity:
     """Per listener: its protocol and, for TLS ones, the context source (built at startup, so a bad
     certificate stops the broker before it listens)."""
 
-    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = system_monotonic_s) -> None:
         self.config = config
         self.protocols = config.security_protocol_map()
         self.refusals = PeerLogLimiter(log, now_s)

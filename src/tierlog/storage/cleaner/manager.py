@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.settings import broker_default, broker_default_flag, broker_default_float
 from tierlog.errors import TierlogError
 from tierlog.ids import TopicPartition
@@ -133,7 +132,7 @@ class LogCleaner:
     def new_cleaner(self) -> Cleaner:
         s = self.settings
         slots = offset_map_slots(s.dedupe_buffer_size, max(1, s.threads), s.io_buffer_load_factor)
-        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, time.monotonic)
+        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, lambda: monotonic_s(self.clock))
         cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=s.io_buffer_size, clock=self.clock, throttle=throttle,
                           swap_hook=self.swap_hook, progress=self._progress_line)
         cleaner.stop_requested = self._stop.is_set
