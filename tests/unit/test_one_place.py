@@ -161,3 +161,17 @@ def test_only_the_clock_reads_the_time() -> None:
         and (found := direct_clock_reads(source))
     }
     assert reads == {}, "read the time through the injected tierlog.clock.Clock"
+
+
+#: Modules stay at a few hundred lines; a longer one says why in its docstring (the project guide).
+MAX_LINES = 600
+
+
+def test_long_modules_say_why() -> None:
+    unexplained = {
+        name: source.count("\n")
+        for name, source in _modules()
+        if source.count("\n") > MAX_LINES
+        and "Longer than most modules" not in (ast.get_docstring(ast.parse(source)) or "")
+    }
+    assert unexplained == {}, f"over {MAX_LINES} lines without 'Longer than most modules ... because' in the docstring"

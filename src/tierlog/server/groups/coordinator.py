@@ -44,6 +44,7 @@ from tierlog.server.groups.records import (
 )
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.ticker import Ticker
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class GroupCoordinator:
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
         self.consumer = ConsumerGroups(self, settings.consumer)
         self._write_lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
+        self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "group coordinator")
         self._topic_lock = asyncio.Lock()
         self._last_cleanup_ms = self.now_ms()
         self._empty_since = EmptySince()
@@ -106,22 +107,12 @@ class GroupCoordinator:
             loaded = await self.io.run(self._load_blocking)
             log.info("loaded %d committed offsets of %d groups from %s in %.3f s", loaded, len(self.offsets),
                      CONSUMER_OFFSETS_TOPIC, (self.clock.monotonic_ns() - started_ns) / 1e9)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
+        await self._ticker.stop()
         for group in self.groups.values():
             group.shutdown()
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
-            self.tick()
 
     def tick(self) -> None:
         now = self.now_ms()
@@ -416,16 +407,11 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
-    async def commit(self, group_id: str, member_id: str, generation_id: int,
-                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
-        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
-        if not group_id:
-            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
-        code = self._commit_error(group_id, member_id, generation_id)
-        if code:
-            return [code] * len(offsets)
+    def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]], now: int,
+                        ) -> tuple[list[int], list[tuple[bytes, bytes | None]], list[tuple[TopicPartition, OffsetValue]]]:
+        """What an OffsetCommit or a TxnOffsetCommit writes: an error code per entry (an unknown
+        partition, metadata too large), and for the accepted ones their record and the offset it commits."""
         image = self.partitions.image
-        now = self.clock.wall_ms()
         codes: list[int] = []
         records: list[tuple[bytes, bytes | None]] = []
         accepted: list[tuple[TopicPartition, OffsetValue]] = []
@@ -441,6 +427,18 @@ class GroupCoordinator:
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
             codes.append(ErrorCode.NONE)
+        return codes, records, accepted
+
+    async def commit(self, group_id: str, member_id: str, generation_id: int,
+                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
+        code = self._commit_error(group_id, member_id, generation_id)
+        if code:
+            return [code] * len(offsets)
+        now = self.clock.wall_ms()
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if records:
             code = await self._append(group_id, records)
             if code:
@@ -467,23 +465,8 @@ class GroupCoordinator:
             code = self._commit_error(group_id, member_id, generation_id)
             if code:
                 return [code] * len(offsets)
-        image = self.partitions.image
         now = self.clock.wall_ms()
-        codes: list[int] = []
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: list[tuple[TopicPartition, OffsetValue]] = []
-        for topic, partition, offset, leader_epoch, metadata in offsets:
-            t = image.topics_by_name.get(topic)
-            if t is None or partition not in t.partitions:
-                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-                continue
-            value = OffsetValue(offset, leader_epoch, metadata or "", now)
-            records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
-            accepted.append(((topic, partition), value))
-            codes.append(ErrorCode.NONE)
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if not records:
             return codes
         batch = build_batch([SimpleRecord(k, v, timestamp=now) for k, v in records], producer_id=producer_id,

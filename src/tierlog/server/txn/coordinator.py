@@ -34,6 +34,7 @@ from tierlog.records import (
 from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.ticker import Ticker
 from tierlog.server.txn import rules
 from tierlog.server.txn.records import (
     TRANSACTION_STATE_TOPIC,
@@ -80,7 +81,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._write_lock = asyncio.Lock()
         self._topic_lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
+        self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "transaction coordinator")
         self._last_abort_check_ms = 0
         self._last_expire_check_ms = 0
         #: Counters for the metrics endpoint and ``transactions list``.
@@ -109,23 +110,10 @@ class TransactionCoordinator:
                         meta.pending = False
         now = self.now_ms()
         self._last_abort_check_ms = self._last_expire_check_ms = now
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("transaction coordinator tick failed")
+        await self._ticker.stop()
 
     async def tick(self) -> None:
         now = self.now_ms()
