@@ -21,7 +21,7 @@ from tierlog.clock import Clock
 from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
 from tierlog.ids import TopicPartition
-from tierlog.metadata import Controller, TopicExistsError
+from tierlog.metadata import Controller
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups import consumer_records
 from tierlog.server.groups.consumer_coordinator import ConsumerGroups
@@ -42,6 +42,7 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
+from tierlog.server.internal_topic import InternalTopic
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -92,7 +93,9 @@ class GroupCoordinator:
         self.consumer = ConsumerGroups(self, settings.consumer)
         self._write_lock = asyncio.Lock()
         self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "group coordinator")
-        self._topic_lock = asyncio.Lock()
+        self._topic = InternalTopic(CONSUMER_OFFSETS_TOPIC, partitions, controller, io,
+                                    num_partitions=settings.num_partitions,
+                                    configs={"cleanup.policy": "compact", "segment.bytes": str(settings.segment_bytes)})
         self._last_cleanup_ms = self.now_ms()
         self._empty_since = EmptySince()
 
@@ -275,22 +278,10 @@ class GroupCoordinator:
     # -- persistence -----------------------------------------------------------------------------
 
     async def ensure_topic(self) -> None:
-        if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-            return
-        async with self._topic_lock:
-            if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-                return
-            try:
-                await self.io.run(self.controller.create_topic, CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions, 1,
-                                  {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)})
-                log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions)
-            except TopicExistsError:
-                pass
+        await self._topic.ensure()
 
     def _partition_of(self, group_id: str) -> int:
-        topic = self.partitions.topic(CONSUMER_OFFSETS_TOPIC)
-        count = topic.num_partitions if topic is not None else self.settings.num_partitions
-        return partition_for_group(group_id, count)
+        return partition_for_group(group_id, self._topic.partition_count())
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append records to the group's partition; the error code (0 when stored)."""

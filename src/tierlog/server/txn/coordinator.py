@@ -22,7 +22,7 @@ from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
 from tierlog.ids import TopicPartition
-from tierlog.metadata import Controller, TopicExistsError
+from tierlog.metadata import Controller
 from tierlog.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -32,6 +32,7 @@ from tierlog.records import (
     iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
+from tierlog.server.internal_topic import InternalTopic
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -80,7 +81,10 @@ class TransactionCoordinator:
         self.settings = settings
         self.txns: dict[str, TxnMetadata] = {}
         self._write_lock = asyncio.Lock()
-        self._topic_lock = asyncio.Lock()
+        self._topic = InternalTopic(TRANSACTION_STATE_TOPIC, partitions, controller, io,
+                                    num_partitions=settings.num_partitions,
+                                    configs={"cleanup.policy": "compact", "segment.bytes": str(settings.segment_bytes),
+                                             "min.insync.replicas": "1"})
         self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "transaction coordinator")
         self._last_abort_check_ms = 0
         self._last_expire_check_ms = 0
@@ -174,23 +178,10 @@ class TransactionCoordinator:
     # -- persistence -----------------------------------------------------------------------------
 
     async def ensure_topic(self) -> None:
-        if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
-            return
-        async with self._topic_lock:
-            if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
-                return
-            try:
-                await self.io.run(self.controller.create_topic, TRANSACTION_STATE_TOPIC, self.settings.num_partitions,
-                                  1, {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
-                                      "min.insync.replicas": "1"})
-                log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.settings.num_partitions)
-            except TopicExistsError:
-                pass
+        await self._topic.ensure()
 
     def partition_of(self, transactional_id: str) -> int:
-        topic = self.partitions.topic(TRANSACTION_STATE_TOPIC)
-        count = topic.num_partitions if topic is not None else self.settings.num_partitions
-        return partition_for_transactional_id(transactional_id, count)
+        return partition_for_transactional_id(transactional_id, self._topic.partition_count())
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, self.partition_of(transactional_id))
