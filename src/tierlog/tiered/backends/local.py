@@ -53,6 +53,21 @@ ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
 MANIFEST_NAME = "_manifest.json"
 
 
+def segment_objects(segment_data: LogSegmentData) -> list[tuple[str, Path | bytes]]:
+    """What a copy uploads, as (suffix, file or bytes): the segment, its indexes, the producer
+    snapshot, the leader-epoch checkpoint, and the transaction index when the segment has one."""
+    sources: list[tuple[str, Path | bytes]] = [
+        (LOG_SUFFIX, segment_data.log_segment),
+        (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
+        (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
+        (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
+        (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
+    ]
+    if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
+        sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+    return sources
+
+
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
     raw = props.get(key)
     if raw is None:
@@ -134,15 +149,7 @@ class LocalDirectoryRemoteStorageManager:
         if self.read_only:
             raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
         directory, prefix = self._paths(metadata)
-        sources: list[tuple[str, Path | bytes]] = [
-            (LOG_SUFFIX, segment_data.log_segment),
-            (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
-            (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
-            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
-            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
-        ]
-        if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
-            sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+        sources = segment_objects(segment_data)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             for suffix, source in sources:

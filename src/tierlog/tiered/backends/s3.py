@@ -46,7 +46,7 @@ from tierlog.tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from tierlog.tiered.backends.local import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX
+from tierlog.tiered.backends.local import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX, segment_objects
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -203,15 +203,7 @@ class S3RemoteStorageManager:
         import obstore
 
         base = self.new_key_base(metadata)
-        sources: list[tuple[str, Path | bytes]] = [
-            (LOG_SUFFIX, segment_data.log_segment),
-            (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
-            (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
-            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
-            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
-        ]
-        if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
-            sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+        sources = segment_objects(segment_data)
 
         def put(item: tuple[str, Path | bytes]) -> int:
             suffix, source = item
