@@ -286,13 +286,13 @@ class MetadataDelta:
             configs = MappingProxyType(merged)
         client_quotas = image.client_quotas
         if self._quotas:
-            quotas = dict(client_quotas)
-            for entity, values in self._quotas.items():
-                if values:
-                    quotas[entity] = MappingProxyType(dict(values))
+            merged_quotas = dict(client_quotas)
+            for entity, quota_values in self._quotas.items():
+                if quota_values:
+                    merged_quotas[entity] = MappingProxyType(dict(quota_values))
                 else:
-                    quotas.pop(entity, None)
-            client_quotas = MappingProxyType(quotas)
+                    merged_quotas.pop(entity, None)
+            client_quotas = MappingProxyType(merged_quotas)
         provenance = self._provenance or image.provenance
         features_epoch = image.features_epoch
         if self.features_epoch is not None:

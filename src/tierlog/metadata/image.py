@@ -211,8 +211,8 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
         yield other(image.scram_credentials[key])
     for entity in sorted(image.client_quotas, key=repr):
         parts = tuple(QuotaEntityPart(t, n) for t, n in entity)
-        for key, value in sorted(image.client_quotas[entity].items()):
-            yield other(ClientQuotaRecord(parts, key, value))
+        for quota_key, value in sorted(image.client_quotas[entity].items()):
+            yield other(ClientQuotaRecord(parts, quota_key, value))
     for resource in sorted(k for k in image.configs if k[0] != ConfigResourceType.TOPIC):
         for rec in _config_records(resource, image.configs[resource]):
             yield other(rec)

@@ -44,6 +44,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager, QuotaWindow
 from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
@@ -210,6 +211,8 @@ class Broker:
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner,
         )
+        ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, QuotaWindow(
+            config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds")))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
