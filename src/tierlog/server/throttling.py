@@ -63,14 +63,42 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
         if throttle > 0:
             quotas.record(QuotaType.FETCH, user, client_id, -size, now_ms)
             reply = _empty_fetch(request, reply, throttle)
+    # A throttle set while the handler ran (the controller mutation quota) counts too.
+    throttle = max(throttle, client.throttle_ms)
     if throttle <= 0:
         return reply
-    client.throttle_ms = max(client.throttle_ms, throttle)
+    client.throttle_ms = throttle
     if reply is None or isinstance(reply, RawResponse):
         return reply
     if hasattr(reply, "throttle_time"):
         return dataclasses.replace(reply, throttle_time=datetime.timedelta(milliseconds=throttle))
     return reply
+
+
+#: The first versions that are refused when the mutation quota is exceeded (KIP-599); older ones
+#: are only throttled, since their clients do not know THROTTLING_QUOTA_EXCEEDED.
+_STRICT_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_TOPICS: 5}
+THROTTLED_MESSAGE = "The throttling quota has been exceeded."
+
+
+def mutation_refused(quotas: QuotaManager | None, request: ParsedRequest, client: ClientInfo, now_ms: int) -> bool:
+    """Before one topic of a CreateTopics/CreatePartitions/DeleteTopics: True when it must be answered
+    THROTTLING_QUOTA_EXCEEDED (a strict version and the client's mutation credit already overdrawn)."""
+    if quotas is None or request.api_version < _STRICT_FROM.get(ApiKey(request.api_key), 1 << 15):
+        return False
+    throttle = quotas.mutation_throttle_ms(user_of(client), client.client_id, now_ms)
+    if throttle > 0:
+        client.throttle_ms = max(client.throttle_ms, throttle)
+        return True
+    return False
+
+
+def record_mutation(quotas: QuotaManager | None, client: ClientInfo, partitions: int, now_ms: int) -> None:
+    """After one topic's partitions were created or deleted: spend them from the client's credit."""
+    if quotas is None or partitions <= 0:
+        return
+    throttle = quotas.record_mutations(user_of(client), client.client_id, partitions, now_ms)
+    client.throttle_ms = max(client.throttle_ms, throttle)
 
 
 def _empty_fetch(request: ParsedRequest, reply: RawResponse, throttle_ms: int) -> RawResponse:
