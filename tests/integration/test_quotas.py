@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.cli import fails, ok
 from tests.helpers.raw_client import RawClient
 
 ALTER = 49
@@ -123,3 +124,20 @@ def test_quota_set_described_enforced_and_kept(quota_broker: BrokerProcess) -> N
     _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "greedy"}],
                    "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}])
     assert _entries(_describe(port, [])) == {}
+
+
+def test_quotas_cli(broker: BrokerProcess) -> None:
+    bs = ["--bootstrap-server", broker.bootstrap]
+    out = ok("quotas", "alter", *bs, "--user", "alice", "--client-defaults",
+             "--add-config", "consumer_byte_rate=2048,request_percentage=25")
+    assert "Completed updating config for user-principal 'alice', client-id <default>." in out
+    assert "Invalid configuration key bogus" in fails("quotas", "alter", *bs, "--user", "alice",
+                                                     "--add-config", "bogus=1")
+    ok("quotas", "alter", *bs, "--user-defaults", "--add-config", "producer_byte_rate=1000", "--validate-only")
+    out = ok("quotas", "describe", *bs, "--user", "alice", "--client-defaults")
+    assert out.strip() == ("Quota configs for user-principal 'alice', client-id <default> are "
+                           "consumer_byte_rate=2048,request_percentage=25"), out
+    assert ok("quotas", "describe", *bs, "--user-defaults").strip() == ""
+    ok("quotas", "alter", *bs, "--user", "alice", "--client-defaults",
+       "--delete-config", "consumer_byte_rate,request_percentage")
+    assert "alice" not in ok("quotas", "describe", *bs)
