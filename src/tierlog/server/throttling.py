@@ -26,6 +26,10 @@ from tierlog.server.quotas import QuotaManager, QuotaType
 #: Never counted against request_percentage (Kafka exempts them too: a throttled client must still
 #: be able to negotiate versions and authenticate).
 EXEMPT = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: Requests that wait by design (a long-polling fetch, a join waiting for the rebalance): their time
+#: in the handler is mostly waiting, which Kafka (timing thread time, not purgatory) does not count.
+#: tierlog's handlers are coroutines, so only the wall time around them is known: these count 0.
+PARKING = frozenset({ApiKey.FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP})
 _I32 = struct.Struct(">i")
 _FLEXIBLE_FETCH = 12
 
@@ -52,7 +56,7 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
         return reply
     user = user_of(client)
     client_id = client.client_id
-    throttle = quotas.record_request_time(user, client_id, handling_ns, now_ms)
+    throttle = quotas.record_request_time(user, client_id, 0 if request.api_key in PARKING else handling_ns, now_ms)
     if request.api_key == ApiKey.PRODUCE:
         throttle = max(throttle, quotas.record(QuotaType.PRODUCE, user, client_id, produce_bytes(request.body),
                                                now_ms))
