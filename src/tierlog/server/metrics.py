@@ -151,7 +151,7 @@ class BrokerCollector(Collector):
         yield self._connections()
         yield from self._transactions()
         yield from cleaner_metrics(self._ctx.log_cleaner)
-        yield from quota_metrics(self._ctx.quotas)
+        yield from quota_metrics(getattr(self._ctx, "quotas", None))
 
     # -- transactions ---------------------------------------------------------------------------
 
