@@ -152,3 +152,49 @@ def test_quotas_cli(broker: BrokerProcess) -> None:
     ok("quotas", "alter", *bs, "--user", "alice", "--client-defaults",
        "--delete-config", "consumer_byte_rate,request_percentage")
     assert "alice" not in ok("quotas", "describe", *bs)
+
+
+def test_consumer_byte_rate_slows_a_consumer_and_loses_nothing(quota_broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    port = quota_broker.port
+    quota = 200_000
+    admin = AdminClient({"bootstrap.servers": quota_broker.bootstrap})
+    admin.create_topics([NewTopic("quota-c", 1, 1)])["quota-c"].result(30)
+    # Batches well under the quota window: a batch larger than a window of quota can never be let through.
+    p = Producer({"bootstrap.servers": quota_broker.bootstrap, "linger.ms": 5, "batch.size": 32768})
+    total = 4000
+    for i in range(total):
+        p.produce("quota-c", b"%06d" % i + b"y" * 1018)
+        p.poll(0)
+    assert p.flush(60) == 0
+    got = _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "slow-reader"}],
+                         "ops": [{"key": "consumer_byte_rate", "value": float(quota), "remove": False}]}])
+    assert int(got.entries[0].error_code) == 0
+    throttles: list[float] = []
+    c = Consumer({"bootstrap.servers": quota_broker.bootstrap, "group.id": "quota-g", "client.id": "slow-reader",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "throttle_cb": lambda ev: ev.throttle_time > 0 and throttles.append(ev.throttle_time)})
+    c.subscribe(["quota-c"])
+    seen: list[int] = []
+    received = 0
+    started = time.monotonic()
+    while time.monotonic() - started < RUN_S:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen.append(int(msg.value()[:6]))
+            received += len(msg.value())
+    rate = received / (time.monotonic() - started)
+    print(f"consumer rate {rate:.0f} B/s under a {quota} B/s consumer_byte_rate; throttled {len(throttles)} times")
+    assert throttles, f"never throttled at {rate:.0f} B/s\n{quota_broker.stderr_tail()}"
+    assert 0 < rate < 3 * quota, rate
+    # Lift the quota: the rest arrives, in order, none lost or repeated (a throttled fetch returned nothing).
+    _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "slow-reader"}],
+                   "ops": [{"key": "consumer_byte_rate", "value": 0.0, "remove": True}]}])
+    deadline = time.monotonic() + 120
+    while len(seen) < total and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen.append(int(msg.value()[:6]))
+    c.close()
+    assert seen == list(range(total)), (len(seen), seen[:5], seen[-5:])

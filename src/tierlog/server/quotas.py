@@ -167,6 +167,15 @@ class QuotaManager:
             throttle = min(throttle, self.window.window_ms)
         return self._count(qtype, throttle)
 
+    def max_value_in_window(self, qtype: QuotaType, user: str | None, client_id: str) -> float | None:
+        """Kafka's getMaxValueInQuotaWindow: the most a client may take in the windows before the
+        current one (``quota x (num - 1) x window_s``); None without a quota. Caps a fetch's
+        max_bytes, so a consumer whose quota is far below its fetch size is not throttled for ever."""
+        found = self._resolve(qtype, user, client_id)
+        if found is None:
+            return None
+        return found[1] * (self.window.num_windows - 1) * self.window.window_size_s
+
     def record_request_time(self, user: str | None, client_id: str, nanos: int, now_ms: int) -> int:
         return self.record(QuotaType.REQUEST, user, client_id, nanos * NANOS_TO_PERCENTAGE, now_ms)
 

@@ -85,6 +85,15 @@ _STRICT_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DEL
 THROTTLED_MESSAGE = "The throttling quota has been exceeded."
 
 
+def fetch_max_bytes(quotas: QuotaManager | None, client: ClientInfo, max_bytes: int) -> int:
+    """A consumer's fetch max_bytes capped at what its consumer_byte_rate lets it take in a quota
+    window (Kafka's KafkaApis.handleFetchRequest does the same; the first batch still always goes)."""
+    if quotas is None:
+        return max_bytes
+    cap = quotas.max_value_in_window(QuotaType.FETCH, user_of(client), client.client_id)
+    return max_bytes if cap is None else max(0, min(max_bytes, int(cap)))
+
+
 def mutation_refused(quotas: QuotaManager | None, request: ParsedRequest, client: ClientInfo, now_ms: int) -> bool:
     """Before one topic of a CreateTopics/CreatePartitions/DeleteTopics: True when it must be answered
     THROTTLING_QUOTA_EXCEEDED (a strict version and the client's mutation credit already overdrawn)."""

@@ -167,3 +167,9 @@ def test_describe_filters() -> None:
         validate_filter([QuotaFilter(U, MATCH_DEFAULT, "x")])
     with pytest.raises(InvalidQuotaRequest):
         validate_filter([QuotaFilter(U, MATCH_DEFAULT, None), QuotaFilter(U, MATCH_SPECIFIED, None)])
+
+
+def test_fetch_cap_is_quota_times_all_but_the_current_window() -> None:
+    m = _manager({((C, "r"),): {"consumer_byte_rate": 1000.0}}, QuotaWindow(11, 2))
+    assert m.max_value_in_window(QuotaType.FETCH, "ANONYMOUS", "r") == 1000.0 * 10 * 2
+    assert m.max_value_in_window(QuotaType.FETCH, "ANONYMOUS", "other") is None
