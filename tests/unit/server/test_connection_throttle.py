@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers.server import FakeTransport, Router, api_versions
+from tests.helpers.server import Router, api_versions
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, KafkaConnection, Reply
 from tierlog.server.read_gate import ReadActions, ReadGate, Timer
+from tierlog.testing import FakeTransport
 
 THROTTLE_MS = 300
 
