@@ -9,6 +9,7 @@ from tests.helpers.server import call, with_broker
 from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey
 from tierlog.server.context import BrokerContext
+from tierlog.server.quotas import QuotaType
 
 
 def _set(entity: list[tuple[str, str | None]], key: str, value: float) -> dict[str, object]:
@@ -49,3 +50,26 @@ def test_create_topics_over_mutation_quota_is_throttled(tmp_path: Path) -> None:
         assert "t0" in ctx.image.topics_by_name and "t1" not in ctx.image.topics_by_name
     with_broker(tmp_path, test, **{"quota.window.num": "2", "quota.window.size.seconds": "1"})
 
+
+
+def test_request_percentage_puts_throttle_time_in_the_response(tmp_path: Path) -> None:
+    from tierlog.protocol import ParsedRequest, build_request, request_header_version
+    from tierlog.protocol.build import to_millis
+    from tierlog.server.connection import ClientInfo
+    from tierlog.server.dispatcher import Dispatcher
+    from tierlog.server.handlers import all_handlers
+
+    async def test(ctx: BrokerContext) -> None:
+        await call(ctx, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+            _set([("user", None)], "request_percentage", 0.0001)]})
+        dispatcher = Dispatcher(ctx, all_handlers())
+        body = build_request(ApiKey.DESCRIBE_CLUSTER, 0, {"include_cluster_authorized_operations": False})
+        request = ParsedRequest(int(ApiKey.DESCRIBE_CLUSTER), 0, 1, "busy", request_header_version(
+            ApiKey.DESCRIBE_CLUSTER, 0), body)
+        client = ClientInfo("c", "127.0.0.1", 1, "busy")
+        reply = await dispatcher.route(request, client)
+        # Any handling time is far over 0.0001% of a thread: throttled, capped at one window (1 s).
+        assert 0 < to_millis(reply.throttle_time) <= 1000  # type: ignore[union-attr]
+        assert client.throttle_ms == to_millis(reply.throttle_time)  # type: ignore[union-attr]
+        assert ctx.quotas is not None and ctx.quotas.throttled_total[QuotaType.REQUEST] == 1
+    with_broker(tmp_path, test)
