@@ -327,6 +327,13 @@ BROKER_KEYS: list[ConfigKey] = [
             "A connection with no bytes received and no response written for this long is closed, unless a "
             "request of it is still being handled (a long-polling fetch); a client that stopped reading its "
             "responses counts as idle.", validator=at_least(1), group="network"),
+    _broker("quota.window.num", Type.INT, 11,
+            "The number of samples a client quota's rate is measured over (Kafka's quota.window.num): a "
+            "client's byte rate, request time and mutation rate are averaged over this many windows of "
+            "quota.window.size.seconds.", validator=at_least(1), group="quotas"),
+    _broker("quota.window.size.seconds", Type.INT, 1,
+            "The length of one sample window of a client quota's rate (Kafka's quota.window.size.seconds).",
+            validator=at_least(1), group="quotas"),
     _broker("group.initial.rebalance.delay.ms", Type.INT, 3000,
             "How long a new consumer group waits for more members before its first rebalance.",
             validator=at_least(0), group="groups"),

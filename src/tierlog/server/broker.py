@@ -44,6 +44,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager
 from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import (
@@ -52,6 +53,7 @@ from tierlog.server.settings import (
     controller_settings,
     group_settings,
     network_settings,
+    quota_window,
     request_settings,
     txn_settings,
 )
@@ -219,6 +221,7 @@ class Broker:
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner, settings=handler_settings,
         )
+        ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
