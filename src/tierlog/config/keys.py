@@ -348,7 +348,9 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(1), group="groups"),
     _broker("offsets.retention.minutes", Type.INT, 10080,
             "The committed offsets of a group expire this long after the group became empty (for offsets "
-            "committed without a group membership: after their commit) and get tombstones in __consumer_offsets.",
+            "committed without a group membership: after their commit; a consumer group with members keeps the "
+            "offsets of the topics it subscribes to and expires the others this long after their commit) and get "
+            "tombstones in __consumer_offsets.",
             validator=at_least(1), group="groups"),
     _broker("offsets.topic.segment.bytes", Type.INT, 104857600,
             "segment.bytes of __consumer_offsets: small segments, so the log cleaner can compact it early.",
