@@ -23,7 +23,8 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.offset_map import OffsetMap, key_digest
+from tierlog.storage.cleaner.fast_path import map_batch
+from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.log import UnifiedLog, segment_settings
@@ -111,7 +112,7 @@ def with_timestamps(ulog: UnifiedLog, views: list[SegmentView], start: int, end:
 
 
 class Cleaner:
-    def __init__(self, offset_map: OffsetMap, *, io_buffer_bytes: int = 524288, clock: Clock = SYSTEM_CLOCK,
+    def __init__(self, offset_map: AnyOffsetMap, *, io_buffer_bytes: int = 524288, clock: Clock = SYSTEM_CLOCK,
                  throttle: Throttle | None = None, swap_hook: SwapHook | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         self.offset_map = offset_map
@@ -159,14 +160,15 @@ class Cleaner:
                 if txn.on_batch_read(h):
                     covered = h.next_offset
                     continue
-                keyed = [(offset, key_digest(key)) for offset, key, _ in batch_keys(h) if key is not None]
-                if len(m) and not m.fits_digests([d for _, d in keyed]):
+                if isinstance(m, DictOffsetMap):
+                    fitted, keyed_count = _map_batch_reference(m, h)
+                else:
+                    fitted, keyed_count = map_batch(m, h)
+                if not fitted:
                     log.info("the cleaner's offset map is full (%d keys) at offset %d of %s-%d; cleaning up to there",
                              len(m), h.base_offset, ulog.topic, ulog.partition)
                     return covered
-                for offset, digest in keyed:
-                    m.put_digest(digest, offset)
-                result.map_records += len(keyed)
+                result.map_records += keyed_count
                 covered = h.next_offset
         return end  # every batch below ``end`` is in the map
 
@@ -298,6 +300,16 @@ class Cleaner:
         else:
             delete_now()
         return True
+
+
+def _map_batch_reference(m: DictOffsetMap, h: BatchHeader) -> tuple[bool, int]:
+    """The Python reference of ``fast_path.map_batch``."""
+    keyed = [(offset, key_digest(key)) for offset, key, _ in batch_keys(h) if key is not None]
+    if len(m) and not m.fits_digests([d for _, d in keyed]):
+        return False, 0
+    for offset, digest in keyed:
+        m.put_digest(digest, offset)
+    return True, len(keyed)
 
 
 def _paths(directory: Path, base: int, suffix: str) -> list[Path]:

@@ -26,7 +26,7 @@ from tierlog.storage.cleaner.decisions import (
     offset_map_slots,
     select_filthiest,
 )
-from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tierlog.storage.cleaner.status_file import PartitionCleanerState, write_status
 from tierlog.storage.cleaner.swap import SwapHook
 from tierlog.storage.log import UnifiedLog
@@ -133,7 +133,9 @@ class LogCleaner:
         s = self.settings
         slots = offset_map_slots(s.dedupe_buffer_size, max(1, s.threads), s.io_buffer_load_factor)
         throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, time.monotonic)
-        cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=s.io_buffer_size, clock=self.clock, throttle=throttle,
+        # The table takes the thread's whole share of the buffer (24 bytes an entry), full at the load factor.
+        capacity = max(2, s.dedupe_buffer_size // max(1, s.threads) // ENTRY_BYTES)
+        cleaner = Cleaner(OffsetMap(slots, capacity), io_buffer_bytes=s.io_buffer_size, clock=self.clock, throttle=throttle,
                           swap_hook=self.swap_hook, progress=self._progress_line)
         cleaner.stop_requested = self._stop.is_set
         return cleaner
