@@ -29,6 +29,7 @@ from tierlog.errors import ConfigError, TierlogError
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
+from tierlog.server.cleaner_config import CleanerReconfigurer, cleaner_settings
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
@@ -57,7 +58,7 @@ from tierlog.storage.checkpoints import (
     salvage_meta_properties,
     well_formed_cluster_id,
 )
-from tierlog.storage.cleaner.manager import LogCleaner, settings_from
+from tierlog.storage.cleaner.manager import LogCleaner
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered import RemoteLogManager
@@ -183,10 +184,12 @@ class Broker:
             controller.add_listener(tier_sync.on_commit)
             remote.start()
         manager.start_background_tasks()
-        cleaner_settings = settings_from(config.get)
-        if cleaner_settings.enable:
-            self._log_cleaner = LogCleaner(manager, cleaner_settings, clock=self.clock)
+        settings_now = cleaner_settings(config, controller.image, node_id)
+        if settings_now.enable:
+            self._log_cleaner = LogCleaner(manager, settings_now, clock=self.clock)
             self._log_cleaner.start()
+            controller.add_listener(CleanerReconfigurer(self._log_cleaner, config, node_id,
+                                                        lambda: controller.image).on_commit)
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))

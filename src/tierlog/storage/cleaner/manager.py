@@ -112,6 +112,22 @@ class LogCleaner:
             t.join(timeout=60)
         self._threads.clear()
 
+    def reconfigure(self, settings: CleanerSettings) -> None:
+        """Kafka's LogCleaner.reconfigure: the threads stop (a cleaning in progress stops between
+        groups and resumes from its checkpoint) and start again with ``settings``."""
+        if settings == self.settings:
+            return
+        log.info("log cleaner reconfiguring threads=%d dedupe_buffer_bytes=%d io_buffer_bytes=%d load_factor=%s "
+                 "io_max_bytes_per_second=%s backoff_ms=%d", settings.threads, settings.dedupe_buffer_size,
+                 settings.io_buffer_size, settings.io_buffer_load_factor, settings.io_max_bytes_per_second,
+                 settings.backoff_ms)
+        running = bool(self._threads)
+        self.shutdown()
+        self.settings = settings
+        self._stop.clear()
+        if running:
+            self.start()
+
     def wake(self) -> None:
         """Look for work now (tests, a config change) instead of after the backoff."""
         self._wake.set()
