@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +122,15 @@ class Cleaner:
         self.progress = progress
         #: Set to stop a cleaning between groups (shutdown, the log deleted).
         self.stop_requested: Callable[[], bool] = lambda: False
+        #: Whether a progress line is due now (the manager rate-limits them); asked once a batch.
+        self.progress_due: Callable[[], bool] = lambda: True
+
+    def _progress_now(self) -> bool:
+        return self.progress is not None and self.progress_due()
+
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
 
     def _read(self, n: int) -> None:
         if self.throttle is not None:
@@ -170,6 +178,9 @@ class Cleaner:
                     return covered
                 result.map_records += keyed_count
                 covered = h.next_offset
+                if self._progress_now():
+                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {covered} of "
+                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
         return end  # every batch below ``end`` is in the map
 
     def _count_map_read(self, result: CleanResult) -> Callable[[int], None]:
@@ -187,7 +198,7 @@ class Cleaner:
 
     def clean(self, ulog: UnifiedLog, first_dirty: int, first_uncleanable: int, views: list[SegmentView],
               now_ms: int) -> CleanResult:
-        started = time.monotonic()
+        started_ns = self.clock.monotonic_ns()
         result = CleanResult(first_dirty, first_dirty)
         end = self.build_offset_map(ulog, first_dirty, first_uncleanable, result)
         # Nothing dirty (only tombstones past their horizon to drop): the clean part is rewritten.
@@ -214,12 +225,12 @@ class Cleaner:
             if group_horizon is not None:
                 horizon = group_horizon if horizon is None else min(horizon, group_horizon)
             result.groups += 1
-            if self.progress is not None and len(groups) > 1:
-                self.progress(f"cleaning {ulog.topic}-{ulog.partition}: group {n + 1} of {len(groups)} done, "
-                              f"{result.bytes_read} bytes read, {result.bytes_written} written")
+            if len(groups) > 1 and self._progress_now():
+                self._say(f"cleaning {ulog.topic}-{ulog.partition}: group {n + 1} of {len(groups)} done, "
+                          f"{result.bytes_read} bytes read, {result.bytes_written} written")
         result.records_read, result.records_written = ctx.records_read, ctx.records_kept
         result.next_delete_horizon_ms = horizon
-        result.elapsed_s = time.monotonic() - started
+        result.elapsed_s = (self.clock.monotonic_ns() - started_ns) / 1e9
         return result
 
     def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext,
@@ -242,6 +253,9 @@ class Cleaner:
                     cleaned.append(out, [kept])
                     result.bytes_written += len(out)
                     self._read(len(out))
+                    if self._progress_now():
+                        self._say(f"cleaning {ulog.topic}-{ulog.partition}: segment group at {base} up to offset "
+                                  f"{h.last_offset}, {result.bytes_read} bytes read, {result.bytes_written} written")
                     kept_horizon = delete_horizon_of(kept)
                     if kept_horizon is not None:
                         horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
