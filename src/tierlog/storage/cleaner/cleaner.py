@@ -93,18 +93,24 @@ def segment_views(ulog: UnifiedLog) -> list[SegmentView]:
     return views
 
 
-def with_timestamps(ulog: UnifiedLog, views: list[SegmentView], start: int, end: int) -> list[SegmentView]:
-    """``views`` with the largest and first timestamps filled in for the segments overlapping
-    [start, end) (the min/max compaction lag need them; the rest stay unread)."""
+def with_timestamps(ulog: UnifiedLog, views: list[SegmentView], start: int, end: int, *,
+                    min_compaction_lag_ms: int = 0, now_ms: int = 0) -> list[SegmentView]:
+    """``views`` with the largest and first timestamps filled in, in offset order from the first
+    segment overlapping [start, end), for what the compaction lags need: only the first dirty segment
+    without a min lag, else up to the first segment too young to clean (nothing after it can be
+    cleaned). The rest stay unread: a lazily loaded segment (seed 003) is not opened, and none has its
+    indexes checked -- the largest timestamp checks the one time index entry it reads against the
+    batch that entry names, and the first timestamp is read from the first batch itself."""
     out = []
+    filling = True
     for v in views[:-1]:
-        if v.end_offset > start and v.base_offset < end:
+        if filling and v.end_offset > start and v.base_offset < end:
             with ulog.lock:
                 seg = ulog.segments.get(v.base_offset) if v.base_offset in ulog.segments.base_offsets else None
             if seg is not None:
-                ulog._ensure_checked(seg)
                 v = SegmentView(v.base_offset, v.end_offset, v.size_bytes, seg.largest_timestamp,
                                 seg.first_batch_timestamp, v.offset_index_bytes, v.time_index_bytes)
+                filling = min_compaction_lag_ms > 0 and v.largest_timestamp_ms <= now_ms - min_compaction_lag_ms
         out.append(v)
     out.extend(views[-1:])
     return out

@@ -384,7 +384,8 @@ def plan_log(ulog: UnifiedLog, checkpoint: int | None, now_ms: int) -> tuple[Cle
     rng = cleanable_range(views, checkpoint=checkpoint, log_start_offset=start, log_end_offset=leo,
                           last_stable_offset=lso, min_compaction_lag_ms=0, now_ms=now_ms)
     if config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < 2**62:
-        views = with_timestamps(ulog, views, rng.first_dirty_offset, rng.first_uncleanable_offset)
+        views = with_timestamps(ulog, views, rng.first_dirty_offset, rng.first_uncleanable_offset,
+                                min_compaction_lag_ms=config.min_compaction_lag_ms, now_ms=now_ms)
         rng = cleanable_range(views, checkpoint=checkpoint, log_start_offset=start, log_end_offset=leo,
                               last_stable_offset=lso, min_compaction_lag_ms=config.min_compaction_lag_ms,
                               now_ms=now_ms)
