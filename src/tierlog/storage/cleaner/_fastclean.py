@@ -7,8 +7,9 @@ pass and the rewrite), so these loops decide its throughput (bench/compaction.py
 reference (``batches.batch_keys``/``filter_batch`` over ``offset_map.DictOffsetMap``) stays, and a
 property test holds the two equal (tests/unit/storage/cleaner/test_fastclean.py).
 
-The table is three arrays of ``capacity`` entries -- digest high and low halves and the offset (-1:
-empty) -- so 24 bytes an entry, the budget Kafka's SkimpyOffsetMap takes from
+The table is three arrays of ``capacity`` entries -- digest high and low halves and the offset plus
+one (0: empty, so a new table is all zeros and its pages are only touched as keys arrive) -- so 24
+bytes an entry, the budget Kafka's SkimpyOffsetMap takes from
 ``log.cleaner.dedupe.buffer.size``; linear probing, and the map counts as full at the load factor.
 
 The digest is MurmurHash3 x64-128 (the published algorithm) over the key bytes: 128 bits, as Kafka's
@@ -132,7 +133,7 @@ def _slot(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, a: Any, b: Any) ->
     cap = offs.shape[0]
     i: Any = np.int64(a % np.uint64(cap))
     while True:
-        if offs[i] < 0:
+        if offs[i] == 0:
             return i, False
         if h1s[i] == a and h2s[i] == b:
             return i, True
@@ -145,7 +146,7 @@ def _slot(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, a: Any, b: Any) ->
 def map_get(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, key: np.ndarray) -> int:
     a, b = murmur3_128(key, 0, key.shape[0])
     i, found = _slot(h1s, h2s, offs, a, b)
-    return int(offs[i]) if found else -1
+    return int(offs[i]) - 1 if found else -1
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -155,7 +156,7 @@ def map_put(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, key: np.ndarray,
     i, found = _slot(h1s, h2s, offs, a, b)
     h1s[i] = a
     h2s[i] = b
-    offs[i] = offset
+    offs[i] = offset + 1
     return not found
 
 
@@ -206,7 +207,7 @@ def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int,
                 return OVERFLOW if start_size == 0 else FULL, start_size, -1, 0
         h1s[i] = a
         h2s[i] = b
-        offs[i] = offset
+        offs[i] = offset + 1
         keyed += 1
         if offset > highest:
             highest = offset
@@ -261,7 +262,7 @@ def retain(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int, ba
             continue  # a null key cannot be compacted: dropped
         a, b = murmur3_128(buf, key_at, key_length)
         i, found = _slot(h1s, h2s, offs, a, b)
-        latest = offs[i] if found else -1
+        latest = offs[i] - 1 if found else -1
         if base_offset + delta < latest:
             continue
         if value_length < 0:

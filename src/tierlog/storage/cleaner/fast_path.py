@@ -6,6 +6,7 @@ producer, malformed records) goes back to the Python reference in :mod:`.batches
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
 
@@ -36,8 +37,9 @@ class MapFullError(CorruptRecordError):
     """An empty offset map cannot hold one batch's keys (log.cleaner.dedupe.buffer.size too small)."""
 
 
-class _Arrays:
-    """numpy views of the last buffer seen (a read chunk holds many batches), and scratch arrays."""
+class _Arrays(threading.local):
+    """numpy views of the last buffer seen (a read chunk holds many batches), and scratch arrays;
+    one set per thread (each cleaner thread has its own)."""
 
     def __init__(self) -> None:
         self._buf: object = None

@@ -40,7 +40,8 @@ class OffsetMap:
         self.capacity = max(wanted, slots + 1)
         self.h1 = np.zeros(self.capacity, np.uint64)
         self.h2 = np.zeros(self.capacity, np.uint64)
-        self.offsets = np.full(self.capacity, -1, np.int64)
+        #: Offset + 1 per entry, 0 when empty: zero-filled arrays cost no memory until written.
+        self.offsets = np.zeros(self.capacity, np.int64)
         self.size = 0
         #: The highest offset put, -1 when empty.
         self.latest_offset = -1
@@ -66,7 +67,10 @@ class OffsetMap:
 
     def clear(self) -> None:
         if self.size:
-            self.offsets.fill(-1)
+            # Fresh zeroed arrays rather than a fill: untouched pages of a large table stay unmapped.
+            self.h1 = np.zeros(self.capacity, np.uint64)
+            self.h2 = np.zeros(self.capacity, np.uint64)
+            self.offsets = np.zeros(self.capacity, np.int64)
         self.size = 0
         self.latest_offset = -1
 
