@@ -24,6 +24,13 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.iterdir() if p.suffix == ".log")
 
 
+def _sync_commits(consumers: list[Consumer], topic: str, latest: dict[tuple[int, int], int]) -> None:
+    for g, c in enumerate(consumers):
+        offsets = [TopicPartition(topic, p, latest[(g, p)]) for p in range(PARTITIONS) if (g, p) in latest]
+        if offsets:
+            c.commit(offsets=offsets, asynchronous=False)
+
+
 def test_offsets_topic_is_bounded_by_live_groups(tmp_path: Path, topic_name: str) -> None:
     broker = BrokerProcess(tmp_path / "data", {
         "offsets.topic.num.partitions": "1", "offsets.topic.segment.bytes": "65536",
@@ -42,10 +49,10 @@ def test_offsets_topic_is_bounded_by_live_groups(tmp_path: Path, topic_name: str
             latest[(g, p)] = i
             if i % 1000 == 999:
                 consumers[g].poll(0)
+            if i % 20_000 == 19_999:
+                _sync_commits(consumers, topic_name, latest)  # backpressure: no more than 20,000 in flight
         # A synchronous commit per consumer last: everything before it is stored.
-        for g, c in enumerate(consumers):
-            c.commit(offsets=[TopicPartition(topic_name, p, latest[(g, p)]) for p in range(PARTITIONS)],
-                     asynchronous=False)
+        _sync_commits(consumers, topic_name, latest)
         offsets_dir = broker.data_dir / "__consumer_offsets-0"
         _, high = consumers[0].get_watermark_offsets(TopicPartition("__consumer_offsets", 0), timeout=30)
         assert high >= COMMITS  # every commit is a record of the topic's history
