@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
+from tierlog.ids import TopicPartition
 from tierlog.server.groups.offset_delete import CONSUMER_PROTOCOL_TYPE
 from tierlog.server.groups.records import OffsetValue
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
