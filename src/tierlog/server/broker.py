@@ -29,6 +29,7 @@ from tierlog.errors import ConfigError, TierlogError
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
+from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
@@ -49,7 +50,6 @@ from tierlog.server.remote_tier import create_remote_log_manager, guard_without_
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import (
     NetworkSettings,
-    cleaner_settings,
     controller_settings,
     group_settings,
     network_settings,
@@ -195,10 +195,12 @@ class Broker:
         else:
             guard_without_remote_tier(metadata_dir_of(config), manager)
         manager.start_background_tasks()
-        cleaner = cleaner_settings(config)
+        cleaner = effective_cleaner_settings(config, controller.image, node_id)
         if cleaner.enable:
             self._log_cleaner = LogCleaner(manager, cleaner, clock=self.clock)
             self._log_cleaner.start()
+            controller.add_listener(CleanerReconfigurer(self._log_cleaner, config, node_id,
+                                                        lambda: controller.image).on_commit)
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))
