@@ -10,6 +10,7 @@ from tierlog.protocol.apis import ANSWERED_APIS
 from tierlog.protocol.error_answers import error_answer
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, Handler
+from tierlog.server.throttling import apply_quotas
 
 log = logging.getLogger(__name__)
 
@@ -45,4 +46,12 @@ class Dispatcher:
         if handler is None:
             # An API of Kafka's broker that tierlog does not implement: Kafka's error answer.
             return error_answer(request)
-        return await handler(self.ctx, request, client)
+        quotas = getattr(self.ctx, "quotas", None)  # a bare test dispatcher may have no context
+        if quotas is None:
+            return await handler(self.ctx, request, client)
+        clock = self.ctx.clock
+        started_ns = clock.monotonic_ns()
+        reply = await handler(self.ctx, request, client)
+        ended_ns = clock.monotonic_ns()
+        # Monotonic: a wall clock stepped back must not look like a burst.
+        return apply_quotas(quotas, request, client, reply, ended_ns - started_ns, ended_ns // 1_000_000)

@@ -185,7 +185,7 @@ class Group:
                 self.static_members[m.group_instance_id] = m.member_id
         self.leader_id = value.leader if value.leader in self.members else next(iter(self.members), None)
         self.state = GroupState.STABLE if self.members else GroupState.EMPTY
-        self.state_timestamp_ms = value.current_state_timestamp_ms
+        self.state_timestamp_ms = now_ms  # the caller turns the record's wall-clock time into this clock
 
     # -- transitions -----------------------------------------------------------------------------
 
