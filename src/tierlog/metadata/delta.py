@@ -25,6 +25,7 @@ from tierlog.metadata.image import (
     TopicImage,
 )
 from tierlog.metadata.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
@@ -33,6 +34,7 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -64,6 +66,7 @@ class MetadataDelta:
         self._configs: dict[ConfigKey, dict[str, str]] = {}
         self._producer_ids: ProducerIdsImage | None = None
         self._scram: dict[tuple[str, int], UserScramCredentialRecord] | None = None
+        self._acls: dict[bytes, AccessControlEntryRecord] | None = None
         self._provenance: MetadataProvenance | None = None
         #: True once metadata.version moved from one level to another (not on its first setting).
         self.metadata_version_changed = False
@@ -83,6 +86,8 @@ class MetadataDelta:
             NoOpRecord: _ignore,
             UserScramCredentialRecord: self._replay_scram,
             RemoveUserScramCredentialRecord: self._replay_remove_scram,
+            AccessControlEntryRecord: self._replay_acl,
+            RemoveAccessControlEntryRecord: self._replay_remove_acl,
         }
 
     # -- replay -------------------------------------------------------------------------------------
@@ -190,6 +195,19 @@ class MetadataDelta:
             self._scram = dict(self.image.scram_credentials)
         self._scram.pop((r.name, r.mechanism), None)
 
+    def _replay_acl(self, r: AccessControlEntryRecord) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if r.id in self._acls:
+            raise MetadataReplayError(f"AccessControlEntryRecord: ACL id {uuid_to_base64(r.id)} already exists")
+        self._acls[r.id] = r
+
+    def _replay_remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if self._acls.pop(r.id, None) is None:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {uuid_to_base64(r.id)}")
+
     def _replay_producer_ids(self, r: ProducerIdsRecord) -> None:
         current = self._producer_ids or self.image.producer_ids
         if r.next_producer_id < current.next_producer_id:
@@ -232,6 +250,10 @@ class MetadataDelta:
     @property
     def producer_ids_changed(self) -> bool:
         return self._producer_ids is not None
+
+    @property
+    def acls_changed(self) -> bool:
+        return self._acls is not None
 
     @property
     def brokers_changed(self) -> bool:
@@ -281,6 +303,7 @@ class MetadataDelta:
             configs=configs,
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=image.scram_credentials if self._scram is None else MappingProxyType(self._scram),
+            acls=image.acls if self._acls is None else MappingProxyType(self._acls),
         )
 
 

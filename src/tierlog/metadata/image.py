@@ -14,6 +14,7 @@ from typing import NamedTuple, TypeVar
 
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerFeature,
     ConfigRecord,
@@ -138,6 +139,9 @@ class MetadataImage:
     #: SCRAM credentials by (user name, mechanism id).
     scram_credentials: Mapping[tuple[str, int], UserScramCredentialRecord] = field(
         default_factory=lambda: MappingProxyType({}))
+    #: ACLs by their id (AccessControlEntryRecord.id). The same mapping object is kept while no ACL
+    #: changes, so the broker re-indexes its authorizer only when they do.
+    acls: Mapping[bytes, AccessControlEntryRecord] = field(default_factory=lambda: MappingProxyType({}))
     #: The metadata log offset of the last batch that set a feature level: ApiVersions'
     #: FinalizedFeaturesEpoch, as Kafka's controller reports it (FeaturesPublisher). An image loaded
     #: from a snapshot has the snapshot's last offset, as in Kafka; -1 when no feature is set. Not
@@ -152,7 +156,7 @@ class MetadataImage:
     @property
     def is_empty(self) -> bool:
         return (not self.features and not self.brokers and not self.topics_by_id and not self.configs
-                and self.producer_ids.is_empty)
+                and self.producer_ids.is_empty and not self.acls)
 
     @property
     def num_partitions(self) -> int:
@@ -197,6 +201,8 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
         yield other(ProducerIdsRecord(pids.last_broker_id, pids.last_broker_epoch, pids.next_producer_id))
     for key in sorted(image.scram_credentials):
         yield other(image.scram_credentials[key])
+    for acl_id in sorted(image.acls):
+        yield other(image.acls[acl_id])
     for resource in sorted(k for k in image.configs if k[0] != ConfigResourceType.TOPIC):
         for rec in _config_records(resource, image.configs[resource]):
             yield other(rec)

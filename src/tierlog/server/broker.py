@@ -45,6 +45,7 @@ from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_l
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.security.authz import AclGate
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
 from tierlog.server.storage_io import StorageIO
@@ -207,6 +208,7 @@ class Broker:
             # Never an id the logs' producer states hold, even if the metadata lost its allocation.
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner,
+            acl_gate=AclGate.from_config(config, lambda: controller.image),
         )
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
