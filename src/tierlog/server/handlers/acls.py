@@ -29,6 +29,8 @@ from tierlog.server.context import BrokerContext
 from tierlog.server.security.authz import acl_of
 
 NO_AUTHORIZER = "No Authorizer is configured."
+#: Kafka's message for CLUSTER_AUTHORIZATION_FAILED (librdkafka reports a top-level error only with one).
+CLUSTER_DENIED = "Cluster authorization failed."
 
 
 def _enum(kind: Any, value: int) -> Any:
@@ -58,7 +60,7 @@ async def handle_create(ctx: BrokerContext, request: ParsedRequest, client: Clie
         return respond([{"error_code": ErrorCode.SECURITY_DISABLED, "error_message": NO_AUTHORIZER}
                         for _ in creations])
     if not ctx.allowed(client, AclOperation.ALTER):
-        return respond([{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+        return respond([{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": CLUSTER_DENIED}
                         for _ in creations])
     existing = {acl_of(r) for r in ctx.image.acls.values()}
     results: list[dict[str, Any]] = []
@@ -89,7 +91,7 @@ async def handle_describe(ctx: BrokerContext, request: ParsedRequest, client: Cl
     if not ctx.acl_gate.enabled:
         return respond(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER, [])
     if not ctx.allowed(client, AclOperation.DESCRIBE):
-        return respond(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, [])
+        return respond(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED, [])
     flt = _filter(request.body)
     problem = flt.problem()
     if problem is not None:
@@ -117,7 +119,7 @@ async def handle_delete(ctx: BrokerContext, request: ParsedRequest, client: Clie
         return respond([{"error_code": ErrorCode.SECURITY_DISABLED, "error_message": NO_AUTHORIZER,
                          "matching_acls": []} for _ in filters])
     if not ctx.allowed(client, AclOperation.ALTER):
-        return respond([{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+        return respond([{"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": CLUSTER_DENIED,
                          "matching_acls": []} for _ in filters])
     current = sorted(((acl_id, acl_of(r)) for acl_id, r in ctx.image.acls.items()), key=lambda p: _sort_key(p[1]))
     removed: set[bytes] = set()

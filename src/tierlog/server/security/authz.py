@@ -81,6 +81,9 @@ class AclGate:
         authorizer = self.authorizer()
         if authorizer is None:
             return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
+        if resource_type == ResourceType.CLUSTER and not authorizer.authorize(
+                principal, host, AclOperation.DESCRIBE, resource_type, name):
+            return 0  # Kafka reports no cluster operation to a principal that may not describe the cluster
         return authorizer.authorized_operations(principal, host, resource_type, name)
 
 
