@@ -360,3 +360,57 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(secure_broker_f
     described = admin.describe_topics(TopicCollection([name]), include_authorized_operations=True)[name].result(
         TIMEOUT_S)
     assert len(described.authorized_operations) == 8
+
+
+def test_tierlog_acls_cli_over_sasl_ssl(acl_broker: SecureBroker, pki: Pki) -> None:
+    from tests.helpers.cli import ok
+
+    conn = ["--bootstrap-server", acl_broker.address("SASL_SSL"), "--timeout", "30",
+            "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={pki.ca_file}",
+            "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=admin", "-X", "sasl.password=admin-secret"]
+    eve = _conf(pki, acl_broker, "eve", "eve-pw")
+    assert produce(eve, "other", [b"x"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+    added = ok("acls", "add", *conn, "--allow-principal", "User:eve", "--operation", "Write", "--operation",
+               "Describe", "--topic", "oth", "--resource-pattern-type", "prefixed")
+    print(added)
+    assert "ResourcePattern(resourceType=TOPIC, name=oth, patternType=PREFIXED)" in added
+    assert produce(eve, "other", [b"x"]) == ["ok"]
+    listed = ok("acls", "list", *conn, "--principal", "User:eve")
+    assert "(principal=User:eve, host=*, operation=WRITE, permissionType=ALLOW)" in listed
+    assert "User:alice" not in listed
+    removed = ok("acls", "remove", *conn, "--topic", "oth", "--resource-pattern-type", "prefixed",
+                 "--allow-principal", "User:eve", "--operation", "Write")
+    assert "Removed 1 ACL(s)" in removed
+    assert produce(eve, "other", [b"y"]) == ["TOPIC_AUTHORIZATION_FAILED"]
+
+
+def test_transactions_need_write_on_the_transactional_id(acl_broker: SecureBroker, pki: Pki) -> None:
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    eve = Producer({**_conf(pki, acl_broker, "eve", "eve-pw"), "transactional.id": "app-tx-eve"})
+    with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+        eve.init_transactions(TIMEOUT_S)
+    admin = AdminClient(_admin_conf(pki, acl_broker))
+    for f in admin.create_acls([AclBinding(ResourceType.TRANSACTIONAL_ID, "app-tx-", ResourcePatternType.PREFIXED,
+                                           "User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW)]).values():
+        f.result(TIMEOUT_S)
+    alice = Producer({**_conf(pki, acl_broker, "alice", "alice-pw"), "transactional.id": "app-tx-1"})
+    alice.init_transactions(TIMEOUT_S)
+    alice.begin_transaction()
+    alice.produce("app-orders", b"in-a-transaction")
+    alice.commit_transaction(TIMEOUT_S)
+    got, error = consume({**_conf(pki, acl_broker, "alice", "alice-pw"), "isolation.level": "read_committed"},
+                         "app-orders", "app-txn-reader", 1)
+    assert (got, error) == ([b"in-a-transaction"], None)
+    # alice's transactional id does not cover eve's.
+    alice_as_eve = Producer({**_conf(pki, acl_broker, "alice", "alice-pw"), "transactional.id": "other-tx"})
+    with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+        alice_as_eve.init_transactions(TIMEOUT_S)
