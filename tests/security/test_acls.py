@@ -126,6 +126,29 @@ def consume(conf: dict[str, str], topic: str, group: str, want: int) -> tuple[li
     return got, error
 
 
+def read_assigned(conf: dict[str, str], topic: str) -> tuple[list[bytes], str | None]:
+    """Fetch partition 0 from offset 0 without the group protocol: the values read and the first error."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "app-assigned", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    error: str | None = None
+    deadline = time.monotonic() + 10
+    try:
+        while not got and error is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                error = msg.error().name()
+            else:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got, error
+
+
 def end_offset(pki: Pki, broker: SecureBroker, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -288,6 +311,10 @@ def test_attack_suite_finds_no_unauthorized_read_or_write(acl_broker: SecureBrok
     attempt("eve produces to other", lambda: produce(eve, "other", [b"x"]), lambda o: o == ["ok"])
     attempt("eve reads app-secret", lambda: consume(eve, "app-secret", "app-eve", 1),
             lambda o: isinstance(o, tuple) and bool(o[0]))
+    attempt("eve fetches app-secret by assignment (no group)", lambda: read_assigned(eve, "app-secret"),
+            lambda o: isinstance(o, tuple) and bool(o[0]))
+    attempt("alice fetches app-secret by assignment (DENY over ALLOW)", lambda: read_assigned(alice, "app-secret"),
+            lambda o: isinstance(o, tuple) and bool(o[0]))
     attempt("alice reads app-secret (DENY over ALLOW)", lambda: consume(alice, "app-secret", "app-a2", 1),
             lambda o: isinstance(o, tuple) and bool(o[0]))
     attempt("anonymous (PLAINTEXT) reads app-secret", lambda: consume(anonymous, "app-secret", "app-anon", 1),
@@ -296,7 +323,8 @@ def test_attack_suite_finds_no_unauthorized_read_or_write(acl_broker: SecureBrok
             lambda o: o == ["ok"])
 
     def admin_call(conf: dict[str, str], call: Callable[[AdminClient], dict[Any, Any]]) -> list[str]:
-        futures = call(AdminClient(conf))
+        admin = AdminClient(conf)  # kept alive until every answer is in
+        futures = call(admin)
         out = []
         for f in futures.values():
             try:
