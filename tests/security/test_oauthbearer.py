@@ -139,3 +139,25 @@ def test_initial_response_parsing() -> None:
                 b"\xff\xfe", b"n,,\x01novalue\x01\x01"):
         with pytest.raises(AuthenticationFailed):
             parse_initial_response(bad)
+
+
+def test_a_session_ends_when_its_token_expires(tmp_path: Any, signing_key: RSAKey) -> None:
+    from tierlog.server.auth.oauthbearer import JwksSource, OAuthBearerServer
+    from tierlog.server.auth.session import SaslSession
+
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(json.dumps({"keys": [signing_key.as_dict(private=False)]}))
+    wall_s = 1_000_000.0
+    jwks = JwksSource(jwks_file.as_uri(), 3_600_000, lambda: 0.0)
+    rules = TokenRules((AUDIENCE,), ISSUER, 30, "sub")
+    claims = {"sub": "carol", "aud": AUDIENCE, "iss": ISSUER, "iat": int(wall_s), "exp": int(wall_s) + 120}
+    bearer = jwt.encode({"alg": "RS256", "kid": "good"}, claims, signing_key)
+    message = f"n,,\x01auth=Bearer {bearer}\x01\x01".encode()
+    for reauth_ms, expected_ms in ((600_000, 120_000), (60_000, 60_000), (0, 0)):
+        session = SaslSession(("OAUTHBEARER",), lambda _m: OAuthBearerServer(jwks, rules, lambda: wall_s),
+                              reauth_ms, lambda: 5_000)
+        assert session.handshake("OAUTHBEARER", 1)
+        assert session.authenticate(message) == (b"", True)
+        assert session.user == "carol"
+        # KIP-368: re-authentication by connections.max.reauth.ms or the token's exp, whichever is first.
+        assert session.session_lifetime_ms() == expected_ms

@@ -140,7 +140,10 @@ class OAuthBearerServer(MechanismServer):
                 decoded = jwt.decode(bearer, self._jwks.keys())
             except InvalidKeyIdError:
                 decoded = jwt.decode(bearer, self._jwks.keys(unknown_kid=True))
-            self.user = check_claims(dict(decoded.claims), self._rules, self._now_s())
+            now_s = self._now_s()
+            claims = dict(decoded.claims)
+            self.user = check_claims(claims, self._rules, now_s)
+            self.lifetime_ms = int((float(claims["exp"]) - now_s) * 1000)
         except AuthenticationFailed as e:
             # DEBUG: a client retrying a bad token reconnects many times a second; the SASL handler
             # logs the failure once per peer (rate-limited).
