@@ -446,3 +446,58 @@ def test_transactions_need_write_on_the_transactional_id(acl_broker: SecureBroke
     alice_as_eve = Producer({**_conf(pki, acl_broker, "alice", "alice-pw"), "transactional.id": "other-tx"})
     with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
         alice_as_eve.init_transactions(TIMEOUT_S)
+
+
+def test_admin_requests_are_checked_with_kafkas_errors(acl_broker: SecureBroker, pki: Pki) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, OffsetSpec
+
+    alice_conf = _conf(pki, acl_broker, "alice", "alice-pw")
+    assert produce(alice_conf, "app-orders", [b"o1"]) == ["ok"]
+    assert consume(alice_conf, "app-orders", "app-g1", 1) == ([b"o1"], None)
+    eve, alice = AdminClient(_conf(pki, acl_broker, "eve", "eve-pw")), AdminClient(alice_conf)
+    bob = AdminClient(_conf(pki, acl_broker, "bob", "bob-pw"))
+    admin = AdminClient(_admin_conf(pki, acl_broker))
+
+    def error_of(future: Any) -> str:
+        try:
+            future.result(TIMEOUT_S)
+            return "ok"
+        except Exception as e:
+            code = e.args[0] if e.args else e
+            return code.name() if hasattr(code, "name") else str(e)
+
+    def groups(client: AdminClient) -> set[str]:
+        return {g.group_id for g in client.list_consumer_groups().result(TIMEOUT_S).valid}
+
+    # ListGroups: DESCRIBE on the cluster lists all (the super user), else only describable groups.
+    assert "app-g1" in groups(admin) and "app-g1" in groups(alice) and groups(eve) == set()
+    checks = {
+        "eve describes group app-g1": (error_of(eve.describe_consumer_groups(["app-g1"])["app-g1"]),
+                                       "GROUP_AUTHORIZATION_FAILED"),
+        "eve fetches app-g1's offsets": (error_of(eve.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions("app-g1")])["app-g1"]), "GROUP_AUTHORIZATION_FAILED"),
+        "eve deletes group app-g1": (error_of(eve.delete_consumer_groups(["app-g1"])["app-g1"]),
+                                     "GROUP_AUTHORIZATION_FAILED"),
+        "eve describes app-orders' configs": (error_of(next(iter(eve.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, "app-orders")]).values()))), "TOPIC_AUTHORIZATION_FAILED"),
+        "eve describes the broker's configs": (error_of(next(iter(eve.describe_configs(
+            [ConfigResource(ConfigResource.Type.BROKER, "1")]).values()))), "CLUSTER_AUTHORIZATION_FAILED"),
+        "alice describes app-orders' configs": (error_of(next(iter(alice.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, "app-orders")]).values()))), "ok"),
+        "bob adds partitions to app-orders": (error_of(bob.create_partitions(
+            [NewPartitions("app-orders", 2)])["app-orders"]), "TOPIC_AUTHORIZATION_FAILED"),
+        # bob may describe app-orders (WRITE implies DESCRIBE) but not DELETE in it.
+        "bob deletes records of app-orders": (error_of(next(iter(bob.delete_records(
+            [TopicPartition("app-orders", 0, 1)]).values()))), "TOPIC_AUTHORIZATION_FAILED"),
+        "bob lists app-orders' offsets": (error_of(next(iter(bob.list_offsets(
+            {TopicPartition("app-orders", 0): OffsetSpec.latest()}).values()))), "ok"),
+        # eve may not describe it: librdkafka learns so from Metadata (TOPIC_AUTHORIZATION_FAILED) and
+        # reports the partition as unknown without sending ListOffsets.
+        "eve lists app-orders' offsets": (error_of(next(iter(eve.list_offsets(
+            {TopicPartition("app-orders", 0): OffsetSpec.latest()}).values()))), "_NOENT"),
+    }
+    for what, (got, expected) in checks.items():
+        print(f"{what}: {got} (expected: {expected})")
+    assert {what: got for what, (got, _) in checks.items()} == {what: want for what, (_, want) in checks.items()}
+    assert "app-g1" in groups(admin)  # nothing was deleted
