@@ -68,9 +68,6 @@ class MechanismServer:
     #: The authenticated user's name once complete.
     user: str | None = None
     complete = False
-    #: How long the credential stays valid from now, once complete (an OAUTHBEARER token's exp);
-    #: None: as long as the session may last.
-    lifetime_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         raise NotImplementedError

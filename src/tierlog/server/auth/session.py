@@ -103,12 +103,7 @@ class SaslSession:
             raise AuthenticationFailed("Re-authentication must be as the same principal")
         self.user = user
         self.state = SaslState.AUTHENTICATED
-        # KIP-368: with re-authentication on, a session ends at connections.max.reauth.ms or when its
-        # credential (an OAUTHBEARER token) expires, whichever comes first.
-        lifetime_ms = self.reauth_ms
-        if self.server.lifetime_ms is not None:
-            lifetime_ms = min(lifetime_ms, max(self.server.lifetime_ms, 1))
-        self.expires_at_ms = self._now_ms() + lifetime_ms if self.reauth_ms > 0 else 0
+        self.expires_at_ms = self._now_ms() + self.reauth_ms if self.reauth_ms > 0 else 0
         return challenge, True
 
     def session_lifetime_ms(self) -> int:

@@ -11,11 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
-from joserfc.errors import JoseError
-
-from tierlog.clock import SYSTEM_CLOCK
 from tierlog.config import BrokerConfig
 from tierlog.config.security_keys import SASL_MECHANISMS
 from tierlog.errors import ConfigError
@@ -28,7 +24,6 @@ from tierlog.server.auth.mechanisms import (
     ScramServer,
     parse_plain_jaas,
 )
-from tierlog.server.auth.oauthbearer import JwksSource, OAuthBearerServer, TokenRules
 from tierlog.server.auth.session import SaslSession
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.security.acceptor import TlsAcceptor
@@ -46,13 +41,8 @@ class ListenerSecurity:
     """Per listener: its protocol and, for TLS ones, the context source (built at startup, so a bad
     certificate stops the broker before it listens)."""
 
-    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic,
-                 wall_s: Callable[[], float] = lambda: SYSTEM_CLOCK.wall_ms() / 1000.0) -> None:
+    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        #: Wall-clock seconds: OAUTHBEARER tokens' exp, nbf and iat are wall-clock times.
-        self._wall_s = wall_s
-        #: OAUTHBEARER listeners: their key set and token rules.
-        self.oauth: dict[str, tuple[JwksSource, TokenRules]] = {}
         self.protocols = config.security_protocol_map()
         self.refusals = PeerLogLimiter(log, now_s)
         self._now_s = now_s
@@ -83,7 +73,7 @@ class ListenerSecurity:
             raise ConfigError(f"listener.name.{name.lower()}.{key}",
                               f"listener {name} uses SASL but enables none of {', '.join(SASL_MECHANISMS)}")
         if "OAUTHBEARER" in mechanisms:
-            self._configure_oauthbearer(name)
+            raise ConfigError(f"listener.name.{name.lower()}.{key}", "OAUTHBEARER is not served yet")
         if "PLAIN" in mechanisms:
             jaas_key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
             text = self.config.jaas_configs.get((name, "PLAIN"))
@@ -99,30 +89,7 @@ class ListenerSecurity:
         reauth = self.config.listener_value(name, "connections.max.reauth.ms")
         self.reauth_ms[name] = int(reauth) if isinstance(reauth, int) else 0
 
-    def _configure_oauthbearer(self, name: str) -> None:
-        def value(key: str) -> Any:
-            return self.config.listener_value(name, key)
-        url_key = "sasl.oauthbearer.jwks.endpoint.url"
-        url = value(url_key)
-        if not isinstance(url, str) or not url:
-            raise ConfigError(url_key, f"listener {name} enables OAUTHBEARER and needs the JWKS that signs the "
-                                       "tokens (http(s)://... or file:///...); unsigned tokens are never accepted")
-        try:
-            jwks = JwksSource(url, int(value("sasl.oauthbearer.jwks.endpoint.refresh.ms")), self._now_s)
-        except (OSError, ValueError, JoseError) as e:
-            raise ConfigError(url_key, f"could not load the JWKS from {url}: {e}") from None
-        audience = value("sasl.oauthbearer.expected.audience")
-        issuer = value("sasl.oauthbearer.expected.issuer")
-        rules = TokenRules(tuple(audience) if isinstance(audience, tuple) else (),
-                           issuer if isinstance(issuer, str) and issuer else None,
-                           int(value("sasl.oauthbearer.clock.skew.seconds")),
-                           str(value("sasl.oauthbearer.sub.claim.name")))
-        self.oauth[name] = (jwks, rules)
-
     def _mechanism_server(self, listener: str, mechanism: str) -> MechanismServer:
-        if mechanism == "OAUTHBEARER":
-            jwks, rules = self.oauth[listener]
-            return OAuthBearerServer(jwks, rules, self._wall_s)
         if mechanism == "PLAIN":
             return PlainServer(self.plain_users.get(listener, {}))
         scram = SCRAM_MECHANISMS[mechanism]
