@@ -44,7 +44,7 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
-from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.authz import AclGate
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
@@ -124,7 +124,7 @@ class Broker:
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
-        self.security = ListenerSecurity(config)
+        self.security = ListenerSecurity(config, clock=self.clock)
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -183,6 +183,8 @@ class Broker:
             tier_sync.reconcile(controller.image)
             controller.add_listener(tier_sync.on_commit)
             remote.start()
+        else:
+            guard_without_remote_tier(metadata_dir_of(config), manager)
         manager.start_background_tasks()
         cleaner_settings = settings_from(config.get)
         if cleaner_settings.enable:
@@ -215,6 +217,7 @@ class Broker:
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.security.image = lambda: controller.image
+        await asyncio.to_thread(self.security.start)
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = net.socket_request_max_bytes
@@ -270,6 +273,7 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        self.security.close()
         if self.console is not None:
             await asyncio.to_thread(self.console.close)
         await asyncio.to_thread(self.metrics.close)

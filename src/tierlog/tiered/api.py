@@ -148,6 +148,11 @@ class RemoteLogSegmentMetadata:
     #: DELETE_SEGMENT_STARTED only so that each attempt to delete the upload hands it to the plugin,
     #: which may need it to find its objects (:meth:`for_plugin_delete`).
     rejected_custom_metadata: bytes | None = field(default=None, repr=False)
+    #: tierlog's own: ``max_timestamp_ms`` was taken from the segment's records, as every upload does
+    #: since the records decide a batch's max timestamp (seed 004). An upload by an older tierlog took
+    #: it from the batch headers, which a producer may have written wrong (-1 from Sarama 1.22): a
+    #: reader then derives the segment's largest timestamp from its records before trusting it.
+    max_timestamp_from_records: bool = False
 
     def __post_init__(self) -> None:
         if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:

@@ -145,6 +145,8 @@ class SegmentCopier:
             segment_id=RemoteLogSegmentId.generate(state.tip), start_offset=base, end_offset=next_base - 1,
             max_timestamp_ms=seg.largest_timestamp, broker_id=ctx.config.broker_id, event_timestamp_ms=ctx.now_ms(),
             segment_size_in_bytes=seg.size_bytes, segment_leader_epochs=epochs,
+            # The segment's largest timestamp comes from its records (seed 004), whatever its headers say.
+            max_timestamp_from_records=True,
         )
         txn_path = seg.txn_index.path
         data = LogSegmentData(
