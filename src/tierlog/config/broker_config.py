@@ -208,6 +208,12 @@ class BrokerConfig:
         assert isinstance(v, int) and not isinstance(v, bool), name
         return v
 
+    def get_float(self, name: str) -> float:
+        """A DOUBLE key's value (an int given for it counts too)."""
+        v = self.get(name)
+        assert isinstance(v, int | float) and not isinstance(v, bool), name
+        return float(v)
+
     def get_bool(self, name: str) -> bool:
         v = self.get(name)
         assert isinstance(v, bool), name
@@ -311,6 +317,10 @@ class BrokerConfig:
                                   f"value {low} is larger than group.max.session.timeout.ms {high}")
             raise ConfigError("group.max.session.timeout.ms",
                               f"value {high} is smaller than group.min.session.timeout.ms {low}")
+
+    def listener_names(self) -> list[str]:
+        """The names of ``listeners``, upper case, in their order."""
+        return [Listeners.split(item)[0] for item in self.get_list("listeners")]
 
     def _check_listeners(self) -> None:
         listeners = [Listeners.split(item) for item in self.get_list("listeners")]

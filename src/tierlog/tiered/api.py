@@ -317,6 +317,11 @@ def plugin_properties(all_props: Mapping[str, str], prefix: str, broker_id: int 
     return props
 
 
+#: A plugin property readers set (the Spark pipeline): write nothing, not even the plugin's root
+#: directory. Plugins that do not know it ignore it, as Kafka's plugins ignore unknown properties.
+READ_ONLY_PROPERTY = "tierlog.read.only"
+
+
 def load_remote_storage_manager(dotted_path: str, props: Mapping[str, str]) -> RemoteStorageManager:
     """Instantiate the plugin class with no arguments and ``configure`` it."""
     cls = load_class(dotted_path)
@@ -328,6 +333,7 @@ def load_remote_storage_manager(dotted_path: str, props: Mapping[str, str]) -> R
 
 
 __all__ = [
+    "READ_ONLY_PROPERTY",
     "ZERO_TOPIC_ID",
     "CustomMetadataSizeLimitExceededError",
     "IndexType",

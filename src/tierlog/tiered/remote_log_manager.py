@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
@@ -52,7 +53,6 @@ from tierlog.tiered.context import (
     PartitionState,
     RemoteLogManagerConfig,
     TieringContext,
-    TopicPartition,
     highest_finished_offset,
     is_tierable,
 )

@@ -14,9 +14,6 @@ from tierlog.server.groups.assignors import Assignment
 from tierlog.server.groups.consumer_group import HeartbeatRequest
 from tierlog.server.groups.coordinator import GroupCoordinator
 
-GROUP_ID_NOT_FOUND = 69
-UNKNOWN_TOPIC_OR_PARTITION = 3
-
 
 def _coordinator(ctx: BrokerContext) -> GroupCoordinator:
     assert ctx.groups is not None, "the broker wires a group coordinator"
@@ -82,7 +79,7 @@ async def handle_consumer_group_describe(ctx: BrokerContext, request: ParsedRequ
         if group is None:
             message = (f"Group {group_id} is not a consumer group." if group_id in coordinator.groups
                        else f"Group {group_id} not found.")
-            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND, "error_message": message,
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND, "error_message": message,
                         "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                         "members": []})
             continue
@@ -119,7 +116,7 @@ async def handle_offset_delete(ctx: BrokerContext, request: ParsedRequest, clien
                  for t in body.topics if t.name in refused for p in t.partitions)
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index,
-         "error_code": by_tp.get((t.name, p.partition_index), UNKNOWN_TOPIC_OR_PARTITION)}
+         "error_code": by_tp.get((t.name, p.partition_index), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
         for p in t.partitions]} for t in body.topics] if not error else []
     return build_response(ApiKey.OFFSET_DELETE, request.api_version, {"error_code": error, "topics": topics})
 

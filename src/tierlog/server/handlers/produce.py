@@ -66,7 +66,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
                   if name is not None and not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, name)}
         refused: dict[int, int] = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, it in enumerate(items) if it[1] in denied}
         refused.update((i, code) for i, code in _unverified(ctx, body, items).items() if i not in refused)
-        durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
+        durable = durable_ack(ctx.settings.durable_acks, acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message=None if refused[i] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                                 else "the partition is not part of the producer's ongoing transaction")

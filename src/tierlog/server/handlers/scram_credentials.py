@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from tierlog.errors import ErrorCode
+from tierlog.errors import ErrorCode as E
 from tierlog.metadata.acls import AclOperation
 from tierlog.metadata.records import (
     MetadataRecord,
@@ -20,7 +20,6 @@ from tierlog.metadata.records import (
     UserScramCredentialRecord,
 )
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
-from tierlog.server.auth.error_codes import SecurityErrorCode as E
 from tierlog.server.auth.mechanisms import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_BY_ID
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -29,7 +28,7 @@ from tierlog.server.context import BrokerContext
 async def handle_describe(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     if not ctx.allowed(client, AclOperation.DESCRIBE):
         return build_response(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version, {
-            "throttle_time": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+            "throttle_time": 0, "error_code": E.CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
             "results": []})
     creds = ctx.image.scram_credentials
     by_user: dict[str, list[dict[str, int]]] = {}
@@ -78,7 +77,7 @@ async def handle_alter(ctx: BrokerContext, request: ParsedRequest, client: Clien
     if not ctx.allowed(client, AclOperation.ALTER):
         # Kafka checks ALTER on the cluster before anything else: every user gets the error, nothing changes.
         return build_response(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request.api_version, {"throttle_time": 0, "results": [
-            {"user": name, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+            {"user": name, "error_code": E.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
             for name in users]})
     pairs = Counter((str(x.name), int(x.mechanism)) for x in [*body.deletions, *body.upsertions])
     errors: dict[str, tuple[int, str]] = {}

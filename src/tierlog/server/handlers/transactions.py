@@ -12,14 +12,13 @@ import datetime
 import re
 from typing import Any
 
-from tierlog.errors import ErrorCode
+from tierlog.errors import ErrorCode as Code
 from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.server.txn.records import TxnState
-from tierlog.server.txn.rules import Code
 
 #: The first version of each API that knows PRODUCER_FENCED.
 _FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
@@ -61,7 +60,7 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: ParsedReques
     if version >= 4 and not ctx.allowed(client, AclOperation.CLUSTER_ACTION):
         # v4+ is the brokers' batched verification (KIP-890): a cluster action.
         return build_response(ApiKey.ADD_PARTITIONS_TO_TXN, version, {
-            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []})
+            "error_code": Code.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []})
     if version <= 3:
         results = await one(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                             body.v3_and_below_producer_epoch, body.v3_and_below_topics, False)
@@ -81,21 +80,21 @@ def _add_partitions_denied(ctx: BrokerContext, client: ClientInfo, txn_id: str,
     TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); None when all is allowed."""
     tps = [(t.name, int(p)) for t in topics for p in t.partitions]
     if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
-        return dict.fromkeys(tps, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return dict.fromkeys(tps, Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     refused = {t.name for t in topics if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, t.name)}
     if not refused:
         return None
-    return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused else Code.OPERATION_NOT_ATTEMPTED for tp in tps}
+    return {tp: Code.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused else Code.OPERATION_NOT_ATTEMPTED for tp in tps}
 
 
 async def handle_add_offsets_to_txn(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
         return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
-            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+            "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
     if not ctx.allowed(client, AclOperation.READ, ResourceType.GROUP, body.group_id):
         return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
-            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED})
+            "error_code": Code.GROUP_AUTHORIZATION_FAILED})
     code = await coordinator(ctx).add_offsets(body.transactional_id, body.producer_id, body.producer_epoch,
                                               body.group_id)
     return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
@@ -106,7 +105,7 @@ async def handle_end_txn(ctx: BrokerContext, request: ParsedRequest, client: Cli
     body = request.body
     if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
         return build_response(ApiKey.END_TXN, request.api_version, {
-            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+            "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
     code = await coordinator(ctx).end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                           body.committed)
     return build_response(ApiKey.END_TXN, request.api_version, {
@@ -128,9 +127,9 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
                       if not ctx.allowed(client, AclOperation.READ, ResourceType.TOPIC, t.name)}
     code: int
     if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
-        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        code = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not ctx.allowed(client, AclOperation.READ, ResourceType.GROUP, body.group_id):
-        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        code = Code.GROUP_AUTHORIZATION_FAILED
     elif offsets_tp is None:
         code = Code.INVALID_GROUP_ID
     else:
@@ -141,7 +140,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
         done = iter(await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
                                             getattr(body, "generation_id", -1), body.producer_id,
                                             body.producer_epoch, allowed) if allowed else [])
-        codes = [ErrorCode.TOPIC_AUTHORIZATION_FAILED if e[0] in refused_topics else next(done) for e in entries]
+        codes = [Code.TOPIC_AUTHORIZATION_FAILED if e[0] in refused_topics else next(done) for e in entries]
     else:
         codes = [code] * len(entries)
     codes = [client_code(ApiKey.TXN_OFFSET_COMMIT, version, c) for c in codes]
@@ -161,7 +160,7 @@ async def handle_describe_transactions(ctx: BrokerContext, request: ParsedReques
     for txn_id in request.body.transactional_ids:
         meta = txn.txns.get(txn_id)
         if not ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
-            out.append({"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": txn_id,
+            out.append({"error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": txn_id,
                         "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
                         "transaction_start_time": _ms_datetime(0), "producer_id": -1, "producer_epoch": -1,
                         "topics": []})
@@ -223,7 +222,7 @@ def _describe_producers_blocking(ctx: BrokerContext, wanted: list[tuple[str, lis
         results: list[dict[str, Any]] = []
         for p in partitions:
             if topic in refused:
-                results.append({"partition_index": p, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                results.append({"partition_index": p, "error_code": Code.TOPIC_AUTHORIZATION_FAILED,
                                 "error_message": None, "active_producers": []})
                 continue
             try:
@@ -258,7 +257,7 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: ParsedRequest, c
         # Only a broker (a principal with CLUSTER_ACTION) may write transaction markers.
         return build_response(ApiKey.WRITE_TXN_MARKERS, request.api_version, {"markers": [
             {"producer_id": m.producer_id, "topics": [
-                {"name": t.name, "partitions": [{"partition_index": p, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+                {"name": t.name, "partitions": [{"partition_index": p, "error_code": Code.CLUSTER_AUTHORIZATION_FAILED}
                                                 for p in t.partition_indexes]} for t in m.topics]}
             for m in request.body.markers]})
     for m in request.body.markers:
@@ -268,7 +267,7 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: ParsedRequest, c
             for p in t.partition_indexes:
                 topic = image.topics_by_name.get(t.name)
                 if topic is None or int(p) not in topic.partitions:
-                    code = Code.UNKNOWN_TOPIC_OR_PARTITION
+                    code: int = Code.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     code = await txn.write_marker(t.name, int(p), m.producer_id, m.producer_epoch,
                                                   m.coordinator_epoch, m.transaction_result)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, system_monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.security_keys import CALLBACK_HANDLER_SUFFIX, SASL_MECHANISMS
@@ -52,7 +51,7 @@ class ListenerSecurity:
     """Per listener: its protocol and, for TLS ones, the context source (built at startup, so a bad
     certificate stops the broker before it listens)."""
 
-    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic,
+    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = system_monotonic_s,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self._clock = clock
@@ -72,8 +71,7 @@ class ListenerSecurity:
         self.image: Callable[[], MetadataImage] | None = None
         # Salts of unknown SCRAM users are derived from it: stable per name, unguessable.
         self._unknown_user_secret = os.urandom(32)
-        for item in config.get_list("listeners"):
-            name = item.partition("://")[0].upper()
+        for name in config.listener_names():
             if self.protocols.get(name) in TLS_PROTOCOLS:
                 self.tls[name] = TlsContextSource(TlsSettings.from_config(config, name), now_s)
                 self.mappers[name] = PrincipalMapper(str(config.listener_value(name, "ssl.principal.mapping.rules")))
