@@ -350,6 +350,16 @@ def test_attack_suite_finds_no_unauthorized_read_or_write(acl_broker: SecureBrok
     attempt("alice creates a topic outside app-", lambda: admin_call(alice, lambda a: a.create_topics(
         [NewTopic("not-app", 1)])), lambda o: o == ["ok"])
 
+    from tests.helpers.cli import cli
+
+    def quota_cli(*args: str) -> str:
+        done = cli("quotas", *args, "--bootstrap-server", broker.address("PLAINTEXT"))
+        return f"exit {done.returncode}: {(done.stdout + done.stderr).strip()}"
+
+    attempt("anonymous sets alice's produce quota", lambda: quota_cli(
+        "alter", "--user", "alice", "--add-config", "producer_byte_rate=1"), lambda o: str(o).startswith("exit 0"))
+    attempt("anonymous describes the quotas", lambda: quota_cli("describe"), lambda o: str(o).startswith("exit 0"))
+
     # The log agrees: nothing was written where it must not be, the password still works.
     assert end_offset(pki, broker, "app-secret") == secret_end
     assert end_offset(pki, broker, "app-orders") == orders_end

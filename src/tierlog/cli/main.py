@@ -25,6 +25,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.features_cmd",
     "tierlog.cli.transactions_cmd",
     "tierlog.cli.acls_cmd",
+    "tierlog.cli.quotas_cmd",
 )
 
 

@@ -22,10 +22,13 @@ from tierlog.metadata.image import (
     MetadataProvenance,
     PartitionImage,
     ProducerIdsImage,
+    QuotaEntity,
     TopicImage,
+    quota_entity,
 )
 from tierlog.metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
@@ -68,6 +71,7 @@ class MetadataDelta:
         self._scram: dict[tuple[str, int], UserScramCredentialRecord] | None = None
         self._acls: dict[bytes, AccessControlEntryRecord] | None = None
         self._provenance: MetadataProvenance | None = None
+        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         #: True once metadata.version moved from one level to another (not on its first setting).
         self.metadata_version_changed = False
         self.records_replayed = 0
@@ -88,6 +92,7 @@ class MetadataDelta:
             RemoveUserScramCredentialRecord: self._replay_remove_scram,
             AccessControlEntryRecord: self._replay_acl,
             RemoveAccessControlEntryRecord: self._replay_remove_acl,
+            ClientQuotaRecord: self._replay_client_quota,
         }
 
     # -- replay -------------------------------------------------------------------------------------
@@ -208,6 +213,16 @@ class MetadataDelta:
         if self._acls.pop(r.id, None) is None:
             raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {uuid_to_base64(r.id)}")
 
+    def _replay_client_quota(self, r: ClientQuotaRecord) -> None:
+        entity = quota_entity((p.entity_type, p.entity_name) for p in r.entity)
+        current = self._quotas.get(entity)
+        if current is None:
+            current = self._quotas[entity] = dict(self.image.client_quotas.get(entity, {}))
+        if r.remove:
+            current.pop(r.key, None)
+        else:
+            current[r.key] = r.value
+
     def _replay_producer_ids(self, r: ProducerIdsRecord) -> None:
         current = self._producer_ids or self.image.producer_ids
         if r.next_producer_id < current.next_producer_id:
@@ -242,6 +257,10 @@ class MetadataDelta:
     @property
     def changed_configs(self) -> frozenset[ConfigKey]:
         return frozenset(self._configs)
+
+    @property
+    def client_quotas_changed(self) -> bool:
+        return bool(self._quotas)
 
     @property
     def features_changed(self) -> bool:
@@ -287,6 +306,15 @@ class MetadataDelta:
                 else:
                     merged.pop(key, None)
             configs = MappingProxyType(merged)
+        client_quotas = image.client_quotas
+        if self._quotas:
+            merged_quotas = dict(client_quotas)
+            for entity, quota_values in self._quotas.items():
+                if quota_values:
+                    merged_quotas[entity] = MappingProxyType(dict(quota_values))
+                else:
+                    merged_quotas.pop(entity, None)
+            client_quotas = MappingProxyType(merged_quotas)
         provenance = self._provenance or image.provenance
         features_epoch = image.features_epoch
         if self.features_epoch is not None:
@@ -304,6 +332,7 @@ class MetadataDelta:
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=image.scram_credentials if self._scram is None else MappingProxyType(self._scram),
             acls=image.acls if self._acls is None else MappingProxyType(self._acls),
+            client_quotas=client_quotas,
         )
 
 

@@ -7,7 +7,7 @@ and costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -17,12 +17,14 @@ from tierlog.metadata.records import (
     AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerFeature,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    QuotaEntityPart,
     RegisterBrokerRecord,
     TopicRecord,
     UserScramCredentialRecord,
@@ -123,6 +125,13 @@ class MetadataProvenance:
 
 
 ConfigKey = tuple[ConfigResourceType, str]
+#: A client quota entity as ((entity type, name or None for the default), ...), sorted by type: one
+#: key per entity however a request ordered its parts (Kafka's ClientQuotaEntity is a map).
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    return tuple(sorted(parts, key=lambda p: p[0]))
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,9 @@ class MetadataImage:
     #: ACLs by their id (AccessControlEntryRecord.id). The same mapping object is kept while no ACL
     #: changes, so the broker re-indexes its authorizer only when they do.
     acls: Mapping[bytes, AccessControlEntryRecord] = field(default_factory=lambda: MappingProxyType({}))
+    #: Client quotas (Kafka's ClientQuotaRecord): entity → quota key → value. Only non-empty maps.
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({}))
     #: The metadata log offset of the last batch that set a feature level: ApiVersions'
     #: FinalizedFeaturesEpoch, as Kafka's controller reports it (FeaturesPublisher). An image loaded
     #: from a snapshot has the snapshot's last offset, as in Kafka; -1 when no feature is set. Not
@@ -156,7 +168,7 @@ class MetadataImage:
     @property
     def is_empty(self) -> bool:
         return (not self.features and not self.brokers and not self.topics_by_id and not self.configs
-                and self.producer_ids.is_empty and not self.acls)
+                and self.producer_ids.is_empty and not self.acls and not self.client_quotas)
 
     @property
     def num_partitions(self) -> int:
@@ -203,6 +215,10 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
         yield other(image.scram_credentials[key])
     for acl_id in sorted(image.acls):
         yield other(image.acls[acl_id])
+    for entity in sorted(image.client_quotas, key=repr):
+        parts = tuple(QuotaEntityPart(t, n) for t, n in entity)
+        for quota_key, value in sorted(image.client_quotas[entity].items()):
+            yield other(ClientQuotaRecord(parts, quota_key, value))
     for resource in sorted(k for k in image.configs if k[0] != ConfigResourceType.TOPIC):
         for rec in _config_records(resource, image.configs[resource]):
             yield other(rec)

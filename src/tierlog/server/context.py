@@ -21,6 +21,7 @@ from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager
 from tierlog.server.security.authz import AclGate
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
@@ -87,6 +88,8 @@ class BrokerContext:
     #: Kafka's log cleaner (compaction), None when ``log.cleaner.enable`` is false.
     log_cleaner: LogCleaner | None = None
     settings: RequestSettings = field(default_factory=RequestSettings)
+    #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
+    quotas: QuotaManager | None = None
 
     #: ACL checks (``authorizer.class.name``); the default allows everything.
     acl_gate: AclGate = field(default_factory=lambda: AclGate(None))

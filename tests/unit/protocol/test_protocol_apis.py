@@ -46,6 +46,7 @@ def test_the_table_is_the_brief() -> None:
         68, 69,  # KIP-848 consumer groups
         17, 36, 50, 51,  # SASL and SCRAM credentials (#19)
         29, 30, 31,  # DescribeAcls, CreateAcls, DeleteAcls (#19)
+        48, 49,  # client quotas (#19)
     }
     assert SUPPORTED_APIS[26].max_version == 4  # EndTxn v5 is KIP-890 part 2, not implemented
     assert 71 not in SUPPORTED_APIS and 72 not in SUPPORTED_APIS  # never the telemetry APIs
