@@ -10,6 +10,11 @@ Adding a record type (the remote-segment metadata records will be the first): su
 :func:`register`, and teach :class:`~tierlog.metadata.delta.MetadataDelta` and
 :func:`~tierlog.metadata.image.image_records` about it. Kafka's own metadata apiKeys stay below 10000;
 tierlog's own record types use 10000 and up so they can never collide with one Kafka adds later.
+
+Longer than most modules because it holds every Kafka record type tierlog stores (brokers, topics,
+partitions, configs, features, producer ids, SCRAM credentials, ACLs, client quotas), each a small
+codec beside its apiKey: one module keeps the apiKey registry and the layouts checked against Kafka's
+JSON schemas in one place.
 """
 
 from __future__ import annotations
