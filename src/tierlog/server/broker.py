@@ -47,6 +47,7 @@ from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
 from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
+from tierlog.server.security.authz import AclGate
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import (
     NetworkSettings,
@@ -222,6 +223,7 @@ class Broker:
             # Never an id the logs' producer states hold, even if the metadata lost its allocation.
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner, settings=handler_settings,
+            acl_gate=AclGate.from_config(config, lambda: controller.image),
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))

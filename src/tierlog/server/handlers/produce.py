@@ -17,6 +17,7 @@ import struct
 from typing import Any
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
@@ -49,6 +50,9 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     results: list[AppendResult]
     if acks not in (-1, 0, 1):
         results = [AppendResult(ErrorCode.INVALID_REQUIRED_ACKS) for _ in items]
+    elif getattr(body, "transactional_id", None) and not ctx.allowed(
+            client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        results = [AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for _ in items]
     elif not getattr(body, "transactional_id", None) and any(_is_transactional(records) for *_, records in items):
         # Kafka (KafkaApis.handleProduceRequest) refuses the whole request: transactional records need the
         # transactional id they are written for, which is what is authorized and verified.
@@ -57,11 +61,16 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
-        refused = _unverified(ctx, body, items)
+        # A topic the principal may not WRITE is refused as Kafka does, before its existence is looked at.
+        denied = {name for _, name, _, _ in items
+                  if name is not None and not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, name)}
+        refused: dict[int, int] = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, it in enumerate(items) if it[1] in denied}
+        refused.update((i, code) for i, code in _unverified(ctx, body, items).items() if i not in refused)
         durable = durable_ack(ctx.settings.durable_acks, acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
-        results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
-                                "transaction") if i in refused else next(appended) for i in range(len(items))]
+        results = [AppendResult(refused[i], error_message=None if refused[i] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                                else "the partition is not part of the producer's ongoing transaction")
+                   if i in refused else next(appended) for i in range(len(items))]
         if durable:
             results = await _synced(results)
         ctx.partitions.waiters.notify(
