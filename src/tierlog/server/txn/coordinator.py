@@ -29,7 +29,7 @@ from tierlog.records import (
     iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.txn import rules
 from tierlog.server.txn.records import (
@@ -54,6 +54,11 @@ TICK_INTERVAL_S = 0.1
 MARKER_ATTEMPTS = 5
 MARKER_BACKOFF_S = 0.2
 
+#: The steps of ending a transaction at which a crash hook runs (see ``TransactionCoordinator``):
+#: the Prepare* record written and no marker yet; the first partition's marker written and the rest
+#: not; every marker written and no Complete* record yet.
+CRASH_STEPS = ("end-txn-after-prepare", "end-txn-between-markers", "end-txn-before-complete")
+
 
 @dataclass(frozen=True)
 class TxnSettings:
@@ -67,7 +72,8 @@ class TxnSettings:
 
 class TransactionCoordinator:
     def __init__(self, partitions: PartitionManager, controller: Controller, io: StorageIO, clock: Clock,
-                 groups: GroupCoordinator, next_producer_id: Callable[[], int], settings: TxnSettings) -> None:
+                 groups: GroupCoordinator, next_producer_id: Callable[[], int], settings: TxnSettings,
+                 crash_hook: Callable[[str], None] | None = None) -> None:
         self.partitions = partitions
         self.controller = controller
         self.io = io
@@ -75,6 +81,10 @@ class TransactionCoordinator:
         self.groups = groups
         self._next_producer_id = next_producer_id
         self.settings = settings
+        #: Called with each of CRASH_STEPS as ending a transaction passes it; the crash tests arm it to
+        #: SIGKILL the broker right there (None in production). Armed, markers are written one
+        #: partition at a time so that "between markers" exists.
+        self._crash_hook = crash_hook
         self.txns: dict[str, TxnMetadata] = {}
         self._write_lock = asyncio.Lock()
         self._topic_lock = asyncio.Lock()
@@ -357,13 +367,19 @@ class TransactionCoordinator:
         code = await self._transition(meta, prepare)
         if code:
             return code
+        self._crash_point("end-txn-after-prepare")
         return await self._finish(meta, commit)
+
+    def _crash_point(self, step: str) -> None:
+        if self._crash_hook is not None:
+            self._crash_hook(step)
 
     async def _finish(self, meta: TxnMetadata, commit: bool) -> int:
         """Markers into every partition, then Complete*. A marker that cannot be written leaves the
         Prepare state on disk (the next start finishes it) and answers a retriable error."""
         if not await self._write_markers(meta, commit):
             return Code.COORDINATOR_NOT_AVAILABLE
+        self._crash_point("end-txn-before-complete")
         done = meta.copy()
         done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         done.partitions = set()
@@ -389,8 +405,7 @@ class TransactionCoordinator:
                          if (t := image.topics_by_name.get(tp[0])) is not None and tp[1] in t.partitions]
             if not remaining:
                 break
-            results = await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in remaining],
-                                        internal=True, origin=AppendOrigin.COORDINATOR)
+            results = await self._append_markers(batch, remaining)
             failed: list[TopicPartition] = []
             for tp, result in zip(remaining, results, strict=True):
                 if result.error_code == Code.NONE:
@@ -410,6 +425,18 @@ class TransactionCoordinator:
                         remaining, attempt + 1)
             await asyncio.sleep(MARKER_BACKOFF_S * (attempt + 1))
         return not remaining
+
+    async def _append_markers(self, batch: bytes, partitions: list[TopicPartition]) -> list[AppendResult]:
+        if self._crash_hook is None:
+            return await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in partitions],
+                                     internal=True, origin=AppendOrigin.COORDINATOR)
+        results: list[AppendResult] = []
+        for i, (t, p) in enumerate(partitions):
+            if i == 1:
+                self._crash_point("end-txn-between-markers")
+            results += await self.io.run(self.partitions.append_blocking, [(t, p, batch)], internal=True,
+                                         origin=AppendOrigin.COORDINATOR)
+        return results
 
     async def _fence_and_abort(self, meta: TxnMetadata) -> int:
         """Bump the epoch of an ongoing transaction (fencing its producer) and abort it with the new
