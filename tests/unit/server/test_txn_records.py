@@ -103,3 +103,29 @@ def test_end_txn_and_add_partitions_rules() -> None:
     assert not rules.timed_out(meta(TxnState.ONGOING), 100 + 60000)
     assert rules.expired(meta(TxnState.COMPLETE_COMMIT), 200, 100)
     assert not rules.expired(meta(TxnState.ONGOING), 10**9, 100)
+
+
+def test_verification_answers_are_kafkas_per_state_and_version() -> None:
+    ongoing = meta(TxnState.ONGOING)
+    assert rules.verify_partitions(ongoing, 1000, 3, [("t", 0), ("t", 1)]) == {
+        ("t", 0): Code.NONE, ("t", 1): Code.TRANSACTION_ABORTABLE}
+    assert rules.verify_partitions(None, 1000, 3, [("t", 0)]) == {("t", 0): Code.INVALID_PRODUCER_ID_MAPPING}
+    assert rules.verify_partitions(ongoing, 999, 3, [("t", 0)]) == {("t", 0): Code.INVALID_PRODUCER_ID_MAPPING}
+    assert rules.verify_partitions(ongoing, 1000, 2, [("t", 0)]) == {("t", 0): Code.PRODUCER_FENCED}
+    # Prepare*: the whole request is CONCURRENT_TRANSACTIONS, even for partitions of the transaction.
+    for state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        preparing = meta(state)
+        preparing.partitions = {("t", 0)}
+        assert rules.verify_partitions(preparing, 1000, 3, [("t", 0), ("t", 1)]) == {
+            ("t", 0): Code.CONCURRENT_TRANSACTIONS, ("t", 1): Code.CONCURRENT_TRANSACTIONS}
+    # No transaction open: nothing is in it.
+    assert rules.verify_partitions(meta(TxnState.COMPLETE_COMMIT), 1000, 3, [("t", 0)]) == {
+        ("t", 0): Code.TRANSACTION_ABORTABLE}
+    # What a partition leader tells its client.
+    assert rules.verification_error(Code.TRANSACTION_ABORTABLE, abortable_known=False) == Code.INVALID_TXN_STATE
+    assert rules.verification_error(Code.TRANSACTION_ABORTABLE, abortable_known=True) == Code.TRANSACTION_ABORTABLE
+    assert rules.verification_error(Code.PRODUCER_FENCED, abortable_known=True) == Code.INVALID_PRODUCER_EPOCH
+    assert rules.produce_verification_error(Code.TRANSACTION_ABORTABLE, 10) == Code.INVALID_TXN_STATE
+    assert rules.produce_verification_error(Code.TRANSACTION_ABORTABLE, 11) == Code.TRANSACTION_ABORTABLE
+    assert rules.produce_verification_error(Code.CONCURRENT_TRANSACTIONS, 11) == Code.NOT_ENOUGH_REPLICAS
+    assert rules.produce_verification_error(Code.INVALID_PRODUCER_ID_MAPPING, 9) == Code.INVALID_PRODUCER_ID_MAPPING

@@ -21,6 +21,7 @@ from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.partitions import AppendResult
+from tierlog.server.txn import rules as txn_rules
 
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
@@ -57,10 +58,10 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
-        refused = _unverified(ctx, body, items)
+        refused = _unverified(ctx, body, items, version)
         durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
-        results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
+        results = [AppendResult(refused[i], error_message="Unable to verify the partition has been added to the "
                                 "transaction") if i in refused else next(appended) for i in range(len(items))]
         if durable:
             results = await _synced(results)
@@ -137,7 +138,8 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]]) -> dict[int, int]:
+def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+                version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
     the transaction coordinator does not have in the producer's ongoing transaction."""
     txn_id = getattr(body, "transactional_id", None)
@@ -151,8 +153,7 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
         tp = (name, partition)
         code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
-            # Produce predates ErrorCode.PRODUCER_FENCED: a stale epoch is ErrorCode.INVALID_PRODUCER_EPOCH there.
-            out[i] = ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code
+            out[i] = txn_rules.produce_verification_error(code, version)
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
+from tierlog.server.txn import rules
 from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.server.txn.records import TxnState
 from tierlog.server.txn.rules import Code
@@ -95,8 +96,9 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
     if offsets_tp is None:
         code = Code.INVALID_GROUP_ID
     else:
-        code = txn.verify_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                     [offsets_tp])[offsets_tp]
+        code = rules.verification_error(txn.verify_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp])[offsets_tp],
+            abortable_known=version >= 4)
     if code == Code.NONE:
         codes = await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
                                         getattr(body, "generation_id", -1), body.producer_id, body.producer_epoch,

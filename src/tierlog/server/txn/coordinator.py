@@ -327,17 +327,12 @@ class TransactionCoordinator:
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """KIP-890 part 1 verification (AddPartitionsToTxn v4+ verify_only, transactional produce and
-        TxnOffsetCommit): is each partition part of this producer's ongoing transaction?"""
+        """KIP-890 part 1 verification, the coordinator's answer (AddPartitionsToTxn v4+ verify_only;
+        transactional produce and TxnOffsetCommit translate it with :func:`rules.verification_error`):
+        is each partition part of this producer's ongoing transaction?"""
         if not transactional_id:
             return dict.fromkeys(partitions, Code.INVALID_REQUEST)
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return dict.fromkeys(partitions, Code.INVALID_PRODUCER_ID_MAPPING)
-        if producer_epoch != meta.producer_epoch:
-            return dict.fromkeys(partitions, Code.PRODUCER_FENCED)
-        ongoing = meta.state is TxnState.ONGOING
-        return {tp: Code.NONE if ongoing and tp in meta.partitions else Code.INVALID_TXN_STATE for tp in partitions}
+        return rules.verify_partitions(self.txns.get(transactional_id), producer_id, producer_epoch, partitions)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
         if not group_id:

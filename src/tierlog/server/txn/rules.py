@@ -38,6 +38,9 @@ class Code:
     PRODUCER_FENCED = int(ErrorCode.producer_fenced)
     TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
     UNSTABLE_OFFSET_COMMIT = int(ErrorCode.unstable_offset_commit)
+    TRANSACTION_ABORTABLE = int(ErrorCode.transaction_abortable)
+    NOT_ENOUGH_REPLICAS = int(ErrorCode.not_enough_replicas)
+    COORDINATOR_LOAD_IN_PROGRESS = int(ErrorCode.coordinator_load_in_progress)
 
 
 @dataclass
@@ -182,6 +185,45 @@ def fenced(meta: TxnMetadata) -> TxnMetadata | None:
     target.last_producer_epoch = meta.producer_epoch
     target.producer_epoch = meta.producer_epoch + 1
     return target
+
+
+def verify_partitions(meta: TxnMetadata | None, producer_id: int, producer_epoch: int,
+                      partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """The coordinator's answer to a verification (AddPartitionsToTxn v4+ with verify_only; Kafka's
+    TransactionCoordinator.handleVerifyPartitionsInTransaction): a partition outside the transaction
+    is TRANSACTION_ABORTABLE; Prepare* answers CONCURRENT_TRANSACTIONS for all. A change being written
+    is not checked (Kafka does not either: the state it replaces is still the one that holds)."""
+    tps = list(partitions)
+    if meta is None or meta.producer_id != producer_id:
+        return dict.fromkeys(tps, Code.INVALID_PRODUCER_ID_MAPPING)
+    if meta.producer_epoch != producer_epoch:
+        return dict.fromkeys(tps, Code.PRODUCER_FENCED)
+    if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        return dict.fromkeys(tps, Code.CONCURRENT_TRANSACTIONS)
+    return {tp: Code.NONE if tp in meta.partitions else Code.TRANSACTION_ABORTABLE for tp in tps}
+
+
+def verification_error(code: int, abortable_known: bool) -> int:
+    """What a partition leader makes of the coordinator's verification answer (Kafka's
+    AddPartitionsToTxnManager): producers expect INVALID_PRODUCER_EPOCH rather than PRODUCER_FENCED,
+    and clients older than TRANSACTION_ABORTABLE (Produce before v11, TxnOffsetCommit before v4) get
+    INVALID_TXN_STATE instead."""
+    if code == Code.PRODUCER_FENCED:
+        return Code.INVALID_PRODUCER_EPOCH
+    if code == Code.TRANSACTION_ABORTABLE and not abortable_known:
+        return Code.INVALID_TXN_STATE
+    return code
+
+
+def produce_verification_error(code: int, version: int) -> int:
+    """A verification failure as a Produce ``version`` answers it (Kafka's ReplicaManager): retriable
+    coordinator errors become NOT_ENOUGH_REPLICAS, which every producer retries without a metadata
+    refresh."""
+    code = verification_error(code, abortable_known=version >= 11)
+    if code in (Code.CONCURRENT_TRANSACTIONS, Code.COORDINATOR_LOAD_IN_PROGRESS, Code.COORDINATOR_NOT_AVAILABLE,
+                Code.NOT_COORDINATOR):
+        return Code.NOT_ENOUGH_REPLICAS
+    return code
 
 
 def timed_out(meta: TxnMetadata, now_ms: int) -> bool:
