@@ -20,6 +20,7 @@ from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
+from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
 from tierlog.server.txn import rules as txn_rules
 
@@ -58,7 +59,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
-        refused = _unverified(ctx, body, items, version)
+        refused = await _unverified(ctx, body, items, version)
         durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message="Unable to verify the partition has been added to the "
@@ -138,10 +139,11 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
-                version: int) -> dict[int, int]:
+async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+                      version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
-    the transaction coordinator does not have in the producer's ongoing transaction."""
+    the transaction coordinator does not have in the producer's ongoing transaction. A TV2 Produce
+    (v12+, transaction.version 2) adds the partition instead of only asking (KIP-890 part 2)."""
     txn_id = getattr(body, "transactional_id", None)
     if ctx.transactions is None or not txn_id:
         return {}
@@ -151,7 +153,11 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
             continue
         _, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
         tp = (name, partition)
-        code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
+        if implicit_add(ctx, version, PRODUCE_TV2_SINCE):
+            code = (await ctx.transactions.add_partitions(txn_id, producer_id, producer_epoch, [tp],
+                                                          client_transaction_version=2))[tp]
+        else:
+            code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
             out[i] = txn_rules.produce_verification_error(code, version)
     return out

@@ -74,12 +74,28 @@ async def handle_add_offsets_to_txn(ctx: BrokerContext, request: ParsedRequest, 
         "error_code": client_code(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, code)})
 
 
+#: The first versions sent by a client running transaction version 2 (KIP-890 part 2): EndTxn bumps
+#: the epoch; Produce and TxnOffsetCommit add their partition to the transaction themselves.
+END_TXN_TV2_SINCE, PRODUCE_TV2_SINCE, TXN_OFFSET_COMMIT_TV2_SINCE = 5, 12, 5
+
+
+def implicit_add(ctx: BrokerContext, version: int, since: int) -> bool:
+    """Whether a Produce/TxnOffsetCommit ``version`` adds its partition to the transaction: a TV2
+    request on a cluster whose finalized transaction.version is 2 (clients send those versions only
+    then; the check keeps a TV0/TV1 cluster's rules whatever a client sends)."""
+    return version >= since and coordinator(ctx).transaction_version() >= 2
+
+
 async def handle_end_txn(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
-    code = await coordinator(ctx).end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
-                                          body.committed)
-    return build_response(ApiKey.END_TXN, request.api_version, {
-        "error_code": client_code(ApiKey.END_TXN, request.api_version, code)})
+    version = request.api_version
+    code, producer_id, producer_epoch = await coordinator(ctx).end_txn(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+        client_transaction_version=2 if version >= END_TXN_TV2_SINCE else 0)
+    out: dict[str, Any] = {"error_code": client_code(ApiKey.END_TXN, version, code)}
+    if version >= END_TXN_TV2_SINCE:
+        out |= {"producer_id": producer_id, "producer_epoch": producer_epoch}
+    return build_response(ApiKey.END_TXN, version, out)
 
 
 async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -95,6 +111,10 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
     offsets_tp = ("__consumer_offsets", groups.offsets_partition(body.group_id)) if body.group_id else None
     if offsets_tp is None:
         code = Code.INVALID_GROUP_ID
+    elif implicit_add(ctx, version, TXN_OFFSET_COMMIT_TV2_SINCE):
+        code = rules.verification_error((await txn.add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp],
+            client_transaction_version=2))[offsets_tp], abortable_known=True)
     else:
         code = rules.verification_error(txn.verify_partitions(
             body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp])[offsets_tp],

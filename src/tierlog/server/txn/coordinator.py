@@ -7,7 +7,9 @@ runs Kafka's two phases in order -- PrepareCommit/PrepareAbort written, then a C
 into every partition of the transaction (the group's ``__consumer_offsets`` partition included), then
 CompleteCommit/CompleteAbort -- so a crash at any step leaves a Prepare* record that the next start
 finishes before the coordinator answers for the id. The rules (which error where) are Kafka's
-TransactionCoordinator's for transaction version 1; :mod:`.rules` holds them as pure functions.
+TransactionCoordinator's for transaction versions 0-2; :mod:`.rules` holds them as pure functions.
+State records are TransactionLogValue version 1 once the finalized ``transaction.version`` is 1 or
+more, version 0 before (Kafka's TransactionStateManager does the same).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from tierlog.clock import Clock
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.metadata import Controller, TopicExistsError
+from tierlog.metadata.features import TRANSACTION_VERSION_FEATURE
 from tierlog.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -215,6 +218,13 @@ class TransactionCoordinator:
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, self.partition_of(transactional_id))
 
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` (0 when never set)."""
+        return int(self.partitions.image.features.get(TRANSACTION_VERSION_FEATURE, 0))
+
+    def _value_version(self) -> int:
+        return 1 if self.transaction_version() >= 1 else 0
+
     async def _store(self, transactional_id: str, value: TxnLogValue | None) -> int:
         """Write the id's new state (None: a tombstone); the error code."""
         try:
@@ -222,7 +232,7 @@ class TransactionCoordinator:
         except TierlogError as e:
             log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
             return Code.COORDINATOR_NOT_AVAILABLE
-        raw = None if value is None else encode_value(value)
+        raw = None if value is None else encode_value(value, self._value_version())
         batch = build_batch([SimpleRecord(encode_key(transactional_id), raw, timestamp=self.now_ms())])
         partition = self.partition_of(transactional_id)
         async with self._write_lock:
@@ -303,8 +313,10 @@ class TransactionCoordinator:
         return Code.NONE, meta
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """AddPartitionsToTxn (and AddOffsetsToTxn's partition): an error code per partition."""
+                             partitions: list[TopicPartition],
+                             client_transaction_version: int = 0) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's partition, and the implicit adds of TV2's Produce
+        v12+ and TxnOffsetCommit v5+): an error code per partition."""
         image = self.partitions.image
         unknown = [tp for tp in partitions
                    if (t := image.topics_by_name.get(tp[0])) is None or tp[1] not in t.partitions]
@@ -314,7 +326,7 @@ class TransactionCoordinator:
         code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return dict.fromkeys(partitions, code)
-        decision = rules.add_partitions(meta, partitions, self.now_ms())
+        decision = rules.add_partitions(meta, partitions, self.now_ms(), client_transaction_version)
         if isinstance(decision, int):
             return dict.fromkeys(partitions, decision)
         if decision is not None:
@@ -341,24 +353,35 @@ class TransactionCoordinator:
         tp = (CONSUMER_OFFSETS_TOPIC, self.groups.offsets_partition(group_id))
         return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
-        code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
-        if meta is None:
-            return code
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      client_transaction_version: int = 0) -> tuple[int, int, int]:
+        """(error code, producer id, epoch) for EndTxn; the id and epoch are what the producer goes on
+        with (EndTxn v5: under TV2 the epoch was bumped, or the id rotated)."""
+        if not transactional_id:
+            return Code.INVALID_REQUEST, -1, -1
+        meta = self.txns.get(transactional_id)
+        code = rules.check_end_txn_producer(meta, producer_id, producer_epoch)
+        if code is not None or meta is None:
+            return (code if code is not None else Code.INVALID_PRODUCER_ID_MAPPING), -1, -1
         decision = rules.end_txn(meta, commit)
         if decision is not None:
-            return decision
+            if decision == Code.NONE:  # a retry of an end that completed
+                return Code.NONE, meta.producer_id, meta.producer_epoch
+            return decision, -1, -1
         meta.pending = True
         try:
-            return await self._end(meta, commit)
+            code = await self._end(meta, commit, client_transaction_version)
         finally:
             meta.pending = False
+        return (Code.NONE, meta.producer_id, meta.producer_epoch) if code == Code.NONE else (code, -1, -1)
 
-    async def _end(self, meta: TxnMetadata, commit: bool) -> int:
+    async def _end(self, meta: TxnMetadata, commit: bool, client_transaction_version: int,
+                   fencing: bool = False) -> int:
         """Both phases of ending the ongoing transaction of ``meta`` (pending set by the caller)."""
-        prepare = meta.copy()
-        prepare.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        prepare.last_update_ms = self.now_ms()
+        next_producer_id = -1
+        if client_transaction_version >= 2 and not fencing and rules.epoch_exhausted(meta.producer_epoch):
+            next_producer_id = await self.io.run(self._next_producer_id)
+        prepare = rules.prepare_end(meta, commit, self.now_ms(), client_transaction_version, next_producer_id)
         code = await self._transition(meta, prepare)
         if code:
             return code
@@ -375,11 +398,7 @@ class TransactionCoordinator:
         if not await self._write_markers(meta, commit):
             return Code.COORDINATOR_NOT_AVAILABLE
         self._crash_point("end-txn-before-complete")
-        done = meta.copy()
-        done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        done.partitions = set()
-        done.last_update_ms = self.now_ms()
-        code = await self._transition(meta, done)
+        code = await self._transition(meta, rules.complete_end(meta, self.now_ms()))
         if code == Code.NONE:
             if commit:
                 self.committed += 1
@@ -439,7 +458,7 @@ class TransactionCoordinator:
         fenced = rules.fenced(meta)
         if fenced is not None:
             meta.apply(fenced)  # in memory only, as Kafka: the abort's records carry the bumped epoch
-        return await self._end(meta, commit=False)
+        return await self._end(meta, False, meta.client_transaction_version, fencing=True)
 
     async def abort_timed_out(self, now_ms: int) -> int:
         """Abort every transaction open longer than its timeout; how many were."""
