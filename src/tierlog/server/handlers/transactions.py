@@ -12,6 +12,7 @@ import datetime
 import re
 from typing import Any
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -171,15 +172,24 @@ async def handle_list_transactions(ctx: BrokerContext, request: ParsedRequest, c
     pids = set(body.producer_id_filters)
     min_duration_ms = getattr(body, "duration_filter", -1)
     pattern = getattr(body, "transactional_id_pattern", None)
-    regex = re.compile(pattern) if pattern else None
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error:
+        return build_response(ApiKey.LIST_TRANSACTIONS, request.api_version, {
+            "error_code": ErrorCode.INVALID_REGULAR_EXPRESSION, "unknown_state_filters": [],
+            "transaction_states": []})
     now = txn.now_ms()
     out = []
     for txn_id, meta in sorted(txn.txns.items()):
+        if meta.state is TxnState.DEAD:  # being expired (Kafka leaves these out too)
+            continue
         if states and meta.state.kafka_name not in states:
             continue
         if pids and meta.producer_id not in pids:
             continue
-        if min_duration_ms >= 0 and (meta.state is not TxnState.ONGOING or now - meta.start_ms < min_duration_ms):
+        # Kafka's TransactionStateManager.listTransactionStates: a transaction is listed when it
+        # started more than DurationFilter ms ago, whatever its state (Empty has no start: -1).
+        if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
             continue
         if regex is not None and not regex.fullmatch(txn_id):
             continue
