@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.raw_client import RawClient
 from tests.integration.test_txn_errors import (
     add_partitions,
     create_topic,
@@ -22,7 +23,6 @@ from tests.integration.test_txn_errors import (
     find_txn_coordinator,
     init_pid,
 )
-from tests.reliability.harness import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import iter_batches
 from tierlog.server.broker import CRASH_AT_ENV

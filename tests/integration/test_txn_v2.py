@@ -18,8 +18,8 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.raw_client import RawClient
 from tests.integration.test_txn_errors import add_partitions, create_topic, find_txn_coordinator, init_pid
-from tests.reliability.harness import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch, iter_batches
 from tierlog.server.txn.records import (

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.raw_client import RawClient
 from tests.integration.test_txn_errors import create_topic, find_txn_coordinator, init_pid
-from tests.reliability.harness import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from tierlog._util.varint import read_unsigned_varint, unsigned_varint_bytes, write_unsigned_varint
 from tierlog.metadata.errors import MetadataReplayError
 
 _I8 = struct.Struct(">b")
@@ -25,15 +26,13 @@ NO_TAGGED_FIELDS = b"\x00"
 TaggedFields = dict[int, bytes]
 
 
-def uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+uvarint = unsigned_varint_bytes
+#: Metadata records carry unsigned varlongs too (up to 10 bytes).
+_MAX_UVARINT_BYTES = 10
+
+
+def _replay_error(message: str) -> MetadataReplayError:
+    return MetadataReplayError(f"metadata record: {message}")
 
 
 class Writer:
@@ -45,11 +44,7 @@ class Writer:
         self.buf = bytearray()
 
     def uvarint(self, value: int) -> None:
-        buf = self.buf
-        while value > 0x7F:
-            buf.append((value & 0x7F) | 0x80)
-            value >>= 7
-        buf.append(value)
+        write_unsigned_varint(self.buf, value)
 
     def i8(self, value: int) -> None:
         self.buf += _I8.pack(value)
@@ -132,22 +127,8 @@ class Reader:
         return pos
 
     def uvarint(self) -> int:
-        buf = self.buf
-        pos = self.pos
-        result = 0
-        shift = 0
-        while True:
-            if pos >= self.end:
-                raise MetadataReplayError("metadata record truncated inside a varint")
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                self.pos = pos
-                return result
-            shift += 7
-            if shift > 63:
-                raise MetadataReplayError("varint longer than 10 bytes in a metadata record")
+        value, self.pos = read_unsigned_varint(self.buf, self.pos, _MAX_UVARINT_BYTES, self.end, _replay_error)
+        return value
 
     def i8(self) -> int:
         return int(_I8.unpack_from(self.buf, self._need(1))[0])

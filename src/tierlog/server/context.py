@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
+from tierlog.config.settings import broker_default_flag, broker_default_str
 from tierlog.metadata import Controller, MetadataImage
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
@@ -56,6 +57,15 @@ class ProducerIdManager:
             return pid
 
 
+@dataclass(frozen=True)
+class RequestSettings:
+    """The broker settings request handlers read (built by ``tierlog.server.settings``)."""
+
+    auto_create_topics_enable: bool = broker_default_flag("auto.create.topics.enable")
+    #: ``log.durable.acks``: the lowest acks level answered only once the batches are fsynced.
+    durable_acks: str = broker_default_str("log.durable.acks")
+
+
 @dataclass
 class BrokerContext:
     config: BrokerConfig
@@ -74,6 +84,7 @@ class BrokerContext:
     remote_log_manager: RemoteLogManager | None = None
     #: Kafka's log cleaner (compaction), None when ``log.cleaner.enable`` is false.
     log_cleaner: LogCleaner | None = None
+    settings: RequestSettings = field(default_factory=RequestSettings)
 
     @property
     def image(self) -> MetadataImage:

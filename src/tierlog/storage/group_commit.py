@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.errors import KafkaStorageError
 from tierlog.storage.file_records import FileRecords
 from tierlog.storage.log_dir_failure import LogDirFailureChannel
@@ -38,8 +38,9 @@ class GroupCommitStats:
 
 
 class GroupCommit:
-    def __init__(self, log_dir: Path, channel: LogDirFailureChannel) -> None:
+    def __init__(self, log_dir: Path, channel: LogDirFailureChannel, clock: Clock = SYSTEM_CLOCK) -> None:
         self.log_dir = log_dir
+        self._clock = clock
         self._channel = channel
         self._cond = threading.Condition()
         self._files: dict[int, FileRecords] = {}
@@ -98,7 +99,7 @@ class GroupCommit:
         reason = self._channel.offline_reason(self.log_dir)
         if reason is not None:
             return KafkaStorageError(f"log dir {self.log_dir} is offline: {reason}")
-        started = time.monotonic()
+        started = monotonic_s(self._clock)
         try:
             for records in batch:
                 records.sync_data()
@@ -117,5 +118,5 @@ class GroupCommit:
         stats = self.stats
         stats.rounds += 1
         stats.files_synced += len(batch)
-        stats.sync_seconds += time.monotonic() - started
+        stats.sync_seconds += monotonic_s(self._clock) - started
         return None

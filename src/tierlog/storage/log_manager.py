@@ -147,7 +147,7 @@ class LogManager:
         #: Disk errors take a log dir offline (log_dir_failure); durable acknowledgements wait on
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
-        self.group_commits = {d: GroupCommit(d, self.failure_channel) for d in self.log_dirs}
+        self.group_commits = {d: GroupCommit(d, self.failure_channel, self.clock) for d in self.log_dirs}
 
     # -- startup --------------------------------------------------------------------------------------
 
@@ -330,7 +330,7 @@ class LogManager:
         log_dir = ulog.dir.parent
         commit = self.group_commits.get(log_dir)
         if commit is None:
-            commit = self.group_commits.setdefault(log_dir, GroupCommit(log_dir, self.failure_channel))
+            commit = self.group_commits.setdefault(log_dir, GroupCommit(log_dir, self.failure_channel, self.clock))
         if info.sync_file is None:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment

@@ -21,7 +21,7 @@ from tierlog.clock import Clock
 from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
 from tierlog.ids import TopicPartition
-from tierlog.metadata import Controller, TopicExistsError
+from tierlog.metadata import Controller
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups import consumer_records
 from tierlog.server.groups.consumer_coordinator import ConsumerGroups
@@ -42,8 +42,10 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
+from tierlog.server.internal_topic import InternalTopic
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.ticker import Ticker
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -90,8 +92,10 @@ class GroupCoordinator:
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
         self.consumer = ConsumerGroups(self, settings.consumer)
         self._write_lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
-        self._topic_lock = asyncio.Lock()
+        self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "group coordinator")
+        self._topic = InternalTopic(CONSUMER_OFFSETS_TOPIC, partitions, controller, io,
+                                    num_partitions=settings.num_partitions,
+                                    configs={"cleanup.policy": "compact", "segment.bytes": str(settings.segment_bytes)})
         self._last_cleanup_ms = self.now_ms()
         self._empty_since = EmptySince()
 
@@ -106,22 +110,12 @@ class GroupCoordinator:
             loaded = await self.io.run(self._load_blocking)
             log.info("loaded %d committed offsets of %d groups from %s in %.3f s", loaded, len(self.offsets),
                      CONSUMER_OFFSETS_TOPIC, (self.clock.monotonic_ns() - started_ns) / 1e9)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
+        await self._ticker.stop()
         for group in self.groups.values():
             group.shutdown()
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
-            self.tick()
 
     def tick(self) -> None:
         now = self.now_ms()
@@ -284,22 +278,10 @@ class GroupCoordinator:
     # -- persistence -----------------------------------------------------------------------------
 
     async def ensure_topic(self) -> None:
-        if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-            return
-        async with self._topic_lock:
-            if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-                return
-            try:
-                await self.io.run(self.controller.create_topic, CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions, 1,
-                                  {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)})
-                log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions)
-            except TopicExistsError:
-                pass
+        await self._topic.ensure()
 
     def _partition_of(self, group_id: str) -> int:
-        topic = self.partitions.topic(CONSUMER_OFFSETS_TOPIC)
-        count = topic.num_partitions if topic is not None else self.settings.num_partitions
-        return partition_for_group(group_id, count)
+        return partition_for_group(group_id, self._topic.partition_count())
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append records to the group's partition; the error code (0 when stored)."""
@@ -416,16 +398,11 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
-    async def commit(self, group_id: str, member_id: str, generation_id: int,
-                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
-        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
-        if not group_id:
-            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
-        code = self._commit_error(group_id, member_id, generation_id)
-        if code:
-            return [code] * len(offsets)
+    def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]], now: int,
+                        ) -> tuple[list[int], list[tuple[bytes, bytes | None]], list[tuple[TopicPartition, OffsetValue]]]:
+        """What an OffsetCommit or a TxnOffsetCommit writes: an error code per entry (an unknown
+        partition, metadata too large), and for the accepted ones their record and the offset it commits."""
         image = self.partitions.image
-        now = self.clock.wall_ms()
         codes: list[int] = []
         records: list[tuple[bytes, bytes | None]] = []
         accepted: list[tuple[TopicPartition, OffsetValue]] = []
@@ -441,6 +418,18 @@ class GroupCoordinator:
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
             codes.append(ErrorCode.NONE)
+        return codes, records, accepted
+
+    async def commit(self, group_id: str, member_id: str, generation_id: int,
+                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
+        code = self._commit_error(group_id, member_id, generation_id)
+        if code:
+            return [code] * len(offsets)
+        now = self.clock.wall_ms()
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if records:
             code = await self._append(group_id, records)
             if code:
@@ -467,23 +456,8 @@ class GroupCoordinator:
             code = self._commit_error(group_id, member_id, generation_id)
             if code:
                 return [code] * len(offsets)
-        image = self.partitions.image
         now = self.clock.wall_ms()
-        codes: list[int] = []
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: list[tuple[TopicPartition, OffsetValue]] = []
-        for topic, partition, offset, leader_epoch, metadata in offsets:
-            t = image.topics_by_name.get(topic)
-            if t is None or partition not in t.partitions:
-                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-                continue
-            value = OffsetValue(offset, leader_epoch, metadata or "", now)
-            records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
-            accepted.append(((topic, partition), value))
-            codes.append(ErrorCode.NONE)
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if not records:
             return codes
         batch = build_batch([SimpleRecord(k, v, timestamp=now) for k, v in records], producer_id=producer_id,

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tierlog.ids import TopicPartition
 from tierlog.server.groups.records import OffsetValue
-
-TopicPartition = tuple[str, int]
 
 
 def expired_offsets(offsets: Mapping[TopicPartition, OffsetValue], *, empty_since_ms: int | None, now_ms: int,

@@ -60,7 +60,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
         refused = await _unverified(ctx, body, items, version)
-        durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
+        durable = durable_ack(ctx.settings.durable_acks, acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message="Unable to verify the partition has been added to the "
                                 "transaction") if i in refused else next(appended) for i in range(len(items))]

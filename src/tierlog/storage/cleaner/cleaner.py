@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.records.header import BatchHeader
 from tierlog.storage import files
 from tierlog.storage.cleaner.batches import (
@@ -185,7 +184,7 @@ class Cleaner:
 
     def clean(self, ulog: UnifiedLog, first_dirty: int, first_uncleanable: int, views: list[SegmentView],
               now_ms: int) -> CleanResult:
-        started = time.monotonic()
+        started = monotonic_s(self.clock)
         result = CleanResult(first_dirty, first_dirty)
         end = self.build_offset_map(ulog, first_dirty, first_uncleanable, result)
         # Nothing dirty (only tombstones past their horizon to drop): the clean part is rewritten.
@@ -217,7 +216,7 @@ class Cleaner:
                               f"{result.bytes_read} bytes read, {result.bytes_written} written")
         result.records_read, result.records_written = ctx.records_read, ctx.records_kept
         result.next_delete_horizon_ms = horizon
-        result.elapsed_s = time.monotonic() - started
+        result.elapsed_s = monotonic_s(self.clock) - started
         return result
 
     def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext,

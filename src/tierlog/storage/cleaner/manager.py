@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
+from tierlog.config.settings import broker_default, broker_default_flag, broker_default_float
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.storage.cleaner.batches import CorruptDirtyBatchError
 from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
 from tierlog.storage.cleaner.cleaner import Cleaner, CleanResult, Throttle, segment_views, with_timestamps
@@ -34,18 +34,18 @@ from tierlog.storage.log_manager import LogManager, Progress
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-
 
 @dataclass(frozen=True)
 class CleanerSettings:
-    enable: bool = True
-    threads: int = 1
-    backoff_ms: int = 15000
-    io_max_bytes_per_second: float = 1.7976931348623157e308
-    io_buffer_size: int = 524288
-    dedupe_buffer_size: int = 134217728
-    io_buffer_load_factor: float = 0.9
+    """The cleaner's settings (built from the broker config in ``tierlog.server.settings``)."""
+
+    enable: bool = broker_default_flag("log.cleaner.enable")
+    threads: int = broker_default("log.cleaner.threads")
+    backoff_ms: int = broker_default("log.cleaner.backoff.ms")
+    io_max_bytes_per_second: float = broker_default_float("log.cleaner.io.max.bytes.per.second")
+    io_buffer_size: int = broker_default("log.cleaner.io.buffer.size")
+    dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size")
+    io_buffer_load_factor: float = broker_default_float("log.cleaner.io.buffer.load.factor")
     progress_interval_ms: int = 5000
 
 
@@ -132,7 +132,7 @@ class LogCleaner:
     def new_cleaner(self) -> Cleaner:
         s = self.settings
         slots = offset_map_slots(s.dedupe_buffer_size, max(1, s.threads), s.io_buffer_load_factor)
-        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, time.monotonic)
+        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, lambda: monotonic_s(self.clock))
         cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=s.io_buffer_size, clock=self.clock, throttle=throttle,
                           swap_hook=self.swap_hook, progress=self._progress_line)
         cleaner.stop_requested = self._stop.is_set
@@ -338,21 +338,5 @@ def clean_log(ulog: UnifiedLog, cleaner: Cleaner, checkpoint: int | None, now_ms
     return cleaner.clean(ulog, rng.first_dirty_offset, rng.first_uncleanable_offset, segment_views(ulog), now_ms)
 
 
-def settings_from(get: Callable[[str], object]) -> CleanerSettings:
-    """The cleaner's settings from broker config values (``get`` returns a key's typed value)."""
-    def num(key: str) -> float:
-        v = get(key)
-        assert isinstance(v, (int, float))
-        return v
-    return CleanerSettings(
-        enable=bool(get("log.cleaner.enable")), threads=int(num("log.cleaner.threads")),
-        backoff_ms=int(num("log.cleaner.backoff.ms")),
-        io_max_bytes_per_second=float(num("log.cleaner.io.max.bytes.per.second")),
-        io_buffer_size=int(num("log.cleaner.io.buffer.size")),
-        dedupe_buffer_size=int(num("log.cleaner.dedupe.buffer.size")),
-        io_buffer_load_factor=float(num("log.cleaner.io.buffer.load.factor")),
-    )
-
-
-__all__ = ["CleanerMetrics", "CleanerSettings", "LogCleaner", "PartitionCleanerState", "settings_from"]
+__all__ = ["CleanerMetrics", "CleanerSettings", "LogCleaner", "PartitionCleanerState"]
 
