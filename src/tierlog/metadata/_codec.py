@@ -19,6 +19,7 @@ _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
 
 #: The section an encoder writes when a struct has no tagged field set.
 NO_TAGGED_FIELDS = b"\x00"
@@ -63,6 +64,9 @@ class Writer:
 
     def i64(self, value: int) -> None:
         self.buf += _I64.pack(value)
+
+    def f64(self, value: float) -> None:
+        self.buf += _F64.pack(value)
 
     def uuid(self, value: bytes) -> None:
         if len(value) != 16:
@@ -147,6 +151,9 @@ class Reader:
 
     def i64(self) -> int:
         return int(_I64.unpack_from(self.buf, self._need(8))[0])
+
+    def f64(self) -> float:
+        return float(_F64.unpack_from(self.buf, self._need(8))[0])
 
     def uuid(self) -> bytes:
         pos = self._need(16)

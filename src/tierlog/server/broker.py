@@ -30,6 +30,7 @@ from tierlog.errors import ConfigError, TierlogError
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
+from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
@@ -45,14 +46,15 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager
 from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import (
     NetworkSettings,
-    cleaner_settings,
     controller_settings,
     group_settings,
     network_settings,
+    quota_window,
     request_settings,
     txn_settings,
 )
@@ -194,10 +196,12 @@ class Broker:
         else:
             guard_without_remote_tier(metadata_dir_of(config), manager)
         manager.start_background_tasks()
-        cleaner = cleaner_settings(config)
+        cleaner = effective_cleaner_settings(config, controller.image, node_id)
         if cleaner.enable:
             self._log_cleaner = LogCleaner(manager, cleaner, clock=self.clock)
             self._log_cleaner.start()
+            controller.add_listener(CleanerReconfigurer(self._log_cleaner, config, node_id,
+                                                        lambda: controller.image).on_commit)
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))
@@ -220,6 +224,7 @@ class Broker:
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner, settings=handler_settings,
         )
+        ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)

@@ -20,6 +20,7 @@ from tierlog.metadata import Controller, MetadataImage
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
 from tierlog.storage.cleaner.manager import LogCleaner
@@ -85,6 +86,8 @@ class BrokerContext:
     #: Kafka's log cleaner (compaction), None when ``log.cleaner.enable`` is false.
     log_cleaner: LogCleaner | None = None
     settings: RequestSettings = field(default_factory=RequestSettings)
+    #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
+    quotas: QuotaManager | None = None
 
     @property
     def image(self) -> MetadataImage:

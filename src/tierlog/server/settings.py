@@ -16,6 +16,7 @@ from tierlog.server.context import RequestSettings
 from tierlog.server.groups.assignors import assignor_name
 from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.coordinator import GroupSettings
+from tierlog.server.quotas import QuotaWindow
 from tierlog.server.txn.coordinator import TxnSettings
 from tierlog.storage.cleaner.manager import CleanerSettings
 from tierlog.storage.log_manager import LogManagerSettings
@@ -98,6 +99,11 @@ def request_settings(config: BrokerConfig) -> RequestSettings:
         auto_create_topics_enable=config.get_bool("auto.create.topics.enable"),
         durable_acks=config.get_str("log.durable.acks"),
     )
+
+
+def quota_window(config: BrokerConfig) -> QuotaWindow:
+    """The sample windows client quotas' rates are measured over."""
+    return QuotaWindow(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"))
 
 
 def remote_log_manager_settings(config: BrokerConfig) -> RemoteLogManagerSettings:
