@@ -157,7 +157,7 @@ _SPECS = (
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),
     ApiSpec(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4),
     # EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not implemented: v4 is the top.
-    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 4),
+    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 5),
     ApiSpec(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5),
     ApiSpec(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2),
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),

@@ -21,7 +21,9 @@ from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
+from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
+from tierlog.server.txn import rules as txn_rules
 
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
@@ -65,11 +67,13 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         denied = {name for _, name, _, _ in items
                   if name is not None and not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, name)}
         refused: dict[int, int] = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, it in enumerate(items) if it[1] in denied}
-        refused.update((i, code) for i, code in _unverified(ctx, body, items).items() if i not in refused)
+        unverified = await _unverified(ctx, body, [it for i, it in enumerate(items) if i not in refused], version)
+        kept = [i for i in range(len(items)) if i not in refused]
+        refused.update((kept[j], code) for j, code in unverified.items())
         durable = durable_ack(ctx.settings.durable_acks, acks)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message=None if refused[i] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                                else "the partition is not part of the producer's ongoing transaction")
+                                else "Unable to verify the partition has been added to the transaction")
                    if i in refused else next(appended) for i in range(len(items))]
         if durable:
             results = await _synced(results)
@@ -146,9 +150,11 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]]) -> dict[int, int]:
+async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+                      version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
-    the transaction coordinator does not have in the producer's ongoing transaction."""
+    the transaction coordinator does not have in the producer's ongoing transaction. A TV2 Produce
+    (v12+, transaction.version 2) adds the partition instead of only asking (KIP-890 part 2)."""
     txn_id = getattr(body, "transactional_id", None)
     if ctx.transactions is None or not txn_id:
         return {}
@@ -158,10 +164,13 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
             continue
         _, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
         tp = (name, partition)
-        code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
+        if implicit_add(ctx, version, PRODUCE_TV2_SINCE):
+            code = (await ctx.transactions.add_partitions(txn_id, producer_id, producer_epoch, [tp],
+                                                          client_transaction_version=2))[tp]
+        else:
+            code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
-            # Produce predates ErrorCode.PRODUCER_FENCED: a stale epoch is ErrorCode.INVALID_PRODUCER_EPOCH there.
-            out[i] = ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code
+            out[i] = txn_rules.produce_verification_error(code, version)
     return out
 
 

@@ -17,6 +17,7 @@ from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
+from tierlog.server.txn import rules
 from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.server.txn.records import TxnState
 
@@ -101,15 +102,30 @@ async def handle_add_offsets_to_txn(ctx: BrokerContext, request: ParsedRequest, 
         "error_code": client_code(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, code)})
 
 
+#: The first versions sent by a client running transaction version 2 (KIP-890 part 2): EndTxn bumps
+#: the epoch; Produce and TxnOffsetCommit add their partition to the transaction themselves.
+END_TXN_TV2_SINCE, PRODUCE_TV2_SINCE, TXN_OFFSET_COMMIT_TV2_SINCE = 5, 12, 5
+
+
+def implicit_add(ctx: BrokerContext, version: int, since: int) -> bool:
+    """Whether a Produce/TxnOffsetCommit ``version`` adds its partition to the transaction: a TV2
+    request on a cluster whose finalized transaction.version is 2 (clients send those versions only
+    then; the check keeps a TV0/TV1 cluster's rules whatever a client sends)."""
+    return version >= since and coordinator(ctx).transaction_version() >= 2
+
+
 async def handle_end_txn(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
+    version = request.api_version
     if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
-        return build_response(ApiKey.END_TXN, request.api_version, {
-            "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
-    code = await coordinator(ctx).end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
-                                          body.committed)
-    return build_response(ApiKey.END_TXN, request.api_version, {
-        "error_code": client_code(ApiKey.END_TXN, request.api_version, code)})
+        return build_response(ApiKey.END_TXN, version, {"error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+    code, producer_id, producer_epoch = await coordinator(ctx).end_txn(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+        client_transaction_version=2 if version >= END_TXN_TV2_SINCE else 0)
+    out: dict[str, Any] = {"error_code": client_code(ApiKey.END_TXN, version, code)}
+    if version >= END_TXN_TV2_SINCE:
+        out |= {"producer_id": producer_id, "producer_epoch": producer_epoch}
+    return build_response(ApiKey.END_TXN, version, out)
 
 
 async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -132,9 +148,14 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
         code = Code.GROUP_AUTHORIZATION_FAILED
     elif offsets_tp is None:
         code = Code.INVALID_GROUP_ID
+    elif implicit_add(ctx, version, TXN_OFFSET_COMMIT_TV2_SINCE):
+        code = rules.verification_error((await txn.add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp],
+            client_transaction_version=2))[offsets_tp], abortable_known=True)
     else:
-        code = txn.verify_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                     [offsets_tp])[offsets_tp]
+        code = rules.verification_error(txn.verify_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp])[offsets_tp],
+            abortable_known=version >= 4)
     if code == Code.NONE:
         allowed = [e for e in entries if e[0] not in refused_topics]
         done = iter(await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
@@ -195,15 +216,24 @@ async def handle_list_transactions(ctx: BrokerContext, request: ParsedRequest, c
     pids = set(body.producer_id_filters)
     min_duration_ms = getattr(body, "duration_filter", -1)
     pattern = getattr(body, "transactional_id_pattern", None)
-    regex = re.compile(pattern) if pattern else None
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error:
+        return build_response(ApiKey.LIST_TRANSACTIONS, request.api_version, {
+            "error_code": Code.INVALID_REGULAR_EXPRESSION, "unknown_state_filters": [],
+            "transaction_states": []})
     now = txn.now_ms()
     out = []
     for txn_id, meta in sorted(txn.txns.items()):
+        if meta.state is TxnState.DEAD:  # being expired (Kafka leaves these out too)
+            continue
         if states and meta.state.kafka_name not in states:
             continue
         if pids and meta.producer_id not in pids:
             continue
-        if min_duration_ms >= 0 and (meta.state is not TxnState.ONGOING or now - meta.start_ms < min_duration_ms):
+        # Kafka's TransactionStateManager.listTransactionStates: a transaction is listed when it
+        # started more than DurationFilter ms ago, whatever its state (Empty has no start: -1).
+        if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
             continue
         if regex is not None and not regex.fullmatch(txn_id):
             continue
