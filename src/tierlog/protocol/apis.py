@@ -75,6 +75,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -137,6 +140,9 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
     ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
     ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
+    ApiSpec(ApiKey.DESCRIBE_ACLS, "DescribeAcls", 1, 3),
+    ApiSpec(ApiKey.CREATE_ACLS, "CreateAcls", 1, 3),
+    ApiSpec(ApiKey.DELETE_ACLS, "DeleteAcls", 1, 3),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
     ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
     ApiSpec(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
@@ -153,7 +159,7 @@ _SPECS = (
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),
     ApiSpec(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4),
     # EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not implemented: v4 is the top.
-    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 4),
+    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 5),
     ApiSpec(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5),
     ApiSpec(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2),
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),

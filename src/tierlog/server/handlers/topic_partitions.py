@@ -18,10 +18,11 @@ from typing import Any
 
 from tierlog.errors import ErrorCode
 from tierlog.metadata import MetadataImage
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.metadata.controller import legal_topic_name
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
-from tierlog.server.context import BrokerContext, authorized_topic_operations, topic_uuid
+from tierlog.server.context import BrokerContext, topic_uuid
 from tierlog.server.handlers.metadata import partition_entries
 from tierlog.server.partitions import INTERNAL_TOPICS
 
@@ -75,7 +76,8 @@ def _topic(ctx: BrokerContext, client: ClientInfo, image: MetadataImage, entry: 
     topic = image.topics_by_name.get(entry.name)
     out: dict[str, Any] = {"error_code": entry.error_code, "name": entry.name, "topic_id": None,
                            "is_internal": entry.name in INTERNAL_TOPICS, "partitions": [],
-                           "topic_authorized_operations": authorized_topic_operations(ctx, client, entry.name)}
+                           "topic_authorized_operations": ctx.authorized_operations(client, ResourceType.TOPIC,
+                                                                                    entry.name)}
     if topic is not None and not entry.error_code:
         out["topic_id"] = topic_uuid(topic.topic_id)
         out["partitions"] = [
@@ -90,16 +92,26 @@ async def handle_describe_topic_partitions(ctx: BrokerContext, request: ParsedRe
     requested = [t.name for t in body.topics] or None
     cursor = (body.cursor.topic_name, body.cursor.partition_index) if body.cursor is not None else None
     limit = min(ctx.config.get_int(PARTITION_LIMIT_KEY), body.response_partition_limit)
-    counts = {name: len(t.partitions) for name, t in image.topics_by_name.items()}
+
+    def may_describe(name: str) -> bool:
+        return ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denied=requested is not None)
+
+    # As Kafka: topics the client may not describe are left out of "every topic" and answered
+    # TOPIC_AUTHORIZATION_FAILED (after the others) when named.
+    counts = {name: len(t.partitions) for name, t in image.topics_by_name.items() if may_describe(name)}
+    refused = sorted({n for n in requested or () if not may_describe(n)})
     try:
-        entries, next_cursor = page(counts, requested, cursor, limit)
+        entries, next_cursor = page(counts, [n for n in requested if n not in refused] if requested else None,
+                                    cursor, limit)
     except ValueError:
         # Kafka's getErrorResponse for the InvalidRequestException: every topic asked for, with it.
         return build_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request.api_version, {"topics": [
             {"error_code": ErrorCode.INVALID_REQUEST, "name": t.name, "topic_id": None, "partitions": []}
             for t in body.topics], "next_cursor": None})
     return build_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request.api_version, {
-        "topics": [_topic(ctx, client, image, e) for e in entries],
+        "topics": [_topic(ctx, client, image, e) for e in entries] + [
+            {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": n, "topic_id": None, "partitions": []}
+            for n in refused],
         "next_cursor": {"topic_name": next_cursor[0], "partition_index": next_cursor[1]} if next_cursor else None,
     })
 
