@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
 #: Kafka's "authorized operations not requested" marker (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-
-
 class ProducerIdManager:
     """Hands out producer ids from blocks the controller allocates in the metadata log, so an id is
     never given twice, across restarts too (Kafka's RPCProducerIdManager, minus the RPC)."""

@@ -20,6 +20,7 @@ from tierlog.server.handlers import (
     quotas,
     sasl,
     scram_credentials,
+    topic_partitions,
     topics,
     transactions,
 )
@@ -28,7 +29,7 @@ from tierlog.server.handlers import (
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   consumer_groups, features, transactions, sasl, scram_credentials, acls, quotas):
+                   consumer_groups, features, transactions, sasl, scram_credentials, acls, quotas, topic_partitions):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

@@ -76,10 +76,13 @@ async def handle_join_group(ctx: BrokerContext, request: ParsedRequest, client: 
             "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "generation_id": -1, "protocol_type": None,
             "protocol_name": None if version >= 7 else "", "leader": "", "skip_assignment": False,
             "member_id": body.member_id, "members": []})
+    instance_id = getattr(body, "group_instance_id", None)
     result = await _coordinator(ctx).join(
-        body.group_id, body.member_id, getattr(body, "group_instance_id", None), client.client_id,
+        body.group_id, body.member_id, instance_id, client.client_id,
         f"/{client.host}", session_ms, rebalance_ms, body.protocol_type,
-        [(p.name, p.metadata) for p in body.protocols], require_known_member_id=version >= 4)
+        [(p.name, p.metadata) for p in body.protocols],
+        # As Kafka: a static member is identified by its instance id, never sent back for a member id.
+        require_known_member_id=version >= 4 and instance_id is None, supports_skip_assignment=version >= 9)
     nullable = version >= 7
     return build_response(ApiKey.JOIN_GROUP, version, {
         "error_code": result.error_code,
@@ -87,7 +90,7 @@ async def handle_join_group(ctx: BrokerContext, request: ParsedRequest, client: 
         "protocol_type": result.protocol_type,
         "protocol_name": result.protocol_name if (nullable or result.protocol_name) else "",
         "leader": result.leader,
-        "skip_assignment": False,
+        "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
         "members": [{"member_id": m, "group_instance_id": i, "metadata": md} for m, i, md in result.members],
     })
@@ -101,7 +104,8 @@ async def handle_sync_group(ctx: BrokerContext, request: ParsedRequest, client: 
             "assignment": b""})
     result = await _coordinator(ctx).sync(
         body.group_id, body.member_id, body.generation_id, getattr(body, "protocol_type", None),
-        getattr(body, "protocol_name", None), {a.member_id: a.assignment for a in body.assignments})
+        getattr(body, "protocol_name", None), {a.member_id: a.assignment for a in body.assignments},
+        getattr(body, "group_instance_id", None))
     return build_response(ApiKey.SYNC_GROUP, request.api_version, {
         "error_code": result.error_code,
         "protocol_type": result.protocol_type,
@@ -114,7 +118,8 @@ async def handle_heartbeat(ctx: BrokerContext, request: ParsedRequest, client: C
     body = request.body
     if not _may(ctx, client, AclOperation.READ, body.group_id):
         return build_response(ApiKey.HEARTBEAT, request.api_version, {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED})
-    code = _coordinator(ctx).heartbeat(body.group_id, body.member_id, body.generation_id)
+    code = _coordinator(ctx).heartbeat(body.group_id, body.member_id, body.generation_id,
+                                       getattr(body, "group_instance_id", None))
     return build_response(ApiKey.HEARTBEAT, request.api_version, {"error_code": code})
 
 
@@ -128,7 +133,7 @@ async def handle_leave_group(ctx: BrokerContext, request: ParsedRequest, client:
     if not _may(ctx, client, AclOperation.READ, body.group_id):
         return build_response(ApiKey.LEAVE_GROUP, version, {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
                                                             "members": []})
-    error, codes = _coordinator(ctx).leave(body.group_id, [m for m, _ in leaving])
+    error, codes = _coordinator(ctx).leave(body.group_id, leaving)
     if version < 3:
         return build_response(ApiKey.LEAVE_GROUP, version, {"error_code": error or codes[0]})
     return build_response(ApiKey.LEAVE_GROUP, version, {
@@ -171,7 +176,7 @@ async def handle_offset_commit(ctx: BrokerContext, request: ParsedRequest, clien
                             p.committed_metadata))
         layout.append((key, slots))
     codes = await _coordinator(ctx).commit(body.group_id, body.member_id, body.generation_id_or_member_epoch,
-                                           entries) if entries else []
+                                           entries, getattr(body, "group_instance_id", None)) if entries else []
     topic_field = "topic_id" if version >= 10 else "name"
     return build_response(ApiKey.OFFSET_COMMIT, version, {"topics": [
         {topic_field: key, "partitions": [

@@ -160,7 +160,9 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
         allowed = [e for e in entries if e[0] not in refused_topics]
         done = iter(await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
                                             getattr(body, "generation_id", -1), body.producer_id,
-                                            body.producer_epoch, allowed) if allowed else [])
+                                            body.producer_epoch, allowed,
+                                            group_instance_id=getattr(body, "group_instance_id", None))
+                    if allowed else [])
         codes = [Code.TOPIC_AUTHORIZATION_FAILED if e[0] in refused_topics else next(done) for e in entries]
     else:
         codes = [code] * len(entries)
