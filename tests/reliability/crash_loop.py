@@ -216,8 +216,11 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    min_uptime_s: float = 0.5, max_uptime_s: float = 3.0, kill_while_starting: float = 0.15,
                    seed: int | None = None, progress: bool = False, overrides: dict[str, str] | None = None,
                    after_kill: Callable[[], None] | None = None, stop_on_loss: bool = True,
-                   broker_log: Path | None = None) -> CrashLoopResult:
+                   broker_log: Path | None = None,
+                   after_start: Callable[[ChaosBroker], bool] | None = None) -> CrashLoopResult:
     """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
+    ``after_start`` after each start (once the log is verified): it may change and check more state
+    (the power-loss loop creates topics there) and returns whether what it checked held;
     ``stop_on_loss=False`` goes on after a loss (to count what Kafka's behaviour loses)."""
     rng = random.Random(seed)
     result = CrashLoopResult()
@@ -233,6 +236,7 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
     consuming.start()
     lost: set[int] = set()
     duplicated: set[int] = set()
+    held = after_start(broker) if after_start is not None else True
     try:
         for k in range(kills):
             time.sleep(rng.uniform(min_uptime_s, max_uptime_s))
@@ -251,11 +255,13 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
             result.restart_seconds.append(time.monotonic() - started)
             acked, committed = producing.snapshot(), consuming.snapshot()
             verify(broker, partitions, acked, committed, result, lost, duplicated)
+            if after_start is not None:
+                held = after_start(broker) and held
             if progress:
                 print(f"kill {k + 1}/{kills}: restart {result.restart_seconds[-1]:.1f} s, "
                       f"{sum(map(len, acked.values()))} acked, {result.records_in_log} in the log, "
                       f"lost {result.lost}, duplicated {result.duplicated}", flush=True)
-            if not result.ok and stop_on_loss:
+            if (not result.ok or not held) and stop_on_loss:
                 break
     finally:
         producing.stop_event.set()

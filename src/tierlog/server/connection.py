@@ -15,6 +15,13 @@ version tierlog does not implement (except ApiVersions, which is answered so the
 a handler failure, and an acks=0 produce that failed (the client would never hear about it
 otherwise). The broker closes idle ones (``connections.max.idle.ms``): a client that stopped
 reading its responses is idle too, however many requests it left behind.
+
+One exception to one-at-a-time: a durable produce (``log.durable.acks``) is answered only after its
+group commit, and a connection that waited for that before reading its next request would give each
+fsync round one request per connection. So its handler appends and returns :class:`Deferred`; the
+connection goes on appending the next requests (in order) while up to ``MAX_DEFERRED_REPLIES`` wait,
+and writes every response in request order. (Over 600 lines: reading, memory accounting, serving
+and writing share the state of one connection and are kept together.)
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -58,6 +65,9 @@ REJECTIONS = RejectionLimiter()
 MAX_QUEUED_FRAMES = 64
 #: ... or when they hold this many bytes (one frame larger than this is still read whole).
 MAX_QUEUED_BYTES = 32 << 20
+#: Deferred responses (durable produces waiting for their fsync) one connection may have before it
+#: waits for the oldest: Kafka's clients keep at most 5 requests in flight per connection.
+MAX_DEFERRED_REPLIES = 8
 #: After closing, how long a client that does not read may keep its unsent responses before the
 #: socket is aborted (a close waits for the write buffer to drain, which such a client never lets).
 CLOSE_GRACE_S = 5.0
@@ -106,9 +116,18 @@ class CloseConnection:
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """Reply of a request whose response is ready later: a durable produce, appended and now waiting
+    for its group commit. The connection goes on with its next requests meanwhile (their appends
+    join the same fsync round) and still writes every response in request order."""
+
+    reply: Awaitable[ResponseBody | CloseConnection | None]
+
+
 #: What a handler returns: a kio response body of the request's version, a pre-encoded response,
-#: None for no response at all (acks=0), or CloseConnection.
-Reply = ResponseBody | RawResponse | CloseConnection | None
+#: None for no response at all (acks=0), CloseConnection, or Deferred.
+Reply = ResponseBody | RawResponse | CloseConnection | Deferred | None
 
 
 @dataclass(slots=True)
@@ -177,6 +196,11 @@ class KafkaConnection(asyncio.Protocol):
         self._frames: deque[bytes] = deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
+        #: Deferred replies in request order: (the reply, its request, its start, its frame size).
+        self._deferred: deque[tuple[asyncio.Future[ResponseBody | CloseConnection | None], ParsedRequest, int,
+                                    int]] = deque()
+        #: Completed when a frame arrives while the worker waits for the oldest deferred reply.
+        self._frame_waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._closed = False
         self._in_handler = False
@@ -230,6 +254,9 @@ class KafkaConnection(asyncio.Protocol):
             self._queued_bytes += sum(len(f) for f in frames)
             if self._worker is None:
                 self._worker = loop.create_task(self._serve())
+            waiter, self._frame_waiter = self._frame_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             self._gate.queued(len(self._frames), self._queued_bytes)
             # The frame that just completed had its own deadline; the next one starts afresh.
             self._cancel_receive_timer()
@@ -407,7 +434,16 @@ class KafkaConnection(asyncio.Protocol):
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while self._frames and not self._closed:
+            while (self._frames or self._deferred) and not self._closed:
+                if not self._frames:
+                    # Only deferred replies left: write the oldest once ready, unless a request comes
+                    # first (its append may join the fsync round the deferred ones wait for).
+                    self._frame_waiter = waiter = loop.create_future()
+                    await asyncio.wait((self._deferred[0][0], waiter), return_when=asyncio.FIRST_COMPLETED)
+                    self._frame_waiter = None
+                    if self._deferred and self._deferred[0][0].done():
+                        await self._write_deferred()
+                    continue
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
                 if self._gate.queue_full:
@@ -436,6 +472,9 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
         finally:
             self._worker = None
+            for reply, *_ in self._deferred:
+                reply.cancel()
+            self._deferred.clear()
 
     async def _handle_frame(self, frame: bytes) -> None:
         if self.client.raw_frames is not None:
@@ -458,21 +497,44 @@ class KafkaConnection(asyncio.Protocol):
             self.client.client_id = request.client_id
         observer = self._observer
         if observer is None:
-            await self._answer(request)
+            await self._answer(request, started_ns, len(frame))
             return
-        sent = 0
+        sent: int | None = 0
         try:
-            sent = await self._answer(request)
+            sent = await self._answer(request, started_ns, len(frame))
         finally:
-            observer.request_done(request.api_key, len(frame) + 4, sent, (self._clock.monotonic_ns() - started_ns) / 1e9)
+            if sent is not None:  # a deferred reply is observed once written
+                observer.request_done(request.api_key, len(frame) + 4, sent,
+                                      (self._clock.monotonic_ns() - started_ns) / 1e9)
 
-    async def _answer(self, request: ParsedRequest) -> int:
-        """Route the request and write its response; the response's bytes."""
+    async def _write_deferred(self) -> None:
+        """Write the oldest deferred reply (waiting for it to be ready)."""
+        future, request, started_ns, frame_bytes = self._deferred[0]
+        reply = await future
+        self._deferred.popleft()
+        sent = await self._write_reply(request, reply)
+        if self._observer is not None:
+            self._observer.request_done(request.api_key, frame_bytes + 4, sent,
+                                        (self._clock.monotonic_ns() - started_ns) / 1e9)
+
+    async def _answer(self, request: ParsedRequest, started_ns: int, frame_bytes: int) -> int | None:
+        """Route the request and write its response; the response's bytes (None: deferred)."""
         self._in_handler = True
         try:
             reply = await self._router.route(request, self.client)
         finally:
             self._in_handler = False
+        if isinstance(reply, Deferred):
+            self._deferred.append((asyncio.ensure_future(reply.reply), request, started_ns, frame_bytes))
+            while len(self._deferred) > MAX_DEFERRED_REPLIES:
+                await self._write_deferred()
+            return None
+        while self._deferred:  # responses go out in request order
+            await self._write_deferred()
+        return await self._write_reply(request, reply)
+
+    async def _write_reply(self, request: ParsedRequest, reply: Reply) -> int:
+        assert not isinstance(reply, Deferred)
         if reply is None:
             return 0
         if isinstance(reply, CloseConnection):

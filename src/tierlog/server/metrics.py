@@ -312,6 +312,9 @@ class BrokerCollector(Collector):
                                        "that waited for a group commit, by log dir.", labels=["dir"])
         seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
                                       "log dir.", labels=["dir"])
+        fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files fdatasynced by group "
+                                         "commit rounds (each round syncs every file written since the last), by "
+                                         "log dir.", labels=["dir"])
         offline_dirs = manager.failure_channel.offline_dirs
         for d in manager.log_dirs:
             offline.add_metric([str(d)], 1 if d in offline_dirs else 0)
@@ -320,7 +323,8 @@ class BrokerCollector(Collector):
             rounds.add_metric([str(d)], stats.rounds)
             requests.add_metric([str(d)], stats.requests)
             seconds.add_metric([str(d)], stats.sync_seconds)
-        yield from (offline, rounds, requests, seconds)
+            fdatasyncs.add_metric([str(d)], stats.files_synced)
+        yield from (offline, rounds, requests, seconds, fdatasyncs)
 
     # -- connections ----------------------------------------------------------------------------
 

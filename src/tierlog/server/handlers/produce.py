@@ -17,8 +17,8 @@ import struct
 from typing import Any
 
 from tierlog.errors import ErrorCode
-from tierlog.protocol import ApiKey, ParsedRequest, build_response
-from tierlog.server.connection import ClientInfo, CloseConnection, Reply
+from tierlog.protocol import ApiKey, ParsedRequest, ResponseBody, build_response
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.partitions import AppendResult
 
@@ -63,12 +63,29 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
                                 "transaction") if i in refused else next(appended) for i in range(len(items))]
         if durable:
-            results = await _synced(results)
-        ctx.partitions.waiters.notify(
-            (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
-            if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
-        )
+            # Answered once synced; meanwhile the connection appends its next requests (Deferred).
+            return Deferred(_respond_synced(ctx, items, results, version))
+        _notify(ctx, items, results)
+    return _response(items, results, acks, version)
 
+
+async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+                          results: list[AppendResult], version: int) -> ResponseBody | CloseConnection | None:
+    results = await _synced(results)
+    _notify(ctx, items, results)
+    return _response(items, results, -1, version)
+
+
+def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+            results: list[AppendResult]) -> None:
+    ctx.partitions.waiters.notify(
+        (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
+        if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
+    )
+
+
+def _response(items: list[tuple[Any, str | None, int, bytes | None]], results: list[AppendResult], acks: int,
+              version: int) -> ResponseBody | CloseConnection | None:
     if acks == 0:
         failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:
