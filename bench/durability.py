@@ -14,7 +14,9 @@ Their runs alternate, ``--runs`` times each; the best run of each is reported. S
 For the durable runs the group commit's rounds and fdatasyncs per second are read from the
 broker's metrics (``tierlog_group_commit_syncs`` / ``tierlog_group_commit_fdatasyncs``). The
 baseline of the disk itself is a plain loop of ``pwrite`` + ``fdatasync`` of 16 KiB and of 1 MiB in
-the same directory. Target: durable >= 0.5x non-durable with 8 producers.
+the same directory, and one group-commit round of 8 and of 100 files synced three ways (fdatasync
+one after the other as GroupCommit does, from 8 threads at once, one syncfs). Target: durable >=
+0.5x non-durable with 8 producers.
 
     python bench/durability.py [--mib 96] [--runs 2] [--dir DIR]
 """
@@ -22,6 +24,7 @@ the same directory. Target: durable >= 0.5x non-durable with 8 producers.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -29,6 +32,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +92,37 @@ def fsync_baseline(directory: Path, write_bytes: int, seconds: float) -> tuple[f
     latencies.sort()
     return (len(latencies) / sum(latencies), statistics.median(latencies) * 1000,
             latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000)
+
+
+def round_strategies(directory: Path, files: int, rounds: int) -> dict[str, float]:
+    """Milliseconds per group-commit round of ``files`` files with 16 KiB new in each, by strategy:
+    fdatasync one after the other (what GroupCommit does), fdatasync from 8 threads at once, and
+    one syncfs of the whole filesystem."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds = [os.open(directory / f"round-{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for i in range(files)]
+    data = os.urandom(16 << 10)
+    out: dict[str, float] = {}
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            strategies = {
+                "sequential fdatasync": lambda: [os.fdatasync(fd) for fd in fds],
+                "fdatasync from 8 threads": lambda: list(pool.map(os.fdatasync, fds)),
+                "one syncfs": lambda: libc.syncfs(fds[0]),
+            }
+            times: dict[str, list[float]] = {name: [] for name in strategies}
+            for _ in range(rounds):
+                for name, sync in strategies.items():  # interleaved, so load hits each alike
+                    for fd in fds:
+                        os.write(fd, data)
+                    t0 = time.perf_counter()
+                    sync()
+                    times[name].append(time.perf_counter() - t0)
+            out = {name: statistics.median(t) * 1000 for name, t in times.items()}
+    finally:
+        for i, fd in enumerate(fds):
+            os.close(fd)
+            (directory / f"round-{i}").unlink()
+    return out
 
 
 def metric(url: str, name: str) -> float:
@@ -192,17 +227,22 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=96, help="MiB produced per run")
     ap.add_argument("--runs", type=int, default=2, help="runs of each setting per scenario (alternating)")
     ap.add_argument("--only", default="", help="scenario numbers, e.g. 2,3")
+    ap.add_argument("--rounds", type=int, default=30, help="rounds of each sync strategy measured")
     ap.add_argument("--dir", default=None, help="where the brokers keep their data (default: the temp dir)")
     args = ap.parse_args()
     print(f"command: {command_line()}", flush=True)
     print(load_line(), flush=True)
-    chosen = [SCENARIOS[int(i) - 1] for i in args.only.split(",") if i] or list(SCENARIOS)
+    chosen = [SCENARIOS[int(i) - 1] for i in args.only.split(",") if i and i != "0"] if args.only else list(SCENARIOS)
     with tempfile.TemporaryDirectory(prefix="tierlog-durability-", dir=args.dir) as tmp:
         work = Path(tmp)
         for size in (16 << 10, 1 << 20):
             rate, median_ms, p99_ms = fsync_baseline(work, size, 3.0)
             print(f"disk baseline, pwrite {size >> 10} KiB + fdatasync: {rate:,.0f} syncs/s, median {median_ms:.2f} ms, "
                   f"p99 {p99_ms:.2f} ms", flush=True)
+        for files in (8, 100):
+            strategies = round_strategies(work, files, args.rounds)
+            print(f"one round of {files} files with 16 KiB new each, median of {args.rounds}: "
+                  + ", ".join(f"{name} {ms:.1f} ms" for name, ms in strategies.items()), flush=True)
         for n, scenario in enumerate(chosen):
             best: dict[str, Run] = {}
             for r in range(args.runs):

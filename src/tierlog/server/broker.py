@@ -38,6 +38,7 @@ from tierlog.server.handlers import all_handlers
 from tierlog.server.limits import (
     ConnectionQuotas,
     RequestMemoryPool,
+    RequestSlots,
     parse_ip_overrides,
     raise_open_file_limit,
 )
@@ -121,6 +122,7 @@ class Broker:
         self._connections = _Connections(_connection_quotas(net, clock))
         queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
+        self.request_slots = RequestSlots(net.queued_max_requests)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
         self.security = ListenerSecurity(config)
@@ -222,7 +224,8 @@ class Broker:
         def connection(name: str) -> KafkaConnection:
             return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
                                    observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                   memory_pool=self.request_memory, clock=self.clock)
+                                   memory_pool=self.request_memory, clock=self.clock,
+                                   request_slots=self.request_slots)
 
         for spec in specs:
             bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)

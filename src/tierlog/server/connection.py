@@ -48,7 +48,7 @@ from tierlog.protocol import (
     parse_request,
     unsupported_api_versions_response,
 )
-from tierlog.server.limits import RequestMemoryPool, socket_fd
+from tierlog.server.limits import RequestMemoryPool, RequestSlots, socket_fd
 from tierlog.server.read_gate import ReadGate, Timer
 from tierlog.server.rejections import RejectionLimiter, client_id_of
 
@@ -179,7 +179,8 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
                  observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
-                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK,
+                 request_slots: RequestSlots | None = None) -> None:
         self._clock = clock
         self._router = router
         self._registry = registry
@@ -191,6 +192,9 @@ class KafkaConnection(asyncio.Protocol):
         self._pool = memory_pool
         #: Bytes this connection has counted in the pool, and the size of the request being served.
         self._held_bytes = 0
+        self._slots = request_slots
+        #: Requests this connection has counted in the slots (queued, being served, deferred).
+        self._held_requests = 0
         self._serving_bytes = 0
         self._gate = ReadGate(MAX_QUEUED_FRAMES, MAX_QUEUED_BYTES)
         self._frames: deque[bytes] = deque()
@@ -267,7 +271,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _account(self) -> None:
         """Tell the pool what this connection holds now; over capacity, stop reading if it holds
-        part of a request or more than one."""
+        part of a request or more than one. The same for the request slots (queued.max.requests)."""
+        self._account_requests()
         pool = self._pool
         if pool is None:
             return
@@ -287,6 +292,28 @@ class KafkaConnection(asyncio.Protocol):
             self._gate.waiting_for_memory = False
             pool.cancel(self)
 
+    def _account_requests(self) -> None:
+        slots = self._slots
+        if slots is None:
+            return
+        held = 0 if self._closed else len(self._frames) + (1 if self._serving_bytes else 0) + len(self._deferred)
+        delta, self._held_requests = held - self._held_requests, held
+        if delta:
+            slots.add(delta)
+        if self._closed:
+            return
+        wait = slots.full and held > 0
+        if wait and not self._gate.waiting_for_slot:
+            self._gate.waiting_for_slot = True
+            slots.wait(self, self._slot_available)
+        elif not wait and self._gate.waiting_for_slot:
+            self._gate.waiting_for_slot = False
+            slots.cancel(self)
+
+    def _slot_available(self) -> None:
+        self._gate.waiting_for_slot = False
+        self._update_reading()
+
     def _memory_available(self) -> None:
         self._gate.waiting_for_memory = False
         self._update_reading()
@@ -295,6 +322,10 @@ class KafkaConnection(asyncio.Protocol):
         """Forget queued frames and what was received of the next, giving their bytes back to the pool."""
         self._frames.clear()
         self._queued_bytes = 0
+        if self._slots is not None:
+            self._slots.cancel(self)
+            self._gate.waiting_for_slot = False
+            self._account_requests()
         if self._pool is not None:
             self._pool.cancel(self)
             self._gate.waiting_for_memory = False
@@ -443,6 +474,8 @@ class KafkaConnection(asyncio.Protocol):
                     self._frame_waiter = None
                     if self._deferred and self._deferred[0][0].done():
                         await self._write_deferred()
+                        self._account()
+                        self._update_reading()
                     continue
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
@@ -475,6 +508,7 @@ class KafkaConnection(asyncio.Protocol):
             for reply, *_ in self._deferred:
                 reply.cancel()
             self._deferred.clear()
+            self._account_requests()
 
     async def _handle_frame(self, frame: bytes) -> None:
         if self.client.raw_frames is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.errors import KafkaStorageError
 from tierlog.server.handlers.produce import durable_ack
-from tierlog.storage.log_manager import LogManager
+from tierlog.storage.log_manager import LogManager, LogManagerSettings
 
 CFG = LogConfig()
 
@@ -185,3 +186,46 @@ def test_eio_on_an_index_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ulog.flush()
     assert ulog.recovery_point == 0
     assert "EIO" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
+
+
+def test_a_slow_disk_makes_durable_appends_wait_and_bounds_the_bytes_waiting_for_an_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """log.dir.unflushed.max.bytes: with each fdatasync taking 30 ms, writers asking room() before
+    they append wait for the rounds, and the bytes waiting for a sync never pass the bound by more
+    than the writers let in at once (one request each)."""
+    bound = 8 << 10
+    mgr = LogManager([tmp_path], lambda t: CFG, LogManagerSettings(unflushed_max_bytes=bound))
+    mgr.startup_logs()
+    logs = [mgr.get_or_create_log("t", p) for p in range(3)]
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.03)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    largest: list[int] = [0]
+    futures: list[Any] = []
+
+    def writer(ulog: Any) -> None:
+        for _ in range(20):
+            room = mgr.sync_room("t", ulog.partition)
+            if room is not None:
+                room.result(30)
+            info = ulog.append_as_leader(batch(value_size=1000))
+            largest[0] = max(largest[0], info.valid_bytes)
+            futures.append(mgr.sync_future(ulog, info))
+
+    threads = [threading.Thread(target=writer, args=(ulog,)) for ulog in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for f in futures:
+        f.result(30)
+    stats = mgr.group_commits[tmp_path.resolve()].stats
+    assert stats.room_waits > 0, stats
+    assert stats.peak_pending_bytes <= bound + len(logs) * largest[0], stats
+    assert stats.pending_bytes == 0
+    assert all(ulog.log_end_offset == 20 for ulog in logs)  # nothing lost while waiting
+    mgr.shutdown()

@@ -59,6 +59,8 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         # before anything is written (KIP-890 part 1 verification).
         refused = _unverified(ctx, body, items)
         durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
+        if durable:
+            await _room(ctx, items)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
                                 "transaction") if i in refused else next(appended) for i in range(len(items))]
@@ -67,6 +69,14 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
             return Deferred(_respond_synced(ctx, items, results, version))
         _notify(ctx, items, results)
     return _response(items, results, acks, version)
+
+
+async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]]) -> None:
+    """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
+    waits = [w for _, name, partition, _ in items if name is not None
+             for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
+    if waits:
+        await asyncio.gather(*(asyncio.wrap_future(w) for w in waits))
 
 
 async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
