@@ -169,6 +169,7 @@ class Broker:
         settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
         manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
         manager.failure_channel.on_all_offline = self._all_log_dirs_offline
+        controller.on_failure = self._metadata_log_failed
         report = manager.startup_logs()
         sync = LogSync(manager, lambda: controller.image)
         lost = controller.load_result.lost_records
@@ -247,7 +248,14 @@ class Broker:
         return bound
 
     def _all_log_dirs_offline(self, reason: str) -> None:
-        self.fatal_reason = f"every log dir is offline (last: {reason})"
+        self._fatal(f"every log dir is offline (last: {reason})")
+
+    def _metadata_log_failed(self, reason: str) -> None:
+        self._fatal(reason)
+
+    def _fatal(self, reason: str) -> None:
+        if self.fatal_reason is None:
+            self.fatal_reason = reason
         if self.on_fatal is not None:
             self.on_fatal()
 
