@@ -349,3 +349,21 @@ def test_produce_answers_kafka_storage_error_when_its_sync_fails(tmp_path: Path,
         assert (await produce()).error_code == ErrorCode.KAFKA_STORAGE_ERROR
 
     with_broker(tmp_path, test)
+
+
+def test_transaction_state_writes_wait_for_their_group_commit(tmp_path: Path) -> None:
+    """Under log.durable.acks=all a __transaction_state write is on disk before InitProducerId answers."""
+    from tests.helpers.server import call, with_broker
+    from tierlog.errors import ErrorCode
+    from tierlog.protocol import ApiKey
+
+    async def test(ctx: Any) -> None:
+        commits = ctx.log_manager.group_commits
+        before = sum(c.stats.requests for c in commits.values())
+        body = await call(ctx, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60000,
+                                                            "producer_id": -1, "producer_epoch": -1})
+        assert body.error_code == ErrorCode.NONE, body
+        synced = sum(c.stats.requests for c in commits.values()) - before
+        assert synced >= 1 and all(c.stats.pending_bytes == 0 for c in commits.values())
+
+    with_broker(tmp_path, test, **{"log.durable.acks": "all", "transaction.state.log.num.partitions": "1"})

@@ -13,6 +13,7 @@ TransactionCoordinator's for transaction version 1; :mod:`.rules` holds them as 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from tierlog.records import (
     iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
+from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.txn import rules
 from tierlog.server.txn.records import (
@@ -217,7 +218,10 @@ class TransactionCoordinator:
         partition = self.partition_of(transactional_id)
         async with self._write_lock:
             results = await self.io.run(self.partitions.append_blocking,
-                                        [(TRANSACTION_STATE_TOPIC, partition, batch)], internal=True)
+                                        [(TRANSACTION_STATE_TOPIC, partition, batch)], internal=True,
+                                        durable=self.partitions.durable_internal)
+        # Outside the write lock: other ids' state writes share the same group commit round.
+        results = await _synced(results)
         if results[0].error_code:
             log.error("storing the state of transactional id %s failed: %s", transactional_id,
                       results[0].error_message)
@@ -389,8 +393,9 @@ class TransactionCoordinator:
                          if (t := image.topics_by_name.get(tp[0])) is not None and tp[1] in t.partitions]
             if not remaining:
                 break
-            results = await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in remaining],
-                                        internal=True, origin=AppendOrigin.COORDINATOR)
+            results = await _synced(await self.io.run(
+                self.partitions.append_blocking, [(t, p, batch) for t, p in remaining], internal=True,
+                origin=AppendOrigin.COORDINATOR, durable=self.partitions.durable_internal))
             failed: list[TopicPartition] = []
             for tp, result in zip(remaining, results, strict=True):
                 if result.error_code == Code.NONE:
@@ -464,10 +469,25 @@ class TransactionCoordinator:
         marker = EndTransactionMarker(kind, coordinator_epoch)
         batch = build_end_txn_marker_batch(marker, producer_id=producer_id, producer_epoch=producer_epoch,
                                            timestamp_ms=self.now_ms())
-        [result] = await self.io.run(self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
-                                     origin=AppendOrigin.COORDINATOR)
+        [result] = await _synced(await self.io.run(
+            self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
+            origin=AppendOrigin.COORDINATOR, durable=self.partitions.durable_internal))
         if result.error_code == Code.NONE:
             self.partitions.waiters.notify([(topic, partition)])
             if topic == CONSUMER_OFFSETS_TOPIC:
                 self.groups.complete_txn_offsets(producer_id, partition, commit)
         return result.error_code
+
+
+async def _synced(results: list[AppendResult]) -> list[AppendResult]:
+    """Each result once its group commit is done (``log.durable.acks``: a transaction's state and its
+    markers are on disk before the coordinator acts on them); a failed sync becomes the result's error."""
+    out = []
+    for r in results:
+        if r.synced is not None and not r.error_code:
+            try:
+                await asyncio.wrap_future(r.synced)
+            except TierlogError as e:
+                r = dataclasses.replace(r, error_code=e.error_code, error_message=str(e))
+        out.append(r)
+    return out
