@@ -315,6 +315,14 @@ class BrokerCollector(Collector):
         fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files fdatasynced by group "
                                          "commit rounds (each round syncs every file written since the last), by "
                                          "log dir.", labels=["dir"])
+        pending = GaugeMetricFamily("tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for "
+                                    "their group commit, by log dir (bounded by log.dir.unflushed.max.bytes).",
+                                    labels=["dir"])
+        peak = GaugeMetricFamily("tierlog_group_commit_pending_bytes_peak", "The most bytes that ever waited for a "
+                                 "group commit, by log dir.", labels=["dir"])
+        room_waits = CounterMetricFamily("tierlog_group_commit_room_waits", "Durable produces that waited before "
+                                         "appending because log.dir.unflushed.max.bytes was reached, by log dir.",
+                                         labels=["dir"])
         offline_dirs = manager.failure_channel.offline_dirs
         for d in manager.log_dirs:
             offline.add_metric([str(d)], 1 if d in offline_dirs else 0)
@@ -324,7 +332,10 @@ class BrokerCollector(Collector):
             requests.add_metric([str(d)], stats.requests)
             seconds.add_metric([str(d)], stats.sync_seconds)
             fdatasyncs.add_metric([str(d)], stats.files_synced)
-        yield from (offline, rounds, requests, seconds, fdatasyncs)
+            pending.add_metric([str(d)], stats.pending_bytes)
+            peak.add_metric([str(d)], stats.peak_pending_bytes)
+            room_waits.add_metric([str(d)], stats.room_waits)
+        yield from (offline, rounds, requests, seconds, fdatasyncs, pending, peak, room_waits)
 
     # -- connections ----------------------------------------------------------------------------
 
