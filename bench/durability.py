@@ -69,6 +69,7 @@ class Run:
     syncs_per_s: float = 0.0
     fdatasyncs_per_s: float = 0.0
     requests_per_sync: float = 0.0
+    ms_per_sync: float = 0.0
 
 
 def fsync_baseline(directory: Path, write_bytes: int, seconds: float) -> tuple[float, float, float]:
@@ -206,7 +207,7 @@ def one_run(work: Path, label: str, durable_acks: str, scenario: Scenario, total
                                       replication_factor=1)])["durability"].result(60)
         url = metrics_url(broker)
         before = {n: metric(url, n) for n in ("tierlog_group_commit_syncs", "tierlog_group_commit_fdatasyncs",
-                                              "tierlog_group_commit_requests")}
+                                              "tierlog_group_commit_requests", "tierlog_group_commit_sync_seconds")}
         seconds = produce(broker.bootstrap, "durability", scenario, total_bytes)
         after = {n: metric(url, n) - before[n] for n in before}
     finally:
@@ -214,7 +215,8 @@ def one_run(work: Path, label: str, durable_acks: str, scenario: Scenario, total
     mib = (total_bytes // RECORD_BYTES // scenario.producers * scenario.producers * RECORD_BYTES) / 2**20
     syncs = after["tierlog_group_commit_syncs"]
     return Run(mib / seconds, syncs / seconds, after["tierlog_group_commit_fdatasyncs"] / seconds,
-               after["tierlog_group_commit_requests"] / syncs if syncs else 0.0)
+               after["tierlog_group_commit_requests"] / syncs if syncs else 0.0,
+               after["tierlog_group_commit_sync_seconds"] * 1000 / syncs if syncs else 0.0)
 
 
 def load_line() -> str:
@@ -250,7 +252,8 @@ def main() -> int:
                     run = one_run(work, f"s{n}-r{r}", mode, scenario, args.mib << 20)
                     print(f"  {scenario.name}, log.durable.acks={mode}, run {r + 1}: {run.mib_per_s:,.1f} MiB/s"
                           + (f", {run.syncs_per_s:,.0f} group commits/s, {run.fdatasyncs_per_s:,.0f} fdatasyncs/s, "
-                             f"{run.requests_per_sync:.1f} requests per group commit" if mode == "all" else ""),
+                             f"{run.requests_per_sync:.1f} requests and {run.ms_per_sync:.1f} ms of syncing per group commit"
+                             if mode == "all" else ""),
                           flush=True)
                     if mode not in best or run.mib_per_s > best[mode].mib_per_s:
                         best[mode] = run
