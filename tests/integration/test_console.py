@@ -267,6 +267,109 @@ def test_group_lag_drops_when_the_consumer_catches_up(pages: Pages, console_brok
         consumer.close()
 
 
+def test_a_consumer_protocol_group_shows_its_members_and_assignment(pages: Pages, console_broker: BrokerProcess,
+                                                                   topic_name: str) -> None:
+    """A KIP-848 group (``group.protocol=consumer``) is listed with its state, member count and
+    server-side assignor, and its page shows the member's assignment and the lag."""
+    topic = topic_name
+    group = f"{topic}-kip848"
+    tierlog(console_broker, "topics", "create", topic, "--partitions", "2")
+    produce_batches(console_broker, topic, 1)
+    consumer = Consumer({"bootstrap.servers": console_broker.bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        last = None
+        seen = 0
+        deadline = time.monotonic() + 60
+        while seen < RECORDS_PER_BATCH and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and msg.error() is None:
+                seen += 1
+                last = msg
+        assert seen == RECORDS_PER_BATCH and last is not None
+        consumer.commit(asynchronous=False)
+
+        def listed() -> list[str] | None:
+            pages.open("/groups")
+            from selenium.webdriver.common.by import By
+
+            for row in pages.driver.find_elements(By.CSS_SELECTOR, "#groups tr"):
+                cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+                if cells and cells[0] == group and cells[1] == "Stable":
+                    return cells
+            return None
+
+        cells = wait_for("the KIP-848 group listed as Stable", listed)
+        assert cells[2] == "1" and cells[3] == "consumer (uniform)", cells
+
+        def assigned() -> str | None:
+            pages.open(f"/group?id={group}")
+            text = pages.text("#members") or ""
+            return text if f"{topic}: 0, 1" in text else None
+
+        wait_for("the member's assignment on the group page", assigned)
+        assert pages.text("#group-state") == "Stable"
+        assert wait_for("lag 0", lambda: pages.open(f"/group?id={group}") and pages.text("#total-lag") == "0")
+        pages.shot("group-consumer-protocol")
+    finally:
+        consumer.close()
+
+
+def test_next_retention_pass_snapshot_reason_and_messages_by_timestamp(
+        browser: Any, tmp_path: Path, topic_name: str) -> None:
+    """On a broker whose retention pass runs hourly, segments past ``retention.ms`` are outlined as
+    the next pass's deletions with the retention line after them; a time-based metadata snapshot
+    (seed 000) is listed with its reason; the Messages page finds records by timestamp and shows them
+    as hex within the bytes asked for."""
+    broker = BrokerProcess(tmp_path / "data", {"console.listener": "http://127.0.0.1:0",
+                                               "log.retention.check.interval.ms": "3600000",
+                                               "metadata.log.max.snapshot.interval.ms": "1000"})
+    broker.start()
+    try:
+        pages = Pages(browser, console_url(broker), tmp_path / "screenshots")
+        topic = topic_name
+        tierlog(broker, "topics", "create", topic, "--config", "segment.bytes=1024")
+        now = int(time.time() * 1000)
+        stamps = [now - 40 * 60_000, now - 30 * 60_000, now - 20 * 60_000, now - 10 * 60_000]
+        produce_batches(broker, topic, 4, timestamps=stamps)
+        tierlog(broker, "topics", "alter", topic, "--config", f"retention.ms={25 * 60_000}")
+
+        def outlined() -> tuple[list[str], str | None] | None:
+            from selenium.webdriver.common.by import By
+
+            pages.open(f"/topic?name={topic}")
+            doomed = [e.get_attribute("data-base") or ""
+                      for e in pages.driver.find_elements(By.CSS_SELECTOR, "#timeline-0 rect.seg.doomed")]
+            line = pages.attr("#timeline-0 line.retention", "data-at")
+            return (doomed, line) if doomed else None
+
+        doomed, line = wait_for("segments outlined for the next retention pass", outlined)
+        assert doomed == ["0", str(RECORDS_PER_BATCH)] and line == str(2 * RECORDS_PER_BATCH), (doomed, line)
+        pages.shot("topic-retention")
+
+        def snapshot_reason() -> str | None:
+            pages.open("/metadata")
+            return pages.text("#snapshots td.reason")
+
+        assert wait_for("a time-based metadata snapshot", snapshot_reason) == "max_interval"
+        pages.shot("metadata")
+
+        between = stamps[1] + 60_000  # after every record of batch 1: batch 2 is the first at or after it
+        pages.open(f"/messages?topic={topic}&partition=0&timestamp={between}&count=2&format=hex&max_kib=4")
+        assert pages.text("#read-error") is None
+        from selenium.webdriver.common.by import By
+
+        rows = pages.driver.find_elements(By.CSS_SELECTOR, "#records tr")[1:]
+        assert [r.find_elements(By.TAG_NAME, "td")[0].text for r in rows] == \
+            [str(2 * RECORDS_PER_BATCH), str(2 * RECORDS_PER_BATCH + 1)]
+        assert "6b30" in rows[0].text.replace(" ", "")  # the key b"k0" in hex
+        assert "at most 2 records and 4.0 KiB" in (pages.text("#read-summary") or "")
+    finally:
+        assert broker.stop() == 0, broker.stderr_tail()
+
+
 def test_the_console_is_plain_http_and_read_only(console_broker: BrokerProcess) -> None:
     url = console_url(console_broker)
     with urllib.request.urlopen(url + "static/console.css", timeout=10) as r:

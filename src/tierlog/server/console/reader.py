@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import tierlog
 from tierlog.records import decode_batch, iter_headers
 from tierlog.server.console import views
-from tierlog.server.console.sampler import Sampler
+from tierlog.server.console.sampler import LocalSizes, Sampler
 from tierlog.server.handlers.configs import ConfigSource, topic_config_entries
 from tierlog.storage import files
 from tierlog.storage.log import UnifiedLog
@@ -35,6 +35,8 @@ TIER_ROWS_PER_PAGE = 50
 GROUPS_PER_PAGE = 50
 LAG_ROWS_PER_PAGE = 100
 MAX_MESSAGES = 50
+#: What the Messages page reads by default, and at most (the form's "read at most" field, in KiB).
+DEFAULT_MESSAGE_READ_BYTES = 64 * 1024
 MAX_MESSAGE_READ_BYTES = 1 << 20
 
 SOURCE_NAMES = {
@@ -73,33 +75,40 @@ class LogDirRow:
     total_bytes: int
 
 
+def local_sizes(ctx: BrokerContext, now_ms: int) -> LocalSizes:
+    """Every log's local bytes summed per log dir and per topic, and the unchecked segments (the
+    sampler's input)."""
+    by_dir: dict[str, tuple[int, int]] = {str(d): (0, 0) for d in ctx.log_manager.log_dirs}
+    by_topic: dict[str, int] = {}
+    unchecked = 0
+    for (topic_name, _), ulog in ctx.log_manager.all_logs().items():
+        if ulog.deleted:
+            continue
+        unchecked += ulog.unchecked_segments()
+        size = ulog.size_bytes_unloaded()
+        d = str(ulog.dir.parent)
+        count, total = by_dir.get(d, (0, 0))
+        by_dir[d] = (count + 1, total + size)
+        by_topic[topic_name] = by_topic.get(topic_name, 0) + size
+    return LocalSizes(now_ms, by_dir, by_topic, unchecked)
+
+
 def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -> dict[str, Any]:
     now = ctx.clock.wall_ms()
     manager = ctx.log_manager
-    logs = manager.all_logs()
-    by_dir: dict[str, list[UnifiedLog]] = {}
-    local_bytes = 0
-    for ulog in logs.values():
-        by_dir.setdefault(str(ulog.dir.parent), []).append(ulog)
+    sizes = sampler.local_sizes() or local_sizes(ctx, now)
     dirs = []
     for d in manager.log_dirs:
         usage = shutil.disk_usage(d)
-        in_dir = by_dir.get(str(d), [])
-        size = sum(u.size_bytes_unloaded() for u in in_dir if not u.deleted)
-        local_bytes += size
-        dirs.append(LogDirRow(str(d), len(in_dir), size, usage.used, usage.free, usage.total))
+        count, size = sizes.by_dir.get(str(d), (0, 0))
+        dirs.append(LogDirRow(str(d), count, size, usage.used, usage.free, usage.total))
+    local_bytes = sum(row.tierlog_bytes for row in dirs)
     image = ctx.image
     topics = sorted(image.topics_by_name.values(), key=lambda t: t.name)
     topic_page = views.paginate(topics, page, TOPICS_PER_PAGE)
-    topic_rows = []
-    for t in topic_page.items:
-        size = 0
-        for p in t.partitions:
-            found = logs.get((t.name, p))
-            if found is not None:
-                size += found.size_bytes_unloaded()
-        topic_rows.append({"name": t.name, "partitions": t.num_partitions, "local_bytes": size,
-                           "remote": image.topic_configs(t.name).get("remote.storage.enable") == "true"})
+    topic_rows = [{"name": t.name, "partitions": t.num_partitions, "local_bytes": sizes.by_topic.get(t.name, 0),
+                   "remote": image.topic_configs(t.name).get("remote.storage.enable") == "true"}
+                  for t in topic_page.items]
     samples = sampler.throughput()
     produce = views.rates([(t, p) for t, p, _ in samples])
     fetch = views.rates([(t, f) for t, _, f in samples])
@@ -113,8 +122,9 @@ def overview(ctx: BrokerContext, sampler: Sampler, started_ms: int, page: int) -
         "remote_enabled": ctx.remote_log_manager is not None,
         "produce": views.sparkline([r for _, r in produce]), "fetch": views.sparkline([r for _, r in fetch]),
         "sample_interval_ms": sampler.interval_ms, "samples": len(samples),
-        "lazy_checked": manager.lazy_checked_segments, "unchecked": manager.unchecked_segments(),
+        "lazy_checked": manager.lazy_checked_segments, "unchecked": sizes.unchecked_segments,
         "snapshot_age_ms": controller.latest_snapshot_age_ms, "topics": topic_rows, "topic_page": topic_page,
+        "sizes_age_ms": now - sizes.taken_ms,
     }
 
 
@@ -253,49 +263,103 @@ def group_lags(ctx: BrokerContext) -> dict[str, int]:
             for g, committed in offsets.items()}
 
 
+@dataclass(frozen=True)
+class GroupSummary:
+    """One group of either protocol as the console shows it."""
+
+    state: str
+    members: int
+    protocol: str | None
+    generation: int | None = None
+    leader: str | None = None
+
+
+def _summaries(ctx: BrokerContext) -> dict[str, GroupSummary]:
+    """Every live group: the classic ones and those of the consumer protocol (KIP-848), whose
+    generation is the group epoch and whose protocol is shown with its server-side assignor."""
+    coordinator = ctx.groups
+    if coordinator is None:
+        return {}
+    classic = _copied(lambda: list(coordinator.list_groups()))
+    out = {g.group_id: GroupSummary(g.state.value, len(g.members), g.protocol_name, g.generation_id, g.leader_id)
+           for g in classic}
+    for g in _copied(lambda: list(coordinator.consumer.groups.values())):
+        out[g.group_id] = GroupSummary(g.state.value, len(g.members), f"consumer ({g.assignor})", g.group_epoch)
+    return out
+
+
 def groups(ctx: BrokerContext, sampler: Sampler, page: int) -> dict[str, Any]:
     coordinator = ctx.groups
-    live = {} if coordinator is None else _copied(lambda: {g.group_id: g for g in coordinator.list_groups()})
+    live = _summaries(ctx)
     committed = {} if coordinator is None else _copied(lambda: {g: len(o) for g, o in list(coordinator.offsets.items())})
     names = sorted(set(live) | set(committed))
     group_page = views.paginate(names, page, GROUPS_PER_PAGE)
     rows = []
     for g in group_page.items:
-        group = live.get(g)
+        summary = live.get(g)
         history = sampler.group_lag(g)
-        rows.append({"id": g, "state": group.state.value if group else "Empty",
-                     "members": len(group.members) if group else 0,
-                     "protocol": group.protocol_name if group else None, "partitions": committed.get(g, 0),
+        rows.append({"id": g, "state": summary.state if summary else "Empty",
+                     "members": summary.members if summary else 0,
+                     "protocol": summary.protocol if summary else None, "partitions": committed.get(g, 0),
                      "lag": history[-1][1] if history else None,
                      "spark": views.sparkline([float(v) for _, v in history], 160, 24)})
     return {"rows": rows, "group_page": group_page}
+
+
+def _members(ctx: BrokerContext, group_id: str) -> list[dict[str, Any]] | None:
+    """The members of a live group with their assignments as (topic, partitions), or None."""
+    coordinator = ctx.groups
+    if coordinator is None:
+        return None
+    classic = coordinator.describe(group_id)
+    if classic is not None:
+        rows = []
+        for m in _copied(lambda: list(classic.members.values())):
+            assigned = views.decode_consumer_assignment(m.assignment) if m.protocol_type == "consumer" else []
+            rows.append({"member_id": m.member_id, "instance": m.group_instance_id, "client_id": m.client_id,
+                         "host": m.client_host, "assignment": assigned})
+        return rows
+    group = coordinator.consumer.groups.get(group_id)
+    if group is None:
+        return None
+    names = {tid: t.name for tid, t in ctx.image.topics_by_id.items()}
+    rows = []
+    for cm in _copied(lambda: list(group.members.values())):
+        assigned = sorted((names.get(tid, tid.hex()), sorted(ps)) for tid, ps in cm.assigned.items())
+        rows.append({"member_id": cm.member_id, "instance": cm.instance_id, "client_id": cm.client_id,
+                     "host": cm.client_host, "assignment": assigned})
+    return rows
 
 
 def group(ctx: BrokerContext, sampler: Sampler, group_id: str, page: int) -> dict[str, Any]:
     coordinator = ctx.groups
     if coordinator is None:
         raise NotFound(f"no group {group_id}")
-    g = coordinator.describe(group_id)
+    summary = _summaries(ctx).get(group_id)
+    member_rows = _members(ctx, group_id) or []
     committed_values = _copied(lambda: dict(coordinator.offsets.get(group_id, {})))
-    if g is None and not committed_values:
+    if summary is None and not committed_values:
         raise NotFound(f"no group {group_id}")
-    members = [] if g is None else _copied(lambda: list(g.members.values()))
     owners: dict[tuple[str, int], str] = {}
-    member_rows = []
-    for m in members:
-        assigned = views.decode_consumer_assignment(m.assignment) if m.protocol_type == "consumer" else []
-        for topic_name, partitions in assigned:
+    for m in member_rows:
+        for topic_name, partitions in m["assignment"]:
             for p in partitions:
-                owners[(topic_name, p)] = m.member_id
-        member_rows.append({"member_id": m.member_id, "instance": m.group_instance_id, "client_id": m.client_id,
-                            "host": m.client_host, "assignment": assigned})
+                owners[(topic_name, p)] = m["member_id"]
     committed = {tp: v.offset for tp, v in committed_values.items()}
-    rows = views.lag_rows(committed, _end_offsets(ctx, set(committed) | set(owners)), owners)
+    # Rows are built for the shown page only; the total needs every partition's end offset, which is
+    # one lookup each (a group with 10,000 partitions would otherwise build 10,000 rows per render).
+    ends = _end_offsets(ctx, set(committed) | set(owners))
+    keys = views.paginate(sorted(set(committed) | set(owners)), page, LAG_ROWS_PER_PAGE)
+    shown = set(keys.items)
+    rows = views.lag_rows({tp: c for tp, c in committed.items() if tp in shown}, ends,
+                          {tp: m for tp, m in owners.items() if tp in shown})
+    lag_page = views.Page(rows, keys.number, keys.pages, keys.total)
     history = sampler.group_lag(group_id)
-    return {"id": group_id, "state": g.state.value if g else "Empty", "generation": g.generation_id if g else None,
-            "protocol": g.protocol_name if g else None, "leader": g.leader_id if g else None,
-            "members": member_rows, "lag_page": views.paginate(rows, page, LAG_ROWS_PER_PAGE),
-            "total_lag": sum(r.lag or 0 for r in rows),
+    return {"id": group_id, "state": summary.state if summary else "Empty",
+            "generation": summary.generation if summary else None,
+            "protocol": summary.protocol if summary else None, "leader": summary.leader if summary else None,
+            "members": member_rows, "lag_page": lag_page,
+            "total_lag": views.total_lag(committed, ends),
             "lag_spark": views.sparkline([float(v) for _, v in history]), "samples": len(history),
             "sample_interval_ms": sampler.interval_ms}
 
@@ -311,7 +375,7 @@ class MessageQuery:
     timestamp_ms: int | None = None
     count: int = 10
     fmt: str = "text"
-    max_bytes: int = 64 * 1024
+    max_bytes: int = DEFAULT_MESSAGE_READ_BYTES
 
 
 @dataclass

@@ -33,6 +33,19 @@ class TierSummary:
     stopped_tasks: int
 
 
+@dataclass(frozen=True)
+class LocalSizes:
+    """Local bytes per log dir (with its partition count) and per topic, and the unchecked segments:
+    summing them walks every
+    partition, too slow for a page render with thousands of partitions, so the sampler keeps them."""
+
+    taken_ms: int
+    by_dir: dict[str, tuple[int, int]]
+    by_topic: dict[str, int]
+    #: Segments a lazy start left unchecked (seed 003), summed over every log for the same reason.
+    unchecked_segments: int = 0
+
+
 @dataclass
 class Samples:
     #: (wall ms, produce bytes received, fetch bytes sent), cumulative.
@@ -42,17 +55,20 @@ class Samples:
     tiers: TierSummary | None = None
     #: The partitions the remote log manager reported, in order (the tiering page pages through them).
     tier_partitions: list[tuple[str, int]] = field(default_factory=list)
+    local_sizes: LocalSizes | None = None
 
 
 class Sampler:
     def __init__(self, clock: Clock, interval_ms: int, *, totals: Callable[[], dict[str, tuple[float, float, float]]],
                  group_lags: Callable[[], dict[str, int]],
-                 tier_status: Callable[[], list[PartitionTierStatus]] | None) -> None:
+                 tier_status: Callable[[], list[PartitionTierStatus]] | None,
+                 local_sizes: Callable[[int], LocalSizes] | None = None) -> None:
         self._clock = clock
         self.interval_ms = interval_ms
         self._totals = totals
         self._group_lags = group_lags
         self._tier_status = tier_status
+        self._local_sizes = local_sizes
         self._keep = max(2, HISTORY_S * 1000 // interval_ms + 1)
         self.samples = Samples(deque(maxlen=self._keep))
         self._lock = threading.Lock()
@@ -83,6 +99,7 @@ class Sampler:
         produce = totals.get("Produce", (0.0, 0.0, 0.0))[0]
         fetch = totals.get("Fetch", (0.0, 0.0, 0.0))[1]
         lags = self._group_lags()
+        sizes = None if self._local_sizes is None else self._local_sizes(now)
         tiers = None
         tier_partitions: list[tuple[str, int]] = []
         if self._tier_status is not None:
@@ -98,6 +115,8 @@ class Sampler:
                 self.samples.group_lag.setdefault(group, deque(maxlen=self._keep)).append((now, lag))
             for gone in set(self.samples.group_lag) - set(lags):
                 del self.samples.group_lag[gone]
+            if sizes is not None:
+                self.samples.local_sizes = sizes
             if tiers is not None:
                 self.samples.tiers = tiers
                 self.samples.tier_partitions = tier_partitions
@@ -113,6 +132,10 @@ class Sampler:
     def tier_partitions(self) -> list[tuple[str, int]]:
         with self._lock:
             return list(self.samples.tier_partitions)
+
+    def local_sizes(self) -> LocalSizes | None:
+        with self._lock:
+            return self.samples.local_sizes
 
     def tiers(self) -> TierSummary | None:
         with self._lock:

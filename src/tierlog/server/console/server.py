@@ -8,6 +8,7 @@ and never reaches the broker's clients.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import threading
 import time
@@ -58,6 +59,24 @@ def _int(params: Mapping[str, list[str]], name: str, default: int | None = None)
         raise BadRequest(f"{name} must be an integer, not {values[0]!r}") from None
 
 
+def exposure_warning(console_host: str, listener_protocols: Mapping[str, str]) -> str | None:
+    """The WARNING to log when the console, which has no authentication of its own, listens beyond
+    loopback while some Kafka listener requires TLS or SASL: its Messages page shows record contents
+    to anyone who can reach it, which the secured listeners would refuse. None when that is not so."""
+    secured = sorted(name for name, protocol in listener_protocols.items() if protocol != "PLAINTEXT")
+    if not secured:
+        return None
+    host = console_host.strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    return (f"console listens on {host or '0.0.0.0'} without authentication while listeners {', '.join(secured)} "
+            "require TLS or SASL: anyone who reaches it can read records; bind console.listener to a loopback address")
+
+
 class BadRequest(Exception):
     pass
 
@@ -72,7 +91,8 @@ class Console:
         rlm = ctx.remote_log_manager
         self.sampler = Sampler(ctx.clock, sample_interval_ms, totals=requests.totals,
                                group_lags=lambda: reader.group_lags(ctx),
-                               tier_status=rlm.status if rlm is not None else None)
+                               tier_status=rlm.status if rlm is not None else None,
+                               local_sizes=lambda now_ms: reader.local_sizes(ctx, now_ms))
         self.env = make_environment()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -109,8 +129,9 @@ class Console:
         topics = sorted(self.ctx.image.topics_by_name)
         if not topic:
             return "messages.html", {"result": None, "topics": topics, "fmt": fmt}
+        max_kib = _int(q, "max_kib", reader.DEFAULT_MESSAGE_READ_BYTES // 1024) or 1
         query = reader.MessageQuery(topic, _int(q, "partition", 0) or 0, _int(q, "offset"), _int(q, "timestamp"),
-                                    _int(q, "count", 10) or 10, fmt)
+                                    _int(q, "count", 10) or 10, fmt, max_kib * 1024)
         return "messages.html", {"result": reader.messages(self.ctx, query), "topics": topics, "fmt": fmt}
 
     def _metadata(self, q: dict[str, list[str]]) -> tuple[str, dict[str, Any]]:
@@ -190,6 +211,10 @@ class Console:
         shown = f"[{shown}]" if ":" in shown else shown
         self.url = f"http://{shown}:{server.server_port}/"
         log.info("console listening url=%s", self.url)
+        protocols = {b.spec.name: self.ctx.config.security_protocol(b.spec.name) for b in self.ctx.listeners}
+        warning = exposure_warning(host, protocols)
+        if warning is not None:
+            log.warning(warning)
         return self.url
 
     def close(self) -> None:

@@ -117,3 +117,16 @@ def test_next_snapshot_due() -> None:
 def test_units() -> None:
     assert views.format_bytes(512) == "512 B" and views.format_bytes(1536) == "1.5 KiB"
     assert views.format_duration_ms(65_000) == "1 min 5 s" and views.format_duration_ms(-1) == "–"
+
+
+def test_exposure_warning_only_beyond_loopback_with_secured_listeners() -> None:
+    from tierlog.server.console.server import exposure_warning
+
+    secured = {"PLAIN": "PLAINTEXT", "OUTSIDE": "SASL_SSL"}
+    assert exposure_warning("127.0.0.1", secured) is None
+    assert exposure_warning("::1", secured) is None
+    assert exposure_warning("localhost", secured) is None
+    assert exposure_warning("0.0.0.0", {"PLAIN": "PLAINTEXT"}) is None  # nothing is secured: nothing to leak
+    warning = exposure_warning("", secured)
+    assert warning is not None and "0.0.0.0" in warning and "OUTSIDE" in warning and "PLAIN," not in warning
+    assert exposure_warning("10.1.2.3", {"TLS": "SSL"}) is not None
