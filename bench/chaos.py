@@ -106,13 +106,13 @@ def power(args: argparse.Namespace, work: Path) -> Section:
         return Section("power", "Power cuts (lazyfs)", f"Not run: lazyfs cannot run here ({why_not}).", False)
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     runs = {}
-    for mode, cuts in (("all", args.cuts), ("none", args.cuts_none)):
+    for mode, cuts in (("all", args.cuts), ("tiered", args.cuts_tiered), ("none", args.cuts_none)):
         if cuts <= 0:
             continue
-        print(f"-- log.durable.acks={mode}: {cuts} cuts", flush=True)
+        print(f"-- {mode}: {cuts} cuts", flush=True)
         (work / f"power-{mode}").mkdir()
-        runs[mode] = run_power_loss(work / f"power-{mode}", cuts=cuts, durable_acks=mode, rate=args.power_rate,
-                                    seed=seed, progress=True)
+        runs[mode] = run_power_loss(work / f"power-{mode}", cuts=cuts, durable_acks="all" if mode == "tiered" else mode,
+                                    rate=args.power_rate, seed=seed, progress=True, tiered=mode == "tiered")
 
     def rows(r: Any) -> list[tuple[str, object]]:
         loop = r.loop
@@ -142,10 +142,14 @@ def power(args: argparse.Namespace, work: Path) -> Section:
             f"cut (the metadata log). Seed {seed}.\n\n")
     if "all" in runs:
         body += f"### log.durable.acks=all (tierlog's default): must lose nothing\n\n{table(rows(runs['all']))}\n\n"
+    if "tiered" in runs:
+        body += ("### log.durable.acks=all with tiering (16 KiB segments tiered as they close, local.retention.bytes=1: "
+                 "reads below the newest segment go through the remote log metadata journal, which is on lazyfs; "
+                 f"the remote directory is not): must lose nothing\n\n{table(rows(runs['tiered']))}\n\n")
     if "none" in runs:
         body += ("### log.durable.acks=none (Kafka's behaviour: acknowledged on append, flushed by flush.messages "
                  f"/ flush.ms): the harness bites\n\n{table(rows(runs['none']))}\n\n")
-    durable_ok = "all" not in runs or runs["all"].ok
+    durable_ok = all(runs[m].ok for m in ("all", "tiered") if m in runs)
     bites = "none" not in runs or runs["none"].loop.lost > 0
     return Section("power", "Power cuts (lazyfs)", body.rstrip(), durable_ok and bites)
 
@@ -336,6 +340,7 @@ def main() -> int:
     p.add_argument("--rate", type=int, default=3000, help="crash: records produced per second")
     p.add_argument("--cuts", type=int, default=50, help="power: cuts with log.durable.acks=all")
     p.add_argument("--cuts-none", type=int, default=5, help="power: cuts with log.durable.acks=none")
+    p.add_argument("--cuts-tiered", type=int, default=10, help="power: cuts with log.durable.acks=all and tiering")
     p.add_argument("--power-rate", type=int, default=1000, help="power: records produced per second")
     p.add_argument("--damage-rounds", type=int, default=40)
     p.add_argument("--remote-seconds", type=float, default=120.0, help="remote: fault phase of each scenario")

@@ -217,7 +217,8 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    seed: int | None = None, progress: bool = False, overrides: dict[str, str] | None = None,
                    after_kill: Callable[[], None] | None = None, stop_on_loss: bool = True,
                    broker_log: Path | None = None,
-                   after_start: Callable[[ChaosBroker], bool] | None = None) -> CrashLoopResult:
+                   after_start: Callable[[ChaosBroker], bool] | None = None,
+                   topic_configs: dict[str, str] | None = None) -> CrashLoopResult:
     """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
     ``after_start`` after each start (once the log is verified): it may change and check more state
     (the power-loss loop creates topics there) and returns whether what it checked held;
@@ -229,7 +230,7 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
     if broker_log is not None:
         broker.log_path = broker_log
     broker.start()
-    create_topic(broker.port, TOPIC, partitions)
+    create_topic(broker.port, TOPIC, partitions, topic_configs)
     producing = _Producing(broker.bootstrap, partitions, rate)
     consuming = _Consuming(broker.bootstrap)
     producing.start()

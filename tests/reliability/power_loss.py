@@ -62,8 +62,18 @@ def _topics(broker: ChaosBroker) -> dict[str, int]:
     return {t.name: len(t.partitions) for t in body.topics if t.error_code == 0}
 
 
+#: With ``tiered``: the embedded local-directory remote tier, outside lazyfs (the remote store is
+#: another machine), tiering as soon as a segment closes and keeping one byte locally, so reads of
+#: all but the newest segments go through the remote log metadata journal, which lives in the
+#: first log dir on lazyfs and so goes through the cuts.
+TIERING = {"remote.log.storage.system.enable": "true", "remote.log.manager.task.interval.ms": "100",
+           "log.retention.check.interval.ms": "100", "log.segment.delete.delay.ms": "0"}
+TIERED_TOPIC = {"remote.storage.enable": "true", "local.retention.bytes": "1", "retention.ms": "-1",
+                "segment.bytes": str(16 << 10)}
+
+
 def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int = 3, rate: int = 1000,
-                   seed: int | None = None, progress: bool = False) -> PowerLossResult:
+                   seed: int | None = None, progress: bool = False, tiered: bool = False) -> PowerLossResult:
     backing, mountpoint = work / "backing", work / "mnt"
     backing.mkdir(parents=True, exist_ok=True)
     mountpoint.mkdir(parents=True, exist_ok=True)
@@ -95,7 +105,9 @@ def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int 
         result.loop = run_crash_loop(
             mountpoint / "data", kills=cuts, partitions=partitions, rate=rate, min_uptime_s=1.0, max_uptime_s=3.0,
             kill_while_starting=0.0, seed=seed, progress=progress, after_kill=cut_power,
-            overrides={"log.durable.acks": durable_acks}, stop_on_loss=durable_acks != "none",
+            overrides={"log.durable.acks": durable_acks,
+                       **({**TIERING, "rsm.config.dir": str(work / "remote")} if tiered else {})},
+            topic_configs=TIERED_TOPIC if tiered else None, stop_on_loss=durable_acks != "none",
             broker_log=work / "broker.stderr.log", after_start=create_and_check_topics)
     finally:
         if fs[0].poll() is None:
