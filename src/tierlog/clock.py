@@ -32,3 +32,8 @@ SYSTEM_CLOCK = SystemClock()
 def monotonic_s(clock: Clock) -> float:
     """``clock``'s monotonic reading in seconds, for durations logged or compared in seconds."""
     return clock.monotonic_ns() / 1e9
+
+
+def system_monotonic_s() -> float:
+    """The real clock's monotonic reading in seconds: the default of a part that takes ``now_s``."""
+    return monotonic_s(SYSTEM_CLOCK)

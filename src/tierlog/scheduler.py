@@ -34,7 +34,9 @@ class Scheduler(Protocol):
 
 
 @dataclass(order=True)
-class _Entry:
+class ScheduledTask:
+    """A task in a scheduler's heap (this one's and ``tierlog.testing``'s), due first first."""
+
     due_ns: int
     seq: int
     name: str = field(compare=False)
@@ -51,7 +53,7 @@ class ThreadScheduler:
 
     def __init__(self, threads: int = 1, clock: Clock = SYSTEM_CLOCK, name: str = "tierlog-scheduler") -> None:
         self._clock = clock
-        self._heap: list[_Entry] = []
+        self._heap: list[ScheduledTask] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._stopped = False
@@ -64,7 +66,7 @@ class ThreadScheduler:
     def schedule(
         self, name: str, fn: Callable[[], object], delay_ms: int, period_ms: int | None = None
     ) -> TaskHandle:
-        entry = _Entry(self._clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
+        entry = ScheduledTask(self._clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
         with self._cv:
             if self._stopped:
                 entry.cancelled = True

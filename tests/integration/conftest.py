@@ -7,13 +7,13 @@ unique names per test); tests that restart a broker get their own.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.fixtures import topic_name  # noqa: F401 - a fixture
 
 
 @pytest.fixture(scope="session")
@@ -31,12 +31,6 @@ def own_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     yield b
     if b.alive():
         b.stop()
-
-
-@pytest.fixture
-def topic_name(request: pytest.FixtureRequest) -> str:
-    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
-    return f"{base}-{uuid.uuid4().hex[:6]}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kafka.admin import KafkaAdminClient
 
+from tests.helpers.aio_client import AsyncClient
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.cli import fails, ok
-from tests.reliability.aio_client import AsyncClient
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 

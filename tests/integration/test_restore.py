@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 
@@ -172,6 +172,32 @@ def test_a_wiped_partition_directory_is_restored(tier_broker: BrokerProcess, top
     check_restored(broker, topic, values, writer)
 
 
+def test_with_remote_storage_switched_off_a_wiped_partition_stays_offline(tier_broker: BrokerProcess,
+                                                                           topic_name: str) -> None:
+    """remote.log.storage.system.enable=false after the partition was tiered: no restore can run, so
+    the wiped partition answers KAFKA_STORAGE_ERROR (an ERROR names both ranges) instead of starting
+    again at offset 0; switched back on, the next start restores it."""
+    broker, topic = tier_broker, topic_name
+    values, writer = fill(broker, topic)
+    remote_end = tier_status(broker, topic)["highest_tiered_offset"]
+    assert broker.stop() == 0
+    shutil.rmtree(broker.data_dir / f"{topic}-0")
+    broker.overrides["remote.log.storage.system.enable"] = "false"
+    broker.start()
+    code, _ = writer.send(broker.port, topic, writer.batch([b"while-off"]))
+    assert code == 56, broker.stderr_tail()  # KAFKA_STORAGE_ERROR
+    text = broker.log_path.read_text()
+    assert f"partition offline: {topic}-0: the remote tier holds offsets [0, {remote_end}]" in text, broker.stderr_tail()
+    assert "remote.log.storage.system.enable=false" in text
+    assert broker.stop() == 0
+    assert not (broker.data_dir / f"{topic}-0").exists() or not any(
+        p.suffix == ".log" and p.stat().st_size > 0 for p in (broker.data_dir / f"{topic}-0").iterdir())
+    del broker.overrides["remote.log.storage.system.enable"]
+    writer.sequence -= 1  # the refused batch was not written
+    broker.start()
+    check_restored(broker, topic, values, writer)
+
+
 def test_a_lost_log_dir_is_restored(tmp_path: Path, topic_name: str) -> None:
     """Two log dirs; the one holding the partition is lost whole (the first keeps the metadata)."""
     first, second = tmp_path / "data", tmp_path / "second"
@@ -225,7 +251,7 @@ def test_an_unreachable_remote_tier_keeps_the_partition_offline_then_a_sigkill(t
 
 
 def test_restored_from_s3(tmp_path: Path, topic_name: str) -> None:
-    from tests.reliability.s3_server import JournaledS3Server
+    from tests.helpers.s3_server import JournaledS3Server
 
     server = JournaledS3Server(tmp_path / "s3.journal").start()
     env_saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 

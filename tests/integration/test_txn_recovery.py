@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
-from tests.reliability.harness import RawClient
+from tests.helpers.raw_client import RawClient
 from tierlog.config import BrokerConfig
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.helpers.broker import BrokerProcess
-from tests.reliability.harness import RawClient as _RawClient
+from tests.helpers.raw_client import RawClient as _RawClient
 from tierlog.protocol import ApiKey
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_batches
 

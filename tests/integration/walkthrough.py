@@ -44,6 +44,10 @@ _FENCE = re.compile(r"^```(\S*)\s*$")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
 _CLIENT_COMMAND = re.compile(r"\btierlog((?:\s+--log-\S+\s+\S+)*)\s+(topics\s+\S+|groups\s+\S+|features\s+\S+|produce|consume)\b")
 _SERVE = re.compile(r"\btierlog((?:\s+--log-\S+\s+\S+)*)\s+serve\b")
+#: Where a ``tierlog serve`` command sends its output (``> tierlog.log 2>&1 &``): the broker's log.
+_SERVE_OUTPUT = re.compile(r"\bserve\b.*?(?<![0-9&<])>>?\s*([^\s&;|<>]+)", re.DOTALL)
+#: Lines of each broker log a failing step prints.
+BROKER_LOG_TAIL_LINES = 80
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,24 @@ class Session:
         self._reader.start()
         self._count = 0
         self.results: list[Result] = []
+        #: The files the page's ``tierlog serve`` commands write their log to, relative to the directory.
+        self.broker_logs: list[str] = []
+
+    def note_command(self, command: str) -> None:
+        """Remember where a ``tierlog serve`` command logs, for :meth:`broker_log_tail`."""
+        if _SERVE.search(command):
+            m = _SERVE_OUTPUT.search(command)
+            if m is not None and m.group(1) not in self.broker_logs:
+                self.broker_logs.append(m.group(1))
+
+    def broker_log_tail(self, lines: int = BROKER_LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of each broker log the page wrote, for a failing step's message."""
+        out = []
+        for name in self.broker_logs:
+            text = _read(self.directory / name)
+            tail = text.splitlines()[-lines:]
+            out.append(f"--- broker log {name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(out) if out else "--- no broker log: no `tierlog serve ... > FILE` ran before this step"
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -374,9 +396,13 @@ def run_page(session: Session, commands: list[Command], expectations: list[Expec
     results = []
     for cmd, exp in plan:
         command = rewrite(cmd.text, session.ports)
+        session.note_command(command)
         deadline = time.monotonic() + exp.within_s
         while True:
-            result = session.run(command, exp.timeout_s)
+            try:
+                result = session.run(command, exp.timeout_s)
+            except AssertionError as e:  # timed out, or the shell exited
+                raise AssertionError(f"{page}:{cmd.line}: {e}\n{session.broker_log_tail()}") from None
             try:
                 assert result.returncode == 0, "non-zero exit"
                 if exp.check is not None:
@@ -386,6 +412,7 @@ def run_page(session: Session, commands: list[Command], expectations: list[Expec
                 if exp.eventually and time.monotonic() < deadline:
                     time.sleep(0.5)
                     continue
-                raise AssertionError(f"{page}:{cmd.line}: {e}\n{result.describe()}") from None
+                raise AssertionError(f"{page}:{cmd.line}: {e}\n{result.describe()}\n{session.broker_log_tail()}"
+                                     ) from None
         results.append(result)
     return results

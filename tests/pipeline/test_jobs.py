@@ -61,16 +61,55 @@ def test_verify_passes_on_good_data_and_names_the_damage(spark: Any, dataset: Da
     assert any("offset index" in p for p in bad[second])
 
 
-def test_export_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
+def test_export_mirror_to_parquet_by_date_is_rerunnable(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
     out = tmp_path / "export"
     opts = parse_options({"path": str(dataset.data), "subscribe": "orders"})
     want = len(dataset.expected[("orders", 0)]) + len(dataset.expected[("orders", 1)])
-    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out), mode="mirror") == want
     first = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
-    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out)) == want
+    assert jobs.export(spark, opts.paths, opts.remote, ["orders"], str(out), mode="mirror") == want
     again = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("partition", "offset", "date").collect())
     assert first == again and len(again) == want
     assert [p.name for p in (out / "topic=orders").iterdir() if p.is_dir()] == ["date=2023-11-14"]
+
+
+def test_export_archive_keeps_rows_retention_deleted_and_appends_only_new_ones(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.pipeline.data import _fill_mixed, expected_rows
+    from tierlog.config import LogConfig
+    from tierlog.storage.loader import LoadOptions, load_log
+
+    data, out = tmp_path / "data", tmp_path / "archive"
+    ulog = load_log(data / "arch-0", LogConfig.from_props({"segment.bytes": 1500, "retention.ms": -1}), LoadOptions())
+    try:
+        _fill_mixed(ulog, 0)
+        first = {r[4]: r[1] for r in expected_rows(ulog.dir)}
+        argv = ["export", "--path", str(data), "--topic", "arch", "--output", str(out), "--json"]
+        assert spark_cmd.run(cli(*argv)) == 0
+        assert json.loads(capsys.readouterr().out)["rows"] == len(first)
+        # More records, then retention moves the log start past rows the first run exported.
+        _fill_mixed(ulog, 1)
+        later = {r[4]: r[1] for r in expected_rows(ulog.dir)}
+        ulog.maybe_increment_log_start_offset(ulog.segments.base_offsets[3], "test")
+        ulog.delete_old_segments()
+        log_start = ulog.log_start_offset
+        assert log_start > min(first)
+    finally:
+        ulog.close()
+    assert spark_cmd.run(cli(*argv)) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == len(set(later) - set(first))
+    archived = [(r.offset, r.value) for r in spark.read.parquet(str(out)).select("offset", "value").collect()]
+    assert len(archived) == len({o for o, _ in archived}), "an offset was exported twice"
+    assert dict(archived) == {**first, **later}
+    # Nothing new: a third run appends nothing.
+    assert spark_cmd.run(cli(*argv)) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 0
+    assert spark.read.parquet(str(out)).count() == len(archived)
+    # Mirror mode is today's output: what the log holds now, in the dates it writes.
+    assert spark_cmd.run(cli(*argv, "--mode", "mirror")) == 0
+    capsys.readouterr()
+    mirrored = {r.offset for r in spark.read.parquet(str(out)).select("offset").collect()}
+    assert mirrored == {o for o in later if o >= log_start}
 
 
 def _largest_timestamps(part_dir: Path) -> list[tuple[int, int]]:
@@ -145,3 +184,108 @@ def test_rebuild_snapshots_recreates_what_the_broker_wrote(spark: Any, dataset: 
     rebuilt = {p.name: sorted(decode_snapshot(p.read_bytes())) for p in (data / "orders-0").glob("*.snapshot")}
     assert rebuilt == originals
     assert not [p for p in data.iterdir() if p.name.startswith(".tierlog-snapshot-rebuild")]
+
+
+def test_verify_skips_a_segment_deleted_during_the_job(spark: Any, dataset: Dataset, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", data / "orders-0")
+    opts = parse_options({"path": str(data), "subscribe": "orders"})
+    tasks = jobs.segment_tasks(opts.discover())  # planned, then retention deletes the oldest segment
+    oldest = min(tasks, key=lambda t: t.scan.start_offset)
+    for f in data.glob(f"orders-0/{Path(str(oldest.scan.log_path)).stem}.*"):
+        f.unlink()
+    rows = jobs.verify_tasks(spark, tasks, opts.paths, opts.remote)
+    gone = [r for r in rows if r["base_offset"] == oldest.scan.start_offset]
+    assert gone == [{**gone[0], "ok": True, "problems": [], "skipped": jobs.DELETED}]
+    assert all(r["ok"] and r["skipped"] is None for r in rows if r is not gone[0]) and len(rows) == len(tasks)
+
+
+def test_usage_counts_each_readable_offset_once_and_leaves_out_empty_partitions(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.pipeline.data import _fill_mixed, _Logs, expected_rows
+    from tierlog.config import LogConfig
+    from tierlog.records import SimpleRecord, build_batch
+    from tierlog.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
+    from tierlog.storage.loader import LoadOptions, load_log
+    from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+    from tierlog.tiered.layout import METADATA_DIR_NAME, default_local_remote_dir
+    from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
+
+    data = tmp_path / "data"
+    base = {"segment.bytes": 1500, "retention.ms": -1}
+    # both-0: every closed segment tiered, the newest of them still on local disk too.
+    both = load_log(data / "both-0", LogConfig.from_props({**base, "remote.storage.enable": True,
+                                                           "local.retention.bytes": 3000}), LoadOptions())
+    both.write_partition_metadata(b"\x05" * 16)
+    _fill_mixed(both, 2)
+    want_both = expected_rows(both.dir)
+    rsm = LocalDirectoryRemoteStorageManager()
+    rsm.configure({"dir": str(default_local_remote_dir(data.resolve())), "fsync": "false"})
+    rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _Logs({("both", 0): both}), rsm,
+                           FileRemoteLogMetadataManager(data / METADATA_DIR_NAME, sync=False),
+                           index_cache_dir=data / "remote-log-index-cache")
+    assert rlm.copy_all() >= 3
+    both.delete_old_segments()
+    local_start = both.segments.base_offsets[0]
+    assert local_start > 0 and both.num_segments >= 3  # tiered segments kept locally, and some only remote
+    rlm.close()
+    both.close()
+    # cut-0: local only, its log start moved into the middle of a batch (DeleteRecords).
+    cut = load_log(data / "cut-0", LogConfig.from_props(base), LoadOptions())
+    for i in range(6):
+        cut.append_as_leader(build_batch([SimpleRecord(b"k", b"v%d" % j, (), 1_700_000_000_000 + i) for j in range(4)]))
+    cut.close()
+    OffsetCheckpointFile(data / LOG_START_OFFSET_CHECKPOINT).write({("cut", 0): 10})
+    load_log(data / "empty-0", LogConfig.from_props(base), LoadOptions()).close()
+
+    assert spark_cmd.run(cli("usage", "--path", str(data), "--json")) == 0
+    rows = {(r["topic"], r["partition"]): r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(rows) == {("both", 0), ("cut", 0)}  # the empty partition is left out
+    r = rows[("both", 0)]
+    assert r["local_records"] + r["remote_records"] == len(want_both)
+    assert r["remote_records"] == sum(1 for w in want_both if w[4] < local_start)
+    assert r["remote_segments"] > r["local_segments"] - 1 > 0  # both tiers' objects are still counted as stored
+    assert rows[("cut", 0)]["local_records"] == 24 - 10
+
+
+def test_rebuild_snapshots_tasks_write_nothing_where_the_log_is(dataset: Dataset, tmp_path: Path) -> None:
+    """What an executor runs returns the snapshots' bytes; only the driver writes them (on a cluster a
+    task's file would land on whichever node ran it)."""
+    data = tmp_path / "data"
+    shutil.copytree(dataset.data / "orders-0", data / "orders-0")
+    for p in (data / "orders-0").glob("*.snapshot"):
+        p.unlink()
+    before = sorted(p.name for p in data.rglob("*"))
+    plog = parse_options({"path": str(data), "subscribe": "orders"}).discover()[("orders", 0)]
+    rows = jobs.partition_rebuild_snapshots(plog, 7 * 86_400_000, dry_run=False)
+    assert rows and all(isinstance(r["content"], bytes) and not r["written"] for r in rows)
+    assert sorted(p.name for p in data.rglob("*")) == before and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    assert all(jobs.write_snapshot(r) for r in rows)
+    assert sorted(p.name for p in (data / "orders-0").glob("*.snapshot")) == sorted(r["snapshot"] for r in rows)
+
+
+def test_export_archive_after_a_run_killed_between_its_rows_and_its_manifest(spark: Any, dataset: Dataset,
+                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "archive"
+    opts = parse_options({"path": str(dataset.data), "subscribe": "events"})
+    want = len(dataset.expected[("events", 0)])
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == want
+
+    def drop_commit_records() -> None:
+        records = [f for f in (out / jobs.EXPORT_MANIFEST).glob("part-*") if b'"committed"' in f.read_bytes()]
+        assert records
+        for f in records:
+            f.unlink()
+
+    # Killed after Spark committed the rows, before the manifest said so: the rows are found, nothing
+    # is exported twice.
+    drop_commit_records()
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == 0
+    assert spark.read.parquet(str(out)).count() == want
+    # Killed before the rows were committed (none written; the run is still only "started"): the next
+    # run exports them.
+    shutil.rmtree(out / "topic=events")
+    assert jobs.export(spark, opts.paths, opts.remote, ["events"], str(out)) == want
+    assert sorted(r.offset for r in spark.read.parquet(str(out)).select("offset").collect()) == [
+        r[4] for r in dataset.expected[("events", 0)]]

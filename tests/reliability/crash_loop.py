@@ -23,7 +23,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.reliability.harness import ChaosBroker, RawClient, committed_offsets, create_topic, read_partition
+from tests.helpers.raw_client import RawClient
+from tests.reliability.harness import ChaosBroker, committed_offsets, create_topic, read_partition
 
 TOPIC = "crash-loop"
 GROUP = "crash-loop-group"

@@ -30,7 +30,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read_partition
+from tests.helpers.raw_client import RawClient
+from tests.reliability.harness import ChaosBroker, create_topic, read_partition
 from tierlog.errors import TierlogError
 from tierlog.records import decode_batch, iter_headers
 from tierlog.storage.checkpoints import parse_java_properties, well_formed_cluster_id

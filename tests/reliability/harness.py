@@ -1,15 +1,12 @@
 """Machinery shared by the reliability scenarios and ``bench/chaos.py``: a broker process on a fixed
-port (so clients reconnect to it after a SIGKILL), a raw protocol client, a partition reader that
-checks the CRC of every batch the broker serves, and RSS readings from /proc."""
+port (so clients reconnect to it after a SIGKILL), a partition reader that checks the CRC of every
+batch the broker serves, and RSS readings from /proc. The raw protocol client, the port picker and
+``wait_until`` are in tests/helpers (other test packages use them too)."""
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import signal
-import socket
-import struct
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -17,25 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.ports import free_port
+from tests.helpers.raw_client import RawClient
 from tierlog.errors import CorruptRecordError, ErrorCode
-from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
+from tierlog.protocol import ApiKey
 from tierlog.records import decode_batch, iter_headers
-
-
-def free_port() -> int:
-    """A free loopback port below the ephemeral range: while the broker is down no client's
-    outgoing connection can be given its port, so the restarted broker can always bind it again."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng = random.Random()
-    for _ in range(500):
-        port = rng.randrange(12000, low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _proc_status_kib(pid: int, field_name: str) -> int:
@@ -105,62 +88,6 @@ class ChaosBroker(BrokerProcess):
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
-
-
-class RawClient:
-    """One connection speaking the Kafka protocol with tierlog's own codec."""
-
-    def __init__(self, port: int, *, timeout: float = 30.0, client_id: str = "chaos") -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.client_id = client_id
-        self._corr = itertools.count(1)
-        self._buf = bytearray()
-
-    def send(self, api_key: int, version: int, values: dict[str, Any]) -> int:
-        corr = next(self._corr)
-        self.sock.sendall(encode_request(api_key, version, corr, self.client_id,
-                                         build_request(api_key, version, values)))
-        return corr
-
-    def read_frame(self) -> bytes:
-        while len(self._buf) < 4 or len(self._buf) < 4 + struct.unpack_from(">i", self._buf)[0]:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            self._buf += chunk
-        size = struct.unpack_from(">i", self._buf)[0]
-        frame = bytes(self._buf[4:4 + size])
-        del self._buf[:4 + size]
-        return frame
-
-    def receive(self, api_key: int, version: int, corr: int) -> Any:
-        got, body = parse_response(api_key, version, self.read_frame())
-        assert got == corr, (got, corr)
-        return body
-
-    def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
-        return self.receive(api_key, version, self.send(api_key, version, values))
-
-    def closed_by_peer(self, timeout: float = 10.0) -> bool:
-        """Whether the broker closes the connection within ``timeout`` (what it sends first is dropped)."""
-        self.sock.settimeout(timeout)
-        try:
-            while True:
-                if not self.sock.recv(65536):
-                    return True
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except TimeoutError:
-            return False
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> RawClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def api_versions_ok(port: int, timeout: float = 10.0) -> bool:
@@ -263,12 +190,3 @@ def committed_offsets(port: int, group: str, topic: str, partitions: int) -> dic
     assert body.error_code == ErrorCode.NONE, body
     return {p.partition_index: p.committed_offset for t in body.topics for p in t.partitions
             if p.error_code == ErrorCode.NONE and p.committed_offset >= 0}
-
-
-def wait_until(predicate: Any, timeout_s: float, interval_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())

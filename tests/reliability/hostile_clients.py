@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.reliability.aio_client import AsyncClient, ensure_open_files
+from tests.helpers.aio_client import AsyncClient, ensure_open_files
+from tests.helpers.raw_client import RawClient
 from tests.reliability.fuzz_inputs import FuzzInput, FuzzInputs, FuzzTarget
-from tests.reliability.harness import ChaosBroker, RawClient, create_topic, fetch_request, open_fds
+from tests.reliability.harness import ChaosBroker, create_topic, fetch_request, open_fds
 from tierlog.protocol import ApiKey, MalformedResponseError, build_request, encode_request, parse_response
 from tierlog.records import SimpleRecord, build_batch, decode_batch, iter_headers
 

@@ -17,8 +17,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.reliability.aio_client import AsyncClient, ensure_open_files
-from tests.reliability.harness import ChaosBroker, RawClient, fetch_request, open_fds
+from tests.helpers.aio_client import AsyncClient, ensure_open_files
+from tests.helpers.raw_client import RawClient
+from tests.reliability.harness import ChaosBroker, fetch_request, open_fds
 from tests.reliability.hostile_clients import MIB, LogWatch, RssWatch, _mib
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch, decode_batch, iter_headers

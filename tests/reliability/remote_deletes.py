@@ -34,7 +34,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tests.reliability.harness import ChaosBroker, create_topic, wait_until
+from tests.helpers.waits import wait_until
+from tests.reliability.harness import ChaosBroker, create_topic
 from tests.reliability.remote_view import LocalDirStore, audit, read_remote_metadata
 from tierlog.tiered.api import RemoteLogSegmentState
 

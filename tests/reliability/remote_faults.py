@@ -13,7 +13,7 @@ an idempotent acks=all librdkafka producer, while a raw client keeps reading the
 * :func:`run_s3_kills`: the S3 backend against a moto server that is SIGKILLed and restarted during
   copies (and once during the deletes of total retention), and frozen (SIGSTOP: requests hang until
   the client's timeout). moto keeps its objects in process memory, so the server here
-  (:mod:`tests.reliability.s3_server`) journals every mutating request before processing it and
+  (:mod:`tests.helpers.s3_server`) journals every mutating request before processing it and
   replays the journal before a restarted server binds its port: what it acknowledged survives the
   kill, as in a real store, and a request it received but never answered is applied -- the harder
   case for the broker (an upload it saw fail is there after all). The fault phase ends with the
@@ -49,7 +49,10 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.reliability.harness import ChaosBroker, RawClient, create_topic, read_partition, wait_until
+from tests.helpers.raw_client import RawClient
+from tests.helpers.s3_server import S3_ENV, JournaledS3Server
+from tests.helpers.waits import wait_until
+from tests.reliability.harness import ChaosBroker, create_topic, read_partition
 from tests.reliability.remote_load import Filling, Producing, Reading, Watching
 from tests.reliability.remote_view import (
     LocalDirStore,
@@ -60,7 +63,6 @@ from tests.reliability.remote_view import (
     local_base_offsets,
     read_remote_metadata,
 )
-from tests.reliability.s3_server import S3_ENV, JournaledS3Server
 from tierlog.testing.remote import FaultControl, FaultRates, write_fault_control
 from tierlog.tiered.api import RemoteLogSegmentState
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from confluent_kafka import KafkaError, Producer
 
-from tests.reliability.harness import RawClient, read_partition
+from tests.helpers.raw_client import RawClient
+from tests.reliability.harness import read_partition
 from tests.reliability.remote_view import finished_coverage, local_base_offsets, read_remote_metadata
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.reliability.s3_server import JournaledS3Server
+from tests.helpers.s3_server import JournaledS3Server
 from tierlog.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 

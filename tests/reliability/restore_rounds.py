@@ -30,7 +30,9 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from tests.reliability.harness import ChaosBroker, RawClient, read_partition, wait_until
+from tests.helpers.raw_client import RawClient
+from tests.helpers.waits import wait_until
+from tests.reliability.harness import ChaosBroker, read_partition
 
 TOPIC = "restore-rounds"
 OVERRIDES = {"remote.log.manager.task.interval.ms": "100", "log.retention.check.interval.ms": "200",

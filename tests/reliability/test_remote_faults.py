@@ -4,15 +4,14 @@ frozen, each with a broker SIGKILL mid-copy."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.s3_server import JournaledS3Server
 from tests.helpers.seeds import test_seed
 from tests.reliability.remote_deletes import run_failing_deletes
 from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin, run_s3_kills
-from tests.reliability.s3_server import JournaledS3Server
 
 pytestmark = pytest.mark.integration
 
@@ -88,9 +87,9 @@ def test_the_s3_server_keeps_what_it_acknowledged_across_sigkill(tmp_path: Path)
 
 
 def test_failing_deletes_of_refused_uploads_are_retried_or_given_up_and_settled(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 32)
+    seed = test_seed("failing-deletes")
     result = run_failing_deletes(tmp_path / "deletes", rounds=2, partitions=2, max_attempts=3, seed=seed)
-    about = f"seed {seed}: {result.summary()}"
+    about = f"seed {seed} (TIERLOG_TEST_SEED_FAILING_DELETES={seed} replays it): {result.summary()}"
     assert result.ok, about
     assert result.recovering_rounds == 1 and result.recovered == 2 and result.orphan_objects == [], about
     assert result.give_ups_expected == 2 and result.give_ups_logged == 2 and result.give_ups_in_metric == 2, about

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.seeds import test_seed
 from tests.reliability.restore_rounds import run_restore_rounds
 
 pytestmark = pytest.mark.integration
 
 
 def test_partitions_wiped_and_restored_round_after_round(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 32)
+    seed = test_seed("restore-rounds")
     result = run_restore_rounds(tmp_path / "rounds", rounds=3, partitions=2, records_per_round=2000, seed=seed)
-    about = f"seed {seed} (replay: run_restore_rounds(..., seed={seed})): {result.summary()}\n{result}"
+    about = f"seed {seed} (TIERLOG_TEST_SEED_RESTORE_ROUNDS={seed} replays it): {result.summary()}\n{result}"
     assert result.ok, about
     assert result.lost_tiered == 0 and result.offsets_reused == 0 and result.duplicated == 0, about
     assert result.wrong_restart_offsets == [] and result.read_errors == [], about

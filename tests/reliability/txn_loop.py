@@ -19,7 +19,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.reliability.harness import ChaosBroker, create_topic, wait_until
+from tests.helpers.waits import wait_until
+from tests.reliability.harness import ChaosBroker, create_topic
 from tests.reliability.txn_app import GROUP, IN_TOPIC, OUT_TOPIC
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.broker import LISTENING, BrokerProcess
-from tests.integration.conftest import topic_name  # noqa: F401 - a fixture
+from tests.helpers.fixtures import topic_name  # noqa: F401 - a fixture
 from tests.security.pki import CertificateAuthority
 
 WAIT_S = 30.0
@@ -105,3 +105,11 @@ def secure_broker_factory(tmp_path: Path) -> Iterator[type]:
     for b in started:
         if b.alive():
             assert b.stop() == 0, b.stderr_tail()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every security test starts a broker: marked ``integration`` as tests/integration's are."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)

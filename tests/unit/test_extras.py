@@ -22,6 +22,7 @@ def test_a_missing_extra_is_named_in_one_line() -> None:
     require_extra("spark", "the Spark pipeline", "json")  # present: nothing happens
 
 
+@pytest.mark.integration  # a fresh interpreter each: the import must not have happened yet
 @pytest.mark.parametrize("hidden", [{"pyspark"}, {"pyarrow"}])
 def test_the_pipeline_without_its_extra_fails_with_one_line(hidden: set[str]) -> None:
     code = _HIDE.format(hidden=hidden) + "import tierlog.pipeline.options"
@@ -32,6 +33,7 @@ def test_the_pipeline_without_its_extra_fails_with_one_line(hidden: set[str]) ->
     assert last.endswith("pip install 'tierlog[spark]'"), last
 
 
+@pytest.mark.integration
 def test_the_broker_imports_without_the_extras() -> None:
     code = (_HIDE.format(hidden={"pyspark", "pyarrow", "obstore"})
             + "import tierlog.server.broker, tierlog.cli.main, tierlog.tiered.backends.s3; "
@@ -40,6 +42,7 @@ def test_the_broker_imports_without_the_extras() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.integration
 def test_the_s3_backend_without_its_extra_fails_with_one_line() -> None:
     code = (_HIDE.format(hidden={"obstore"})
             + "from tierlog.tiered.backends.s3 import S3RemoteStorageManager; "

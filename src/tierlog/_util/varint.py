@@ -1,7 +1,11 @@
 """Zig-zag varints as Kafka writes them in records (``ByteUtils.writeVarint``/``writeVarlong``),
-and the unsigned varints of the flexible protocol encoding."""
+and the unsigned varints of the flexible protocol encoding (``ByteUtils.writeUnsignedVarint``), which
+the protocol decoder, the metadata and transaction-log records and the fetch response all use from
+here. The records layer keeps its own inlined and numba fast paths (records/_fastwalk.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tierlog.errors import InvalidRecordError
 
@@ -18,10 +22,20 @@ def zigzag_decode(value: int) -> int:
 
 
 def write_unsigned_varint(out: bytearray, value: int) -> None:
+    """Append an unsigned varint (``value`` >= 0) to ``out``."""
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+
+
+def unsigned_varint_bytes(value: int) -> bytes:
+    """An unsigned varint as bytes (one byte for most lengths and counts, answered at once)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    write_unsigned_varint(out, value)
+    return bytes(out)
 
 
 def write_varint(out: bytearray, value: int) -> None:
@@ -35,20 +49,27 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = _MAX_VARINT_BYTES) -> tuple[int, int]:
-    """Read an unsigned varint at ``pos``; return (value, new position)."""
-    result = 0
-    shift = 0
-    for i in range(max_bytes):
-        try:
-            b = buf[pos + i]
-        except IndexError:
-            raise InvalidRecordError("varint extends past the end of the buffer") from None
+def read_unsigned_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = _MAX_VARINT_BYTES,
+                         end: int | None = None,
+                         error: Callable[[str], Exception] = InvalidRecordError) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` of at most ``max_bytes`` (Kafka's readUnsignedVarint: 5),
+    ending before ``end`` (default: the end of ``buf``): (value, new position). A varint that runs
+    past the end or is too long raises ``error(message)``, so each layer answers with its own error."""
+    limit = len(buf) if end is None else end
+    if pos < limit and buf[pos] < 0x80:  # most lengths and counts: one byte
+        return buf[pos], pos + 1
+    result = shift = 0
+    last_shift = 7 * (max_bytes - 1)
+    while pos < limit:
+        b = buf[pos]
+        pos += 1
         result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos + i + 1
+        if b < 0x80:
+            return result, pos
+        if shift == last_shift:
+            raise error(f"unsigned varint is longer than {max_bytes} bytes")
         shift += 7
-    raise InvalidRecordError(f"varint is longer than {max_bytes} bytes")
+    raise error("unsigned varint runs past the end of the buffer")
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:

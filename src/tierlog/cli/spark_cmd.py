@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "delete now, per tier. "
                                    "rebuild-snapshots: create missing producer snapshots of closed segments "
                                    "(on a cleanly stopped broker's data). "
-                                   "export: topics to Parquet partitioned by topic and date (rerunnable).")
+                                   "export: topics to Parquet partitioned by topic and date, an archive each run appends "
+                                   "the new offsets to (or --mode mirror).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="a log directory (repeatable or comma-separated); default: the config's log.dirs, or ./tierlog-data without --config")
@@ -37,6 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a remote-tier setting, e.g. rsm.config.dir=/data-remote (repeatable)")
     p.add_argument("--topic", action="append", default=[], help="only these topics (repeatable); export needs one")
     p.add_argument("--output", help="export: the Parquet directory")
+    p.add_argument("--mode", choices=("archive", "mirror"), default="archive",
+                   help="export: archive (default) appends only offsets not exported before and never deletes "
+                        "a row; mirror makes each date written equal to what the log holds now")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="retention-preview: a topic config to assume for every topic, e.g. retention.ms=3600000")
     p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
@@ -44,7 +50,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--force", action="store_true",
                    help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark conf setting (repeatable), e.g. spark.tierlog.s3.access.key.id=... or "
+                        "spark.hadoop.fs.s3a.endpoint=...: the object store's settings and credentials reach "
+                        "the executors with the job")
     p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    p.add_argument("--verbose", action="store_true",
+                   help="on an error, the whole stack trace (Java and Python) and Spark's own log; "
+                        "without it, one line")
     p.set_defaults(func=run)
 
 
@@ -82,26 +95,65 @@ def _cell(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+#: The last "module.Name: message" line of a Python traceback (inside a PythonException's text, or a
+#: Java exception's message that carries one).
+_PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception|Exit)): (.+)$")
+_WRAPPERS = ("PythonException", "Py4JJavaError", "SparkException", "AnalysisException", "Exception")
+
+
+def one_line(e: BaseException) -> str:
+    """What went wrong, in one line, from an error however Spark wrapped it: a Python exception raised
+    in a worker arrives as a PythonException (or a Py4JJavaError) whose text holds the worker's
+    traceback; the line wanted is that traceback's last ``Type: message``."""
+    if isinstance(e, TierlogError | OSError | MissingExtraError):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = str(e)
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text += "\n" + str(java.toString())
+        except Exception:  # the JVM may be gone already
+            pass
+    found = None
+    for line in text.splitlines():
+        m = _PYTHON_ERROR.match(line.strip())
+        if m and m.group(1) not in _WRAPPERS:
+            found = m.group(2).strip()
+    if found:
+        return found
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    return first
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         from tierlog.pipeline import jobs
-        from tierlog.pipeline.options import parse_options
+        from tierlog.pipeline.options import conf_options, parse_options, with_defaults
 
-        opts = parse_options(_options(args))
+        raw = _options(args)
         topics = args.topic or None
         if args.job == "export" and (not args.output or not args.topic):
             raise TierlogError("export needs --output DIR and at least one --topic")
+        conf = {"spark.ui.showConsoleProgress": "false" if args.json else "true"}
+        for item in args.conf:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise TierlogError(f"--conf {item!r} is not KEY=VALUE")
+            conf[key.strip()] = value.strip()
         from pyspark.sql import SparkSession
 
         from tierlog.pipeline import spark_session
+        from tierlog.pipeline.source import session_conf
 
         # A session that already exists (a notebook, a test) is used and left running.
         owned = SparkSession.getActiveSession() is None
-        spark = spark_session(args.master, app_name=f"tierlog-{args.job}",
-                              conf={"spark.ui.showConsoleProgress": "false" if args.json else "true"})
+        spark = spark_session(args.master, app_name=f"tierlog-{args.job}", conf=conf)
         if owned:
-            spark.sparkContext.setLogLevel("ERROR")
+            # A failed task is reported once, by this command, as one line: not by Spark's log too.
+            spark.sparkContext.setLogLevel("WARN" if args.verbose else "OFF")
         try:
+            # The session's spark.tierlog.* and S3A settings under the command's own options.
+            opts = parse_options(with_defaults(conf_options({**session_conf(spark), **conf}), raw))
             if args.job == "usage":
                 rows = jobs.usage(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "local_segments", "local_records", "local_bytes",
@@ -131,16 +183,18 @@ def run(args: argparse.Namespace) -> int:
                 columns = ["topic", "partition", "segment", "snapshot", "producers", "written"]
             elif args.job == "verify":
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
-                columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems"]
+                columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems", "skipped"]
             else:
-                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output)
+                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output, mode=args.mode)
                 rows = [{"topics": ",".join(args.topic), "output": args.output, "rows": written}]
                 columns = ["topics", "output", "rows"]
         finally:
             if owned:
                 spark.stop()
-    except (TierlogError, OSError, MissingExtraError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 1
     if args.json:
         for row in rows:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tierlog.cli._kafka import CliError, add_wire_options, command
 from tierlog.cli._table import render, write
+from tierlog.errors import ErrorCode
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,10 +59,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _check(code: int, what: str) -> None:
     if code:
-        from kio.schema.errors import ErrorCode
-
         try:
-            name = ErrorCode(code).name.upper()
+            name = ErrorCode(code).name
         except ValueError:
             name = "UNKNOWN"
         raise CliError(f"{what}: {name} ({code})")

@@ -16,6 +16,7 @@ from tierlog.config.definition import HostPort, Listeners, Value, format_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF, is_rsm_property
 from tierlog.config.log_config import local_retention_problem
 from tierlog.config.security_keys import (
+    CALLBACK_HANDLER_SUFFIX,
     JAAS_SUFFIX,
     LISTENER_KEY_NAMES,
     LISTENER_PREFIX,
@@ -101,6 +102,8 @@ class BrokerConfig:
             #: configs by (listener, mechanism).
             self.listener_props: dict[str, dict[str, Value]] = {}
             self.jaas_configs: dict[tuple[str, str], str] = {}
+            #: Server callback handler class names by (listener, mechanism).
+            self.callback_handlers: dict[tuple[str, str], str] = {}
             broker_props = self._split_listener_props(broker_props)
             _reject_topic_keys(broker_props)
             self._explicit = BROKER_DEF.parse(broker_props)
@@ -146,15 +149,18 @@ class BrokerConfig:
             if not dot or not listener or not key:
                 raise ConfigError(name, "expected listener.name.<listener>.<key>")
             listener = listener.upper()
-            if key.endswith(JAAS_SUFFIX) and key != JAAS_SUFFIX[1:]:
-                mechanism = key[: -len(JAAS_SUFFIX)].upper()
+            suffix = next((x for x in (JAAS_SUFFIX, CALLBACK_HANDLER_SUFFIX) if key.endswith(x) and key != x[1:]), None)
+            if suffix is not None:
+                mechanism = key[: -len(suffix)].upper()
                 if mechanism not in SASL_MECHANISMS:
                     raise ConfigError(name, f"unknown SASL mechanism {mechanism}; valid: {', '.join(SASL_MECHANISMS)}")
-                self.jaas_configs[(listener, mechanism)] = str(raw)
+                target = self.jaas_configs if suffix == JAAS_SUFFIX else self.callback_handlers
+                target[(listener, mechanism)] = str(raw)
                 continue
             if key not in LISTENER_KEY_NAMES:
                 raise ConfigError(name, f"{key} cannot be set per listener; per-listener keys: "
-                                        f"{', '.join(sorted(LISTENER_KEY_NAMES))}, <mechanism>{JAAS_SUFFIX}")
+                                        f"{', '.join(sorted(LISTENER_KEY_NAMES))}, <mechanism>{JAAS_SUFFIX}, "
+                                        f"<mechanism>{CALLBACK_HANDLER_SUFFIX}")
             try:
                 parsed = BROKER_DEF.parse({key: raw})
             except ConfigError as e:
@@ -201,6 +207,12 @@ class BrokerConfig:
         v = self.get(name)
         assert isinstance(v, int) and not isinstance(v, bool), name
         return v
+
+    def get_float(self, name: str) -> float:
+        """A DOUBLE key's value (an int given for it counts too)."""
+        v = self.get(name)
+        assert isinstance(v, int | float) and not isinstance(v, bool), name
+        return float(v)
 
     def get_bool(self, name: str) -> bool:
         v = self.get(name)
@@ -306,6 +318,10 @@ class BrokerConfig:
             raise ConfigError("group.max.session.timeout.ms",
                               f"value {high} is smaller than group.min.session.timeout.ms {low}")
 
+    def listener_names(self) -> list[str]:
+        """The names of ``listeners``, upper case, in their order."""
+        return [Listeners.split(item)[0] for item in self.get_list("listeners")]
+
     def _check_listeners(self) -> None:
         listeners = [Listeners.split(item) for item in self.get_list("listeners")]
         names = [name for name, _, _ in listeners]
@@ -318,7 +334,7 @@ class BrokerConfig:
         if inter and inter.upper() not in names:
             raise ConfigError("inter.broker.listener.name", f"{inter} is not one of listeners ({', '.join(names)})")
         known = set(names) | {n.upper() for n in self.get_list("controller.listener.names")}
-        for name in [*self.listener_props, *(listener for listener, _ in self.jaas_configs)]:
+        for name in [*self.listener_props, *(listener for listener, _ in [*self.jaas_configs, *self.callback_handlers])]:
             if name not in known:
                 raise ConfigError(f"{LISTENER_PREFIX}{name.lower()}",
                                   f"listener {name} is not one of listeners ({', '.join(names)})")

@@ -38,6 +38,7 @@ GROUP_TITLES: dict[str, str] = {
     "transactions": "Transactions",
     "operations": "Operations",
     "security": "Security",
+    "quotas": "Client quotas",
     "compatibility": "Kafka compatibility (accepted and ignored)",
     "kafka": "Apache Kafka's other keys (accepted, stored and described; tierlog does not act on them)",
 }

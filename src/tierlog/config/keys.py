@@ -261,21 +261,21 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("log.cleaner.enable", Type.BOOLEAN, True,
             "Run the log cleaner, which compacts topics with cleanup.policy compact (__consumer_offsets too).",
             group="cleaner"),
-    _broker("log.cleaner.threads", Type.INT, 1, "Threads that clean logs.", validator=at_least(0), group="cleaner"),
+    _broker("log.cleaner.threads", Type.INT, 1, "Threads that clean logs.", validator=at_least(0), group="cleaner", dynamic=True),
     _broker("log.cleaner.backoff.ms", Type.LONG, 15000,
-            "How long a cleaner thread sleeps when no log needs cleaning.", validator=at_least(0), group="cleaner"),
+            "How long a cleaner thread sleeps when no log needs cleaning.", validator=at_least(0), group="cleaner", dynamic=True),
     _broker("log.cleaner.io.max.bytes.per.second", Type.DOUBLE, 1.7976931348623157e308,
-            "The cleaners' combined read plus write rate limit.", validator=at_least(0), group="cleaner"),
+            "The cleaners' combined read plus write rate limit.", validator=at_least(0), group="cleaner", dynamic=True),
     _broker("log.cleaner.io.buffer.size", Type.INT, 524288,
             "Bytes read from a segment at a time while cleaning (a larger batch is read whole).",
-            validator=at_least(0), group="cleaner"),
+            validator=at_least(0), group="cleaner", dynamic=True),
     _broker("log.cleaner.dedupe.buffer.size", Type.LONG, 134217728,
             "Memory for the key to offset maps of all cleaner threads (24 bytes per key: a 16-byte key digest "
             "and an 8-byte offset); a dirty range with more keys is cleaned in parts.",
-            validator=at_least(0), group="cleaner"),
+            validator=at_least(0), group="cleaner", dynamic=True),
     _broker("log.cleaner.io.buffer.load.factor", Type.DOUBLE, 0.9,
             "How full a cleaner's key to offset map may get before the cleaning stops at that offset.",
-            validator=between(0, 1), group="cleaner"),
+            validator=between(0, 1), group="cleaner", dynamic=True),
     _broker("num.recovery.threads.per.data.dir", Type.INT, 1,
             "Threads per log directory that load and recover logs at startup.",
             validator=at_least(1), group="log"),
@@ -340,6 +340,13 @@ BROKER_KEYS: list[ConfigKey] = [
             "A connection with no bytes received and no response written for this long is closed, unless a "
             "request of it is still being handled (a long-polling fetch); a client that stopped reading its "
             "responses counts as idle.", validator=at_least(1), group="network"),
+    _broker("quota.window.num", Type.INT, 11,
+            "The number of samples a client quota's rate is measured over (Kafka's quota.window.num): a "
+            "client's byte rate, request time and mutation rate are averaged over this many windows of "
+            "quota.window.size.seconds.", validator=at_least(1), group="quotas"),
+    _broker("quota.window.size.seconds", Type.INT, 1,
+            "The length of one sample window of a client quota's rate (Kafka's quota.window.size.seconds).",
+            validator=at_least(1), group="quotas"),
     _broker("group.initial.rebalance.delay.ms", Type.INT, 3000,
             "How long a new consumer group waits for more members before its first rebalance.",
             validator=at_least(0), group="groups"),
@@ -361,7 +368,9 @@ BROKER_KEYS: list[ConfigKey] = [
             validator=at_least(1), group="groups"),
     _broker("offsets.retention.minutes", Type.INT, 10080,
             "The committed offsets of a group expire this long after the group became empty (for offsets "
-            "committed without a group membership: after their commit) and get tombstones in __consumer_offsets.",
+            "committed without a group membership: after their commit; a consumer group with members keeps the "
+            "offsets of the topics it subscribes to and expires the others this long after their commit) and get "
+            "tombstones in __consumer_offsets.",
             validator=at_least(1), group="groups"),
     _broker("offsets.topic.segment.bytes", Type.INT, 104857600,
             "segment.bytes of __consumer_offsets: small segments, so the log cleaner can compact it early.",

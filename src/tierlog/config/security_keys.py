@@ -22,6 +22,9 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 LISTENER_PREFIX = "listener.name."
 #: The per-listener key naming a mechanism's JAAS configuration.
 JAAS_SUFFIX = ".sasl.jaas.config"
+#: The per-listener key naming a mechanism's server callback handler (Kafka's class names; tierlog
+#: reads it for OAUTHBEARER, where naming Kafka's unsecured validator opts into unsigned tokens).
+CALLBACK_HANDLER_SUFFIX = ".sasl.server.callback.handler.class"
 
 
 def _key(name: str, type_: Type, default: Value, doc: str, *, importance: Importance = M,
@@ -99,7 +102,10 @@ OTHER_KEYS: list[ConfigKey] = [
          "The security protocol of each listener name, NAME:PROTOCOL; every listener's name must be in it. "
          "Every ssl.*, sasl.* and connections.max.reauth.ms key may also be set for one listener as "
          "listener.name.<name>.<key>, and SASL/PLAIN users are listed in "
-         "listener.name.<name>.plain.sasl.jaas.config (Kafka's PlainLoginModule syntax).",
+         "listener.name.<name>.plain.sasl.jaas.config (Kafka's PlainLoginModule syntax). OAUTHBEARER validates "
+         "signed tokens against sasl.oauthbearer.jwks.endpoint.url; Kafka's unsecured (unsigned) tokens are "
+         "accepted only when listener.name.<name>.oauthbearer.sasl.server.callback.handler.class names "
+         "Kafka's OAuthBearerUnsecuredValidatorCallbackHandler (its full class name).",
          importance=H),
     _key("inter.broker.listener.name", Type.STRING, None,
          "Accepted (it must name a listener); a single tierlog node has no other broker to talk to."),

@@ -30,6 +30,20 @@ def broker_default_flag(name: str) -> bool:
     return value
 
 
+def broker_default_float(name: str) -> float:
+    """The numeric default of a broker key of type DOUBLE as ``keys.py`` defines it."""
+    value = BROKER_DEF.require(name).default
+    assert isinstance(value, int | float) and not isinstance(value, bool), name
+    return float(value)
+
+
+def broker_default_str(name: str) -> str:
+    """The string default of a broker key as ``keys.py`` defines it."""
+    value = BROKER_DEF.require(name).default
+    assert isinstance(value, str), name
+    return value
+
+
 @dataclass(frozen=True)
 class RemoteLogManagerSettings:
     """The remote log manager's settings (Kafka's RemoteLogManagerConfig)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from tierlog._util.varint import read_unsigned_varint, unsigned_varint_bytes, write_unsigned_varint
 from tierlog.metadata.errors import MetadataReplayError
 
 _I8 = struct.Struct(">b")
@@ -18,6 +19,7 @@ _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
 
 #: The section an encoder writes when a struct has no tagged field set.
 NO_TAGGED_FIELDS = b"\x00"
@@ -25,15 +27,13 @@ NO_TAGGED_FIELDS = b"\x00"
 TaggedFields = dict[int, bytes]
 
 
-def uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+uvarint = unsigned_varint_bytes
+#: Metadata records carry unsigned varlongs too (up to 10 bytes).
+_MAX_UVARINT_BYTES = 10
+
+
+def _replay_error(message: str) -> MetadataReplayError:
+    return MetadataReplayError(f"metadata record: {message}")
 
 
 class Writer:
@@ -45,11 +45,7 @@ class Writer:
         self.buf = bytearray()
 
     def uvarint(self, value: int) -> None:
-        buf = self.buf
-        while value > 0x7F:
-            buf.append((value & 0x7F) | 0x80)
-            value >>= 7
-        buf.append(value)
+        write_unsigned_varint(self.buf, value)
 
     def i8(self, value: int) -> None:
         self.buf += _I8.pack(value)
@@ -68,6 +64,9 @@ class Writer:
 
     def i64(self, value: int) -> None:
         self.buf += _I64.pack(value)
+
+    def f64(self, value: float) -> None:
+        self.buf += _F64.pack(value)
 
     def uuid(self, value: bytes) -> None:
         if len(value) != 16:
@@ -132,22 +131,8 @@ class Reader:
         return pos
 
     def uvarint(self) -> int:
-        buf = self.buf
-        pos = self.pos
-        result = 0
-        shift = 0
-        while True:
-            if pos >= self.end:
-                raise MetadataReplayError("metadata record truncated inside a varint")
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                self.pos = pos
-                return result
-            shift += 7
-            if shift > 63:
-                raise MetadataReplayError("varint longer than 10 bytes in a metadata record")
+        value, self.pos = read_unsigned_varint(self.buf, self.pos, _MAX_UVARINT_BYTES, self.end, _replay_error)
+        return value
 
     def i8(self) -> int:
         return int(_I8.unpack_from(self.buf, self._need(1))[0])
@@ -166,6 +151,9 @@ class Reader:
 
     def i64(self) -> int:
         return int(_I64.unpack_from(self.buf, self._need(8))[0])
+
+    def f64(self) -> float:
+        return float(_F64.unpack_from(self.buf, self._need(8))[0])
 
     def uuid(self) -> bytes:
         pos = self._need(16)

@@ -22,9 +22,12 @@ from tierlog.metadata.image import (
     MetadataProvenance,
     PartitionImage,
     ProducerIdsImage,
+    QuotaEntity,
     TopicImage,
+    quota_entity,
 )
 from tierlog.metadata.records import (
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
@@ -65,6 +68,7 @@ class MetadataDelta:
         self._producer_ids: ProducerIdsImage | None = None
         self._scram: dict[tuple[str, int], UserScramCredentialRecord] | None = None
         self._provenance: MetadataProvenance | None = None
+        self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         #: True once metadata.version moved from one level to another (not on its first setting).
         self.metadata_version_changed = False
         self.records_replayed = 0
@@ -83,6 +87,7 @@ class MetadataDelta:
             NoOpRecord: _ignore,
             UserScramCredentialRecord: self._replay_scram,
             RemoveUserScramCredentialRecord: self._replay_remove_scram,
+            ClientQuotaRecord: self._replay_client_quota,
         }
 
     # -- replay -------------------------------------------------------------------------------------
@@ -190,6 +195,16 @@ class MetadataDelta:
             self._scram = dict(self.image.scram_credentials)
         self._scram.pop((r.name, r.mechanism), None)
 
+    def _replay_client_quota(self, r: ClientQuotaRecord) -> None:
+        entity = quota_entity((p.entity_type, p.entity_name) for p in r.entity)
+        current = self._quotas.get(entity)
+        if current is None:
+            current = self._quotas[entity] = dict(self.image.client_quotas.get(entity, {}))
+        if r.remove:
+            current.pop(r.key, None)
+        else:
+            current[r.key] = r.value
+
     def _replay_producer_ids(self, r: ProducerIdsRecord) -> None:
         current = self._producer_ids or self.image.producer_ids
         if r.next_producer_id < current.next_producer_id:
@@ -224,6 +239,10 @@ class MetadataDelta:
     @property
     def changed_configs(self) -> frozenset[ConfigKey]:
         return frozenset(self._configs)
+
+    @property
+    def client_quotas_changed(self) -> bool:
+        return bool(self._quotas)
 
     @property
     def features_changed(self) -> bool:
@@ -265,6 +284,15 @@ class MetadataDelta:
                 else:
                     merged.pop(key, None)
             configs = MappingProxyType(merged)
+        client_quotas = image.client_quotas
+        if self._quotas:
+            merged_quotas = dict(client_quotas)
+            for entity, quota_values in self._quotas.items():
+                if quota_values:
+                    merged_quotas[entity] = MappingProxyType(dict(quota_values))
+                else:
+                    merged_quotas.pop(entity, None)
+            client_quotas = MappingProxyType(merged_quotas)
         provenance = self._provenance or image.provenance
         features_epoch = image.features_epoch
         if self.features_epoch is not None:
@@ -281,6 +309,7 @@ class MetadataDelta:
             configs=configs,
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=image.scram_credentials if self._scram is None else MappingProxyType(self._scram),
+            client_quotas=client_quotas,
         )
 
 

@@ -7,7 +7,7 @@ and costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -16,12 +16,14 @@ from tierlog.ids import uuid_to_base64
 from tierlog.metadata.records import (
     BrokerEndpoint,
     BrokerFeature,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
+    QuotaEntityPart,
     RegisterBrokerRecord,
     TopicRecord,
     UserScramCredentialRecord,
@@ -122,6 +124,13 @@ class MetadataProvenance:
 
 
 ConfigKey = tuple[ConfigResourceType, str]
+#: A client quota entity as ((entity type, name or None for the default), ...), sorted by type: one
+#: key per entity however a request ordered its parts (Kafka's ClientQuotaEntity is a map).
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    return tuple(sorted(parts, key=lambda p: p[0]))
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,9 @@ class MetadataImage:
     #: SCRAM credentials by (user name, mechanism id).
     scram_credentials: Mapping[tuple[str, int], UserScramCredentialRecord] = field(
         default_factory=lambda: MappingProxyType({}))
+    #: Client quotas (Kafka's ClientQuotaRecord): entity → quota key → value. Only non-empty maps.
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({}))
     #: The metadata log offset of the last batch that set a feature level: ApiVersions'
     #: FinalizedFeaturesEpoch, as Kafka's controller reports it (FeaturesPublisher). An image loaded
     #: from a snapshot has the snapshot's last offset, as in Kafka; -1 when no feature is set. Not
@@ -152,7 +164,7 @@ class MetadataImage:
     @property
     def is_empty(self) -> bool:
         return (not self.features and not self.brokers and not self.topics_by_id and not self.configs
-                and self.producer_ids.is_empty)
+                and self.producer_ids.is_empty and not self.client_quotas)
 
     @property
     def num_partitions(self) -> int:
@@ -197,6 +209,10 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
         yield other(ProducerIdsRecord(pids.last_broker_id, pids.last_broker_epoch, pids.next_producer_id))
     for key in sorted(image.scram_credentials):
         yield other(image.scram_credentials[key])
+    for entity in sorted(image.client_quotas, key=repr):
+        parts = tuple(QuotaEntityPart(t, n) for t, n in entity)
+        for quota_key, value in sorted(image.client_quotas[entity].items()):
+            yield other(ClientQuotaRecord(parts, quota_key, value))
     for resource in sorted(k for k in image.configs if k[0] != ConfigResourceType.TOPIC):
         for rec in _config_records(resource, image.configs[resource]):
             yield other(rec)

@@ -505,3 +505,48 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
         rec = cls(r.string(), r.i8())
         r.tagged_fields()
         return rec
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntityPart:
+    """One component of a client quota entity: ``user`` or ``client-id``, and its name (None is the
+    default entity of that type, Kafka's ``<default>``)."""
+
+    entity_type: str
+    entity_name: str | None
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord(MetadataRecord):
+    """A client quota set or removed (Kafka's ClientQuotaRecord, apiKey 14, v0): the entity, the quota
+    key (``producer_byte_rate``, …), its value, and ``remove`` to drop the key."""
+
+    entity: tuple[QuotaEntityPart, ...]
+    key: str
+    value: float
+    remove: bool = False
+
+    API_KEY: ClassVar[int] = 14
+
+    def write(self, w: Writer) -> None:
+        w.array_length(len(self.entity))
+        for part in self.entity:
+            w.string(part.entity_type)
+            w.nullable_string(part.entity_name)
+            w.tagged_fields()
+        w.string(self.key)
+        w.f64(self.value)
+        w.bool(self.remove)
+        w.tagged_fields()
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> ClientQuotaRecord:
+        parts = []
+        for _ in range(r.array_length()):
+            part = QuotaEntityPart(r.string(), r.nullable_string())
+            r.tagged_fields()
+            parts.append(part)
+        rec = cls(tuple(parts), r.string(), r.f64(), r.bool())
+        r.tagged_fields()
+        return rec

@@ -16,9 +16,9 @@ from tierlog._util.extras import require_extra
 require_extra("spark", "the Spark pipeline", "pyspark", "pyarrow")
 
 if TYPE_CHECKING:
-    from tierlog.pipeline.source import TierlogDataSource, kafka_schema, spark_session
+    from tierlog.pipeline.source import TierlogDataSource, kafka_schema, register, spark_session
 
-__all__ = ["TierlogDataSource", "kafka_schema", "spark_session"]
+__all__ = ["TierlogDataSource", "kafka_schema", "register", "spark_session"]
 
 
 def __getattr__(name: str) -> Any:

@@ -29,8 +29,11 @@ from tierlog.records import decode_batch
 from tierlog.records.header import BatchHeader, iter_headers
 from tierlog.storage import files
 from tierlog.storage.checkpoints import (
+    CLEAN_SHUTDOWN,
     LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
     PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpointFile,
     PartitionMetadataFile,
 )
@@ -64,6 +67,9 @@ class PartitionLog:
     #: COPY_SEGMENT_FINISHED remote segments by start offset.
     remote_segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     remote_start: int | None = None
+    #: Why the remote segments cannot be read with the options given (raised when a read or a job
+    #: needs them, so partitions that are only local still read).
+    remote_error: str | None = None
     _last_stable: int | None = None
     _aborted: list[tuple[int, int, int]] | None = None
 
@@ -93,6 +99,7 @@ class PartitionLog:
             lo = max(start, md.start_offset, self.remote_start or 0)
             hi = min(end, md.end_offset + 1, local_start)
             if lo < hi:
+                self.require_remote()
                 out.append(ScanRange(self.topic, self.partition, lo, hi, remote=md))
         for seg, seg_end in self.local_bounds():
             lo = max(start, seg.base_offset, local_start)
@@ -100,6 +107,10 @@ class PartitionLog:
             if lo < hi:
                 out.append(ScanRange(self.topic, self.partition, lo, hi, log_path=seg.log_path))
         return out
+
+    def require_remote(self) -> None:
+        if self.remote_error is not None:
+            raise TierlogError(self.remote_error)
 
     def missing(self, start: int, end: int) -> list[tuple[int, int]]:
         """Offset gaps in [start, end) that neither tier covers (data lost to retention or damage)."""
@@ -205,6 +216,7 @@ def discover(paths: Sequence[Path], remote: RemoteSpec | None = None) -> dict[To
         d = Path(d)
         if not d.is_dir():
             raise TierlogError(f"log directory {d} does not exist")
+        _require_log_dir(d)
         checkpoint = d / LOG_START_OFFSET_CHECKPOINT
         if checkpoint.exists():
             try:
@@ -230,6 +242,41 @@ def discover(paths: Sequence[Path], remote: RemoteSpec | None = None) -> dict[To
     return logs
 
 
+#: Files only a Kafka or tierlog log directory holds (any one is enough: a directory written by
+#: hand with UnifiedLog has partition directories only).
+_LOG_DIR_MARKERS = (META_PROPERTIES, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, CLEAN_SHUTDOWN)
+
+
+def _is_log_dir(d: Path) -> bool:
+    if any((d / name).exists() for name in _LOG_DIR_MARKERS):
+        return True
+    with os.scandir(d) as it:
+        for entry in it:
+            if entry.is_dir() and (entry.name in SKIPPED_DIRS or _is_partition_dir(entry.name)):
+                return True
+    return False
+
+
+def _is_partition_dir(name: str) -> bool:
+    try:
+        files.parse_topic_partition_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _require_log_dir(d: Path) -> None:
+    """A path that is no log directory is an error, not an empty read: most often it is one level
+    above (or below) the right one."""
+    if _is_log_dir(d):
+        return
+    with os.scandir(d) as it:
+        inside = sorted(e.name for e in it if e.is_dir() and _is_log_dir(Path(e.path)))
+    hint = f"; {', '.join(str(d / n) for n in inside)} {'is' if len(inside) == 1 else 'are'}" if inside else ""
+    raise TierlogError(f"{d} is not a Kafka or tierlog log directory (no {META_PROPERTIES}, no offset "
+                       f"checkpoints, no <topic>-<partition> directories){hint}")
+
+
 def _topic_id(plog: PartitionLog) -> bytes | None:
     if plog.directory is None:
         return None
@@ -237,6 +284,27 @@ def _topic_id(plog: PartitionLog) -> bytes | None:
         return PartitionMetadataFile(plog.directory / PARTITION_METADATA).read()
     except (OSError, TierlogError):
         return None
+
+
+def _check_plugin(spec: RemoteSpec, tip: TopicIdPartition, segments: list[RemoteLogSegmentMetadata]) -> str | None:
+    """When no option named the plugin, the local-directory default is only right if that plugin
+    wrote the tier: its segments carry no custom metadata, and its directory exists. Anything else
+    would read (or report missing) files from a directory that was never the remote tier."""
+    if not spec.defaulted:
+        return None
+    where = dict(spec.props).get("dir", "")
+    if any(m.custom_metadata for m in segments):
+        return (
+            f"the remote tier of {tip.topic}-{tip.partition} (listed in {spec.metadata_dir}) was written by a "
+            "plugin other than the local-directory one (its segments carry custom metadata): give the plugin "
+            "with option remote.log.storage.manager.class.name and its rsm.config.* options, or option "
+            "config with the broker's server.properties")
+    if where and not Path(where).is_dir():
+        return (
+            f"{spec.metadata_dir} lists remote segments of {tip.topic}-{tip.partition}, but the local-directory "
+            f"remote tier {where} does not exist: give rsm.config.dir, or the plugin the broker uses "
+            "(remote.log.storage.manager.class.name and its rsm.config.* options, or option config)")
+    return None
 
 
 def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> None:
@@ -261,6 +329,7 @@ def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> N
                               key=lambda m: m.start_offset)
             if not finished:
                 continue
+            plog.remote_error = _check_plugin(spec, tip, finished)
             plog.remote_segments = finished
             plog.remote_start = max(finished[0].start_offset, store.log_start_offset(tip) or 0)
             remote_end = finished[-1].end_offset + 1

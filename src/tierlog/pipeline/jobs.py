@@ -1,15 +1,18 @@
 """Maintenance jobs over a data directory and its remote tier, run as Spark jobs: one task per segment,
 so they grow from ``local[*]`` to a cluster by changing the master.
 
-* :func:`usage` — bytes, records and segments per partition, local and remote (the remote size as
-  the plugin's custom metadata reports it, seed 002, where the plugin can read it);
+* :func:`usage` — bytes and segments per partition, local and remote (the remote size as the
+  plugin's custom metadata reports it, seed 002, where the plugin can read it), and the records a
+  reader gets (each readable offset once);
 * :func:`verify` — every batch's CRC and structure, offsets, both indexes and the producer snapshot
   of every segment, local and remote (seed 003's checks, for all segments at once);
 * :func:`retention_preview` — what the time, size and timestamp-floor (seed 004) policies would
   delete now, in each tier, without deleting anything;
 * :func:`rebuild_snapshots` — the missing producer snapshots of closed segments, each rebuilt from
   the expiration window only (seed 001 as a backfill), on a cleanly stopped broker's data;
-* :func:`export` — topics to Parquet partitioned by date, idempotent when rerun.
+* :func:`export` (in :mod:`tierlog.pipeline.export`) — topics to Parquet partitioned by date: an
+  archive each run appends the offsets not yet exported to (a manifest in the output records them),
+  or a mirror of the log.
 
 The per-segment functions are plain Python, so they run on Spark workers and in tests alike.
 """
@@ -20,7 +23,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,12 @@ from tierlog.errors import TierlogError
 from tierlog.metadata.metadata_log import load_readonly, resolve_metadata_dir
 from tierlog.pipeline import _decode as K
 from tierlog.pipeline.catalog import LocalSegment, PartitionLog, discover
+
+# The export lives in its own module; its names stay reachable as jobs.export etc. for the callers.
+from tierlog.pipeline.export import EXPORT_MANIFEST as EXPORT_MANIFEST
+from tierlog.pipeline.export import EXPORT_MODES as EXPORT_MODES
+from tierlog.pipeline.export import export as export
+from tierlog.pipeline.export import exported_offsets as exported_offsets
 from tierlog.pipeline.reader import (
     RemoteSpec,
     ScanRange,
@@ -46,6 +55,8 @@ from tierlog.pipeline.reader import (
     segment_base_offset,
     time_index_entries,
 )
+from tierlog.records import decode_batch
+from tierlog.records.header import BatchHeader
 from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
 from tierlog.storage.producer_rebuild import rebuild_missing_snapshot, segment_sources_in
 from tierlog.storage.producer_snapshot import decode_snapshot
@@ -62,6 +73,9 @@ class SegmentTask:
     size_bytes: int
     snapshot_path: str | None = None  # the local producer snapshot at the segment's end, if any
     last: bool = False  # the partition's active segment (no final index entries, no snapshot yet)
+    #: The offsets [lo, hi) a reader gets from this copy: within [log start, end), and a tiered
+    #: segment still on local disk is read (and counted) locally only, as the source reads it.
+    readable: tuple[int, int] = (0, 0)
 
 
 def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable[str] | None = None) -> list[SegmentTask]:
@@ -71,15 +85,19 @@ def segment_tasks(logs: Mapping[tuple[str, int], PartitionLog], topics: Iterable
         plog = logs[tp]
         if wanted is not None and plog.topic not in wanted:
             continue
+        if plog.remote_segments:
+            plog.require_remote()
+        local_start = plog.local_start if plog.local_start is not None else plog.log_end_offset
         for md in plog.remote_segments:
             rng = ScanRange(plog.topic, plog.partition, md.start_offset, md.end_offset + 1, remote=md)
-            tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes))
+            readable = (max(md.start_offset, plog.remote_start or 0), min(md.end_offset + 1, local_start))
+            tasks.append(SegmentTask(rng, "remote", md.segment_size_in_bytes, readable=readable))
         bounds = plog.local_bounds()
         for i, (seg, end) in enumerate(bounds):
             rng = ScanRange(plog.topic, plog.partition, seg.base_offset, end, log_path=seg.log_path)
             snap = Path(seg.log_path).with_name(f"{end:020d}.snapshot")
             tasks.append(SegmentTask(rng, "local", seg.size_bytes, str(snap) if snap.exists() else None,
-                                     last=i == len(bounds) - 1))
+                                     last=i == len(bounds) - 1, readable=(max(seg.base_offset, local_start), end)))
     return tasks
 
 
@@ -125,15 +143,28 @@ def segment_usage(task: SegmentTask, spec: RemoteSpec | None) -> SegmentUsage:
                 reported = None
             if isinstance(reported, int):
                 size = reported
-    table, _, _ = _headers(_segment_bytes(task, spec))
-    data = (table[:, K.F_ATTRIBUTES] & 0x20) == 0
-    records = int(table[data, K.F_RECORDS_COUNT].clip(min=0).sum())
+    lo, hi = task.readable
+    records = batches = 0
+    if lo < hi:
+        data = _segment_bytes(task, spec)
+        table, _, _ = _headers(data)
+        bases = table[:, K.F_BASE_OFFSET]
+        lasts = bases + table[:, K.F_LAST_OFFSET_DELTA]
+        counted = ((table[:, K.F_ATTRIBUTES] & 0x20) == 0) & (lasts >= lo) & (bases < hi)
+        whole = counted & (bases >= lo) & (lasts < hi)
+        records = int(table[whole, K.F_RECORDS_COUNT].clip(min=0).sum())
+        batches = int(np.count_nonzero(counted))
+        # A batch the log start (DeleteRecords) or the tier boundary cuts: its records one by one.
+        for i in np.flatnonzero(counted & ~whole).tolist():
+            header = BatchHeader(data, int(table[i, K.F_POSITION]))
+            records += sum(1 for r in decode_batch(header) if lo <= r.offset < hi)
     return SegmentUsage(task.scan.topic, task.scan.partition, task.tier, segment_base_offset(task.scan), size,
-                        records, len(table))
+                        records, batches)
 
 
 def summarize_usage(rows: Iterable[SegmentUsage]) -> list[dict[str, Any]]:
-    """Per partition: local and remote bytes, records and segments."""
+    """Per partition: local and remote bytes and segments (what each tier stores) and the records a
+    reader gets from each (each offset once); partitions that hold nothing at all are left out."""
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for r in rows:
         entry = out.setdefault((r.topic, r.partition), {
@@ -143,7 +174,8 @@ def summarize_usage(rows: Iterable[SegmentUsage]) -> list[dict[str, Any]]:
         entry[f"{r.tier}_bytes"] += r.size_bytes
         entry[f"{r.tier}_records"] += r.records
         entry[f"{r.tier}_segments"] += 1
-    return [out[k] for k in sorted(out)]
+    return [e for k, e in sorted(out.items())
+            if e["local_bytes"] or e["remote_bytes"] or e["local_records"] or e["remote_records"]]
 
 
 # -- verify ----------------------------------------------------------------------------------------------
@@ -157,19 +189,36 @@ class SegmentCheck:
     base_offset: int
     batches: int
     problems: tuple[str, ...] = field(default=())
+    #: Why the segment was not checked: it was deleted (retention, tiering, compaction) or kept
+    #: changing while the job read it. Not damage: Kafka's own check never sees such a segment.
+    skipped: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list[str]) -> None:
-    if len(raw) % 8:
-        problems.append(f"offset index: size {len(raw)} is not a multiple of 8")
+def _zero_tail(raw: bytes, valid: int, entry_bytes: int) -> bool:
+    """The bytes after the valid entries are all zero: the preallocated, not yet written part of an
+    active segment's index (Kafka preallocates segment.index.bytes and trims only at roll)."""
+    return not any(raw[valid * entry_bytes :])
+
+
+def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list[str], *,
+                        active: bool = False, read_bytes: int | None = None) -> None:
+    """``active``: the partition's active segment, whose index has a zero-filled tail and may already
+    hold entries for batches appended after its log was read (positions at or past ``read_bytes``)."""
     offsets, positions = offset_index_entries(raw, base)
     whole = len(raw) // 8
+    if active and _zero_tail(raw, len(offsets), 8):
+        whole = len(offsets)
+    elif len(raw) % 8:
+        problems.append(f"offset index: size {len(raw)} is not a multiple of 8")
     if len(offsets) < whole:
         problems.append(f"offset index: entry {len(offsets)} of {whole} does not increase (zero-filled or damaged)")
+    if active and read_bytes is not None:
+        keep = positions < read_bytes
+        offsets, positions = offsets[keep], positions[keep]
     by_position = dict(zip(table[:, K.F_POSITION].tolist(),
                            (table[:, K.F_BASE_OFFSET] + table[:, K.F_LAST_OFFSET_DELTA]).tolist(), strict=True))
     for offset, position in zip(offsets.tolist(), positions.tolist(), strict=True):
@@ -183,13 +232,17 @@ def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list
 
 
 def _check_time_index(raw: bytes, base: int, end: int, table: np.ndarray, final: bool, problems: list[str]) -> None:
-    if len(raw) % 12:
-        problems.append(f"time index: size {len(raw)} is not a multiple of 12")
+    """``final`` false: the active segment (a zero-filled tail, entries for what was appended after
+    its log was read, and no final entry yet)."""
     stamps, offsets = time_index_entries(raw, base)
     whole = len(raw) // 12
+    if not final and _zero_tail(raw, len(stamps), 12):
+        whole = len(stamps)
+    elif len(raw) % 12:
+        problems.append(f"time index: size {len(raw)} is not a multiple of 12")
     if len(stamps) < whole:
         problems.append(f"time index: entry {len(stamps)} of {whole} does not increase (zero-filled or damaged)")
-    if len(offsets) and (offsets[0] < base or offsets[-1] >= max(end, base + 1)):
+    if len(offsets) and (offsets[0] < base or (final and offsets[-1] >= max(end, base + 1))):
         problems.append(f"time index: offsets [{offsets[0]}, {offsets[-1]}] outside the segment [{base}, {end})")
     # Control batches count: the log's max timestamp covers transaction markers too.
     if final and len(table):
@@ -199,9 +252,54 @@ def _check_time_index(raw: bytes, base: int, end: int, table: np.ndarray, final:
             problems.append(f"time index: last entry {found} is not the segment's largest timestamp {largest}")
 
 
+#: Times a local segment whose files changed while it was read is checked again before it is
+#: reported as skipped (a log cleaner swap or a roll between reading the log and its indexes).
+CHECK_ATTEMPTS = 3
+DELETED = "deleted during the job"
+CHANGING = "changed during the job"
+
+
+def _identity(task: SegmentTask) -> tuple[int, ...] | None:
+    """What changes when a local segment's files are replaced or rewritten (None: the log is gone).
+    The active segment only grows, which its checks allow for: only a replacement counts there."""
+    if task.scan.log_path is None:
+        return ()
+    out: list[int] = []
+    for suffix in (".log", ".index", ".timeindex"):
+        try:
+            st = os.stat(Path(task.scan.log_path).with_suffix(suffix))
+        except FileNotFoundError:
+            if suffix == ".log":
+                return None
+            out += [-1, -1, -1]
+            continue
+        out += [st.st_ino, -1, -1] if task.last else [st.st_ino, st.st_size, st.st_mtime_ns]
+    return tuple(out)
+
+
 def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     """Every check of one segment; problems are described, never raised, so one bad segment does not
-    hide the others."""
+    hide the others. A local segment deleted while it is checked is skipped, and one whose files
+    changed while it was read (compaction's swap, a roll) is checked again, as the problems then
+    describe no state the files were ever in."""
+    scan = task.scan
+    base = segment_base_offset(scan)
+    for _ in range(CHECK_ATTEMPTS):
+        before = _identity(task)
+        if before is None:
+            return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=DELETED)
+        check = _verify_once(task, spec)
+        if check.ok:
+            return check
+        after = _identity(task)
+        if after is None:
+            return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=DELETED)
+        if after == before:
+            return check
+    return SegmentCheck(scan.topic, scan.partition, task.tier, base, 0, skipped=CHANGING)
+
+
+def _verify_once(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     scan = task.scan
     base = segment_base_offset(scan)
     problems: list[str] = []
@@ -212,7 +310,8 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
     table, stop, status = _headers(data)
     if status != K.OK and not (status == K.SHORT_BATCH and not any(data[stop:])):
         problems.append(f"batch at position {stop}: {'length below the minimum' if status == K.SHORT_BATCH else 'bad magic'}")
-    elif stop != len(data) and any(data[stop:]):
+    elif stop != len(data) and any(data[stop:]) and not (task.last and status == K.OK):
+        # The active segment may end inside a batch the broker is writing as it is read.
         problems.append(f"{len(data) - stop} bytes after the last whole batch at position {stop}")
     view = memoryview(data)
     bases = table[:, K.F_BASE_OFFSET]
@@ -236,7 +335,8 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
         except TierlogError as e:
             problems.append(str(e))
     del view
-    _check_offset_index(read_index(scan, IndexType.OFFSET, spec), base, table, problems)
+    _check_offset_index(read_index(scan, IndexType.OFFSET, spec), base, table, problems,
+                        active=task.last, read_bytes=stop)
     _check_time_index(read_index(scan, IndexType.TIMESTAMP, spec), base, scan.end_offset, table, not task.last,
                       problems)
     snapshot: bytes | None = None
@@ -247,7 +347,10 @@ def verify_segment(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
         except (OSError, TierlogError) as e:
             problems.append(f"producer snapshot: missing from the remote tier ({e})")
     elif task.snapshot_path is not None:
-        snapshot = Path(task.snapshot_path).read_bytes()
+        try:
+            snapshot = Path(task.snapshot_path).read_bytes()
+        except FileNotFoundError:
+            snapshot = None  # deleted with its segment, or replaced by the broker: not this check's
     if snapshot is not None:
         try:
             decode_snapshot(snapshot, task.snapshot_path or "remote producer snapshot")
@@ -266,52 +369,41 @@ def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: 
     return list(rdd.map(lambda t: fn(t, spec)).collect())
 
 
-def _logs(paths: Sequence[str], spec: RemoteSpec | None) -> dict[tuple[str, int], PartitionLog]:
-    return discover([Path(p) for p in paths], spec)
+def _logs(paths: Sequence[str], spec: RemoteSpec | None,
+          topics: Iterable[str] | None = None) -> dict[tuple[str, int], PartitionLog]:
+    """The partitions in ``paths`` and the remote tier; a wanted topic found in neither is an error."""
+    logs = discover([Path(p) for p in paths], spec)
+    missing = sorted(set(topics or ()) - {t for t, _ in logs})
+    if missing:
+        raise TierlogError(f"topic {', '.join(map(repr, missing))} not found in {', '.join(paths)}"
+                           + (f" or the remote log metadata in {spec.metadata_dir}" if spec is not None else ""))
+    return logs
 
 
 def usage(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
           topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    tasks = segment_tasks(_logs(paths, spec), topics)
+    tasks = segment_tasks(_logs(paths, spec, topics), topics)
     return summarize_usage(_run(spark, tasks, spec, segment_usage))
 
 
 def verify(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
            topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    tasks = segment_tasks(_logs(paths, spec), topics)
+    return verify_tasks(spark, segment_tasks(_logs(paths, spec, topics), topics), paths, spec, topics)
+
+
+def verify_tasks(spark: Any, tasks: Sequence[SegmentTask], paths: Sequence[str], spec: RemoteSpec | None,
+                 topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Check ``tasks`` (planned earlier); a segment found damaged that the log no longer holds when
+    the job ends (retention deleted it, tiering moved it, a remote segment's deletion started) is
+    reported as skipped: Kafka would never read it again."""
     checks: list[SegmentCheck] = _run(spark, tasks, spec, verify_segment)
+    if any(not c.ok for c in checks):
+        live = {(t.scan.topic, t.scan.partition, t.tier, segment_base_offset(t.scan))
+                for t in segment_tasks(_logs(paths, spec), topics)}
+        checks = [c if c.ok or (c.topic, c.partition, c.tier, c.base_offset) in live
+                  else replace(c, problems=(), skipped=DELETED) for c in checks]
     return [{**asdict(c), "problems": list(c.problems), "ok": c.ok}
             for c in sorted(checks, key=lambda c: (c.topic, c.partition, c.base_offset, c.tier))]
-
-
-def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Sequence[str], output: str,
-           *, options: Mapping[str, str] | None = None) -> int:
-    """Write ``topics`` to Parquet under ``output``, partitioned by topic and record date (UTC).
-
-    Dynamic partition overwrite replaces exactly the dates a run writes, so a rerun over the same
-    data leaves the same files, and a rerun after more data arrived rewrites only the dates it
-    touches. Returns the rows written."""
-    reader = spark.read.format("tierlog").option("path", ",".join(paths)).option("subscribe", ",".join(topics))
-    reader = reader.option("includeHeaders", "true")
-    if spec is not None:
-        reader = reader.option("remote.log.storage.manager.class.name", spec.class_name)
-        for key, value in spec.props:
-            reader = reader.option(f"rsm.config.{key}", value)
-    for key, value in (options or {}).items():
-        reader = reader.option(key, value)
-    from pyspark.sql import functions as F
-
-    # The UTC date by arithmetic on epoch milliseconds: to_date would use the session's time zone,
-    # and the same data must land in the same directories whoever runs the export.
-    df = reader.load().withColumn("date", F.expr("date_from_unix_date(CAST(floor(unix_millis(timestamp) / 86400000) AS INT))"))
-    previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    try:
-        df.write.mode("overwrite").partitionBy("topic", "date").parquet(output)
-    finally:
-        spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
-    return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
-
 
 
 # -- retention preview -------------------------------------------------------------------------------------
@@ -389,7 +481,7 @@ def topic_configs(paths: Sequence[str], broker: BrokerConfig | None,
 def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
                       config_for: Callable[[str], LogConfig], now_ms: int,
                       topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    logs = _logs(paths, spec)
+    logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [(logs[tp], config_for(tp[0])) for tp in sorted(logs) if wanted is None or tp[0] in wanted]
     if not work:
@@ -402,9 +494,14 @@ def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
 
 
 def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run: bool) -> list[dict[str, Any]]:
-    """Create the producer snapshot at the end of every closed local segment that lacks one, each
-    rebuilt from only the segments within ``producer.id.expiration.ms`` before the segment's end
-    (seed 001), so tiering them later uploads real state rather than a placeholder."""
+    """The producer snapshot at the end of every closed local segment that lacks one, each rebuilt
+    from only the segments within ``producer.id.expiration.ms`` before the segment's end (seed 001),
+    so tiering them later uploads real state rather than a placeholder.
+
+    Runs on an executor and writes nothing where the log is: each snapshot's bytes go back in its
+    row (``content``) and the driver writes them into the partition directory (on a cluster a file
+    written by a task would land on whichever node ran it). Scratch files stay in the executor's
+    own temporary directory."""
     if plog.directory is None:
         return []
     bounds = plog.local_bounds()[:-1]  # the active segment has no end yet
@@ -417,22 +514,39 @@ def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run:
     sources = segment_sources_in(plog.directory)
     # Closed segments' largest timestamps from their time indexes: no segment is scanned for them.
     stamps = {seg.base_offset: _largest_timestamp(seg, False) for seg, _ in plog.local_bounds()}
-    scratch = Path(tempfile.mkdtemp(prefix=".tierlog-snapshot-rebuild-", dir=plog.directory.parent))
+    scratch = Path(tempfile.mkdtemp(prefix="tierlog-snapshot-rebuild-"))
     try:
         for seg, end in missing:
-            row = {"topic": plog.topic, "partition": plog.partition, "segment": seg.base_offset,
-                   "snapshot": f"{end:020d}.snapshot", "producers": None, "written": False}
+            row: dict[str, Any] = {"topic": plog.topic, "partition": plog.partition, "segment": seg.base_offset,
+                                   "snapshot": f"{end:020d}.snapshot", "producers": None, "written": False,
+                                   "directory": str(plog.directory)}
             if not dry_run:
-                built = rebuild_missing_snapshot(sources, seg.base_offset, end, start, expiration_ms, scratch, stamps)
-                row["producers"] = len(decode_snapshot(built.read_bytes(), built))
-                # Renamed in only when whole: a reader never sees a partial snapshot.
-                os.replace(built, plog.directory / built.name)
-                fsync_dir(plog.directory)
-                row["written"] = True
+                built = rebuild_missing_snapshot(sources, seg.base_offset, end, start, expiration_ms, scratch, stamps,
+                                                 sync=False)
+                content = built.read_bytes()
+                row["producers"] = len(decode_snapshot(content, built))
+                row["content"] = content
             rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows
+
+
+def write_snapshot(row: dict[str, Any]) -> bool:
+    """On the driver: write one rebuilt snapshot into its partition directory, renamed in only when
+    whole (a reader never sees a partial snapshot), unless one appeared meanwhile."""
+    directory = Path(row["directory"])
+    target = directory / row["snapshot"]
+    if target.exists():
+        return False
+    tmp = directory / f".{row['snapshot']}.tmp"
+    with open(tmp, "wb") as out:
+        out.write(row["content"])
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+    fsync_dir(directory)
+    return True
 
 
 def stopped_cleanly(paths: Sequence[str]) -> list[str]:
@@ -443,10 +557,16 @@ def stopped_cleanly(paths: Sequence[str]) -> list[str]:
 
 def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, expiration_ms: int, *,
                       dry_run: bool = False, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    logs = _logs(paths, spec)
+    logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [logs[tp] for tp in sorted(logs) if logs[tp].directory is not None and (wanted is None or tp[0] in wanted)]
     if not work:
         return []
     rdd = spark.sparkContext.parallelize(work, len(work))
-    return list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
+    rows = list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
+    for row in rows:
+        content = row.pop("content", None)
+        if content is not None:
+            row["written"] = write_snapshot({**row, "content": content})
+        row.pop("directory", None)
+    return rows

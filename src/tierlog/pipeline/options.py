@@ -5,6 +5,7 @@ source checks them (same names, same rules, errors that say which option is wron
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,15 @@ from tierlog.pipeline.reader import RemoteSpec, ScanRange, props_tuple
 from tierlog.tiered.api import plugin_properties
 from tierlog.tiered.layout import METADATA_DIR_NAME, default_local_remote_dir
 
+log = logging.getLogger(__name__)
+
 EARLIEST = -2
 LATEST = -1
+#: Spark's Kafka source's words when failOnDataLoss is false and offsets are skipped.
+DATA_LOSS_WARNING = ("Some data may have been lost because they are not available in the log any more; either the "
+                     "data was aged out by retention or the topic may have been deleted before all the data in the "
+                     "topic was processed. If you want your query to fail on such cases, set the source option "
+                     "\"failOnDataLoss\" to \"true\".")
 _LOCAL_RSM = "LocalDirectoryRemoteStorageManager"
 _RSM_CLASS = "remote.log.storage.manager.class.name"
 _RSM_PREFIX = "remote.log.storage.manager.impl.prefix"
@@ -76,10 +84,23 @@ class ReadOptions:
     # -- which partitions ------------------------------------------------------------------------------
 
     def partitions(self, logs: Mapping[TopicPartition, PartitionLog]) -> list[PartitionLog]:
+        """The partitions to read. A subscribed topic or an assigned partition that is in neither tier
+        is an error naming what was looked for and where: an empty result would look like an empty
+        topic. (A pattern matching nothing is not: Spark's Kafka source reads nothing then too.)"""
         if self.assign is not None:
-            return [logs[tp] if tp in logs else PartitionLog(tp[0], tp[1], None) for tp in self.assign]
+            missing = [tp for tp in self.assign if tp not in logs]
+            if missing:
+                raise TierlogOptionError(
+                    f"option 'assign': {', '.join(f'{t}-{p}' for t, p in missing)} not found in {self._where()}"
+                    f"{self._topics_hint(logs, {t for t, _ in missing})}")
+            return [logs[tp] for tp in self.assign]
         if self.subscribe is not None:
             wanted = set(self.subscribe)
+            missing_topics = sorted(wanted - {t for t, _ in logs})
+            if missing_topics:
+                raise TierlogOptionError(
+                    f"option 'subscribe': topic {', '.join(map(repr, missing_topics))} not found in {self._where()}"
+                    f"{self._topics_hint(logs, set(missing_topics))}")
             return [logs[tp] for tp in sorted(logs) if tp[0] in wanted]
         assert self.pattern is not None
         regex = re.compile(self.pattern)
@@ -88,6 +109,53 @@ class ReadOptions:
 
     def discover(self) -> dict[TopicPartition, PartitionLog]:
         return discover([Path(p) for p in self.paths], self.remote)
+
+    def _where(self) -> str:
+        where = f"the log director{'y' if len(self.paths) == 1 else 'ies'} {', '.join(self.paths)}"
+        if self.remote is not None:
+            where += f" or the remote log metadata in {self.remote.metadata_dir}"
+        return where
+
+    @staticmethod
+    def _topics_hint(logs: Mapping[TopicPartition, PartitionLog], missing: set[str]) -> str:
+        present = sorted({t for t, _ in logs})
+        partitions = {t: sorted(p for tt, p in logs if tt == t) for t in missing if t in present}
+        if partitions:
+            return " (it has partitions " + "; ".join(f"{t}: {ps}" for t, ps in partitions.items()) + ")"
+        return f" (topics there: {', '.join(present[:20])}{', ...' if len(present) > 20 else ''})" if present else ""
+
+
+# -- Spark conf -------------------------------------------------------------------------------------------
+
+#: Spark conf keys under this prefix are option defaults: ``spark.tierlog.s3.X`` is the S3 plugin's
+#: ``rsm.config.s3.X``, and ``spark.tierlog.<option>`` any other option (e.g. ``spark.tierlog.
+#: remote.log.storage.manager.class.name``). Options given to the reader win.
+SPARK_CONF_PREFIX = "spark.tierlog."
+#: Hadoop's S3A settings that mean the same to the S3 plugin (a cluster that reads S3 has them set).
+S3A_CONF = {
+    "spark.hadoop.fs.s3a.access.key": "rsm.config.s3.access.key.id",
+    "spark.hadoop.fs.s3a.secret.key": "rsm.config.s3.secret.access.key",
+    "spark.hadoop.fs.s3a.session.token": "rsm.config.s3.session.token",
+    "spark.hadoop.fs.s3a.endpoint": "rsm.config.s3.endpoint",
+    "spark.hadoop.fs.s3a.endpoint.region": "rsm.config.s3.region",
+}
+
+
+def conf_options(conf: Mapping[str, str]) -> dict[str, str]:
+    """The data-source option defaults a Spark conf holds (S3A's first, then ``spark.tierlog.*``)."""
+    out = {option: conf[key] for key, option in S3A_CONF.items() if conf.get(key)}
+    for key, value in conf.items():
+        if key.startswith(SPARK_CONF_PREFIX + "s3."):
+            out["rsm.config." + key[len(SPARK_CONF_PREFIX):]] = value
+        elif key.startswith(SPARK_CONF_PREFIX):
+            out[key[len(SPARK_CONF_PREFIX):]] = value
+    return out
+
+
+def with_defaults(defaults: Mapping[str, str], options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` over ``defaults``, keys compared without case as Spark compares option names."""
+    given = {k.lower() for k in options}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **options}
 
 
 # -- parsing ---------------------------------------------------------------------------------------------
@@ -179,9 +247,11 @@ def remote_spec(options: Mapping[str, str], config: BrokerConfig | None, first_d
     prefix = options.get(_RSM_PREFIX) or (config.get_str(_RSM_PREFIX) if config else "rsm.config.")
     props = plugin_properties(config.plugin_props, prefix) if config else {}
     props.update(plugin_properties(options, prefix))
-    if class_name.endswith(_LOCAL_RSM):
-        props.setdefault("dir", str(default_local_remote_dir(first_dir.resolve())))
-    return RemoteSpec(class_name, props_tuple(props), str(first_dir / METADATA_DIR_NAME))
+    defaulted = False
+    if class_name.endswith(_LOCAL_RSM) and "dir" not in props:
+        props["dir"] = str(default_local_remote_dir(first_dir.resolve()))
+        defaulted = True
+    return RemoteSpec(class_name, props_tuple(props), str(first_dir / METADATA_DIR_NAME), defaulted)
 
 
 def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
@@ -313,9 +383,19 @@ def check_range(plog: PartitionLog, start: int, end: int, opts: ReadOptions) -> 
                 f"{tp}: offsets [{start}, {end}) are not all available (the log holds [{plog.earliest}, "
                 f"{plog.latest})). Some data may have been lost because it is not available any more; "
                 "set failOnDataLoss to false to read what there is")
+        skipped = [(lo, hi) for lo, hi in ((start, min(end, plog.earliest)), (max(start, plog.latest), end)) if lo < hi]
         start = min(max(start, plog.earliest), plog.latest)
         end = max(min(end, plog.latest), start)
+        for lo, hi in skipped:
+            _report_data_loss(f"{tp}: offsets [{lo}, {hi}) are not available (the log holds [{plog.earliest}, "
+                              f"{plog.latest}))")
     return start, end
+
+
+def _report_data_loss(message: str) -> None:
+    """failOnDataLoss=false: the skipped offsets are logged at WARN, with the words of Spark's Kafka
+    source (KafkaSourceProvider.INSTRUCTION_FOR_FAIL_ON_DATA_LOSS_FALSE)."""
+    log.warning("%s. %s", message, DATA_LOSS_WARNING)
 
 
 def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, int],
@@ -334,6 +414,9 @@ def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, i
             raise TierlogOptionError(
                 f"{plog.topic}-{plog.partition}: offsets {gaps} are in neither the local log nor the remote tier. "
                 "Some data may have been lost; set failOnDataLoss to false to read what there is")
+        for lo, hi in gaps:
+            _report_data_loss(f"{plog.topic}-{plog.partition}: offsets [{lo}, {hi}) are in neither the local log "
+                              "nor the remote tier")
         for r in plog.ranges(start, end):
             if opts.read_committed:
                 aborted = tuple(a for a in aborted_transactions(plog, opts.remote)

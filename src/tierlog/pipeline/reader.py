@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -24,8 +24,10 @@ from tierlog.errors import CorruptRecordError
 from tierlog.pipeline import _decode as K
 from tierlog.records.compression import decompress
 from tierlog.tiered.api import (
+    READ_ONLY_PROPERTY,
     IndexType,
     RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
     RemoteStorageManager,
     load_remote_storage_manager,
 )
@@ -62,8 +64,12 @@ class RemoteSpec:
     """How a worker reaches the remote tier: the plugin class and its properties (prefix removed)."""
 
     class_name: str
-    props: tuple[tuple[str, str], ...]
+    #: Credentials may be among them: never in a repr (errors and logs print specs).
+    props: tuple[tuple[str, str], ...] = field(repr=False)
     metadata_dir: str
+    #: No option and no config named the plugin: the local-directory default beside the log dir was
+    #: assumed, which is wrong when another plugin wrote the tier (the catalog checks).
+    defaulted: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,8 @@ def remote_storage(spec: RemoteSpec) -> RemoteStorageManager:
     with _RSM_LOCK:
         rsm = _RSMS.get(key)
         if rsm is None:
-            rsm = _RSMS[key] = load_remote_storage_manager(spec.class_name, dict(spec.props))
+            # Readers only read: a plugin that creates its root when configured must not here.
+            rsm = _RSMS[key] = load_remote_storage_manager(spec.class_name, {**dict(spec.props), READ_ONLY_PROPERTY: "true"})
         return rsm
 
 
@@ -152,14 +159,15 @@ def position_bounds(index: tuple[np.ndarray, np.ndarray], start_offset: int,
 def read_index(rng: ScanRange, index_type: IndexType, spec: RemoteSpec | None) -> bytes:
     """The raw bytes of the segment's offset, time or transaction index (empty when missing: reads
     then start at the beginning of the segment, which is slower but still right; a segment without
-    aborted transactions has no transaction index)."""
+    aborted transactions has no transaction index). Any other failure of the remote tier (access
+    denied, unreachable) is raised: an empty index would silently change what is read."""
     if rng.remote is not None:
         if spec is None:
             return b""
         try:
             with remote_storage(spec).fetch_index(rng.remote, index_type) as stream:
                 return stream.read()
-        except Exception:
+        except RemoteResourceNotFoundError:
             return b""
     assert rng.log_path is not None
     suffix = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexType.TRANSACTION: ".txnindex"}[index_type]

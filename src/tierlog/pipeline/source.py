@@ -54,9 +54,11 @@ from tierlog.pipeline.options import (
     ReadOptions,
     TierlogOptionError,
     check_range,
+    conf_options,
     parse_options,
     plan_ranges,
     resolve,
+    with_defaults,
 )
 from tierlog.pipeline.reader import ScanRange, read_range
 
@@ -289,12 +291,18 @@ def _rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition
 class TierlogDataSource(DataSource):
     """``format("tierlog")``: Spark's Kafka source over a tierlog (or Kafka) data directory."""
 
+    #: Option defaults from the Spark conf, taken when the source is registered (:func:`register`):
+    #: the planner runs in a Python worker, which cannot read the session's conf itself.
+    conf_defaults: Mapping[str, str] = {}
+
     @classmethod
     def name(cls) -> str:
         return "tierlog"
 
     def _options(self, *, streaming: bool) -> ReadOptions:
-        return parse_options(dict(self.options), streaming=streaming)
+        # The options, credentials among them, travel to the executors inside the reader Spark
+        # pickles for each task: nothing needs spark.executorEnv.
+        return parse_options(with_defaults(self.conf_defaults, dict(self.options)), streaming=streaming)
 
     def schema(self) -> StructType:
         include = str(self.options.get("includeheaders", self.options.get("includeHeaders", "false")))
@@ -324,5 +332,20 @@ def spark_session(master: str | None = None, *, app_name: str = "tierlog",
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.dataSource.register(TierlogDataSource)
+    register(spark)
     return spark
+
+
+def session_conf(spark: SparkSession) -> dict[str, str]:
+    """The session's conf: what it started with and what was set since."""
+    conf = dict(spark.sparkContext.getConf().getAll())
+    conf.update(spark.conf.getAll)
+    return conf
+
+
+def register(spark: SparkSession) -> None:
+    """Register ``format("tierlog")`` with the option defaults of the session's conf now
+    (``spark.tierlog.*``, ``spark.hadoop.fs.s3a.*``). Call it again after changing them."""
+    source = type("TierlogDataSourceWithConf", (TierlogDataSource,),
+                  {"conf_defaults": conf_options(session_conf(spark)), "__module__": __name__})
+    spark.dataSource.register(source)

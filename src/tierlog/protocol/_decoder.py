@@ -32,6 +32,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tierlog._util.varint import read_unsigned_varint
+
 Buffer = memoryview
 Reader = Callable[[Buffer, int], tuple[Any, int]]
 
@@ -70,17 +72,8 @@ read_float64 = _fixed(">d")
 
 
 def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
-    # Kafka's ByteUtils.readUnsignedVarint: at most five bytes.
-    value = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= len(buf):
-            raise DecodeError("unsigned varint runs past the end of the buffer")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-    raise DecodeError("unsigned varint is longer than 5 bytes")
+    """Kafka's ByteUtils.readUnsignedVarint (at most five bytes); DecodeError when malformed."""
+    return read_unsigned_varint(buf, pos, error=DecodeError)
 
 
 def _read_bool(buf: Buffer, pos: int) -> tuple[Any, int]:

@@ -81,6 +81,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     UPDATE_FEATURES = 57
@@ -140,6 +142,8 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
+    ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1),
+    ApiSpec(ApiKey.ALTER_CLIENT_QUOTAS, "AlterClientQuotas", 0, 1),
     ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials", 0, 0),
     ApiSpec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", 0, 0),
     ApiSpec(ApiKey.UPDATE_FEATURES, "UpdateFeatures", 0, 2),

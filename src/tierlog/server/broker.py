@@ -29,6 +29,7 @@ from tierlog.errors import ConfigError, TierlogError
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
+from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
@@ -45,20 +46,29 @@ from tierlog.server.limits import (
 from tierlog.server.log_sync import LogSync, effective_topic_defaults, restore_lost_topics, topic_log_config
 from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
-from tierlog.server.remote_tier import create_remote_log_manager
+from tierlog.server.quotas import QuotaManager
+from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
 from tierlog.server.security.listeners import ListenerSecurity
-from tierlog.server.settings import NetworkSettings, controller_settings, group_settings, network_settings
+from tierlog.server.settings import (
+    NetworkSettings,
+    controller_settings,
+    group_settings,
+    network_settings,
+    quota_window,
+    request_settings,
+    txn_settings,
+)
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
-from tierlog.server.txn.coordinator import TransactionCoordinator, TxnSettings
+from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     MetaProperties,
     salvage_meta_properties,
     well_formed_cluster_id,
 )
-from tierlog.storage.cleaner.manager import LogCleaner, settings_from
+from tierlog.storage.cleaner.manager import LogCleaner
 from tierlog.storage.dir_lock import DirLock
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.tiered import RemoteLogManager
@@ -125,7 +135,7 @@ class Broker:
         self.request_slots = RequestSlots(net.queued_max_requests)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
-        self.security = ListenerSecurity(config)
+        self.security = ListenerSecurity(config, lambda: monotonic_s(self.clock), clock=self.clock)
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
@@ -185,11 +195,15 @@ class Broker:
             tier_sync.reconcile(controller.image)
             controller.add_listener(tier_sync.on_commit)
             remote.start()
+        else:
+            guard_without_remote_tier(metadata_dir_of(config), manager)
         manager.start_background_tasks()
-        cleaner_settings = settings_from(config.get)
-        if cleaner_settings.enable:
-            self._log_cleaner = LogCleaner(manager, cleaner_settings, clock=self.clock)
+        cleaner = effective_cleaner_settings(config, controller.image, node_id)
+        if cleaner.enable:
+            self._log_cleaner = LogCleaner(manager, cleaner, clock=self.clock)
             self._log_cleaner.start()
+            controller.add_listener(CleanerReconfigurer(self._log_cleaner, config, node_id,
+                                                        lambda: controller.image).on_commit)
         log.info("storage up: %d logs, %d segments (%.3f s); metadata at offset %d with %d topics",
                  report.logs, report.segments, report.seconds, controller.image.provenance.last_offset,
                  len(controller.image.topics_by_id))
@@ -203,19 +217,22 @@ class Broker:
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
         io = StorageIO(self._io_threads)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
-        partitions.durable_internal = config.get_str("log.durable.acks") != "none"
+        handler_settings = request_settings(config)
+        partitions.durable_internal = handler_settings.durable_acks != "none"
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io,
             # Never an id the logs' producer states hold, even if the metadata lost its allocation.
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
-            remote_log_manager=remote, log_cleaner=self._log_cleaner,
+            remote_log_manager=remote, log_cleaner=self._log_cleaner, settings=handler_settings,
         )
+        ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.security.image = lambda: controller.image
+        await asyncio.to_thread(self.security.start)
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
         max_frame = net.socket_request_max_bytes
@@ -234,7 +251,7 @@ class Broker:
         metrics_address = net.metrics_listener
         if metrics_address:
             await asyncio.to_thread(self.metrics.start_endpoint, metrics_address)
-        console_address = config.get_optional_str("console.listener")
+        console_address = net.console_listener
         if console_address:
             self.console = Console(ctx, self.metrics.requests)
             await asyncio.to_thread(self.console.start, console_address)
@@ -279,6 +296,7 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        self.security.close()
         if self.console is not None:
             await asyncio.to_thread(self.console.close)
         await asyncio.to_thread(self.metrics.close)
@@ -332,17 +350,9 @@ def _make_durable_dir(d: Path) -> None:
 
 
 def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:
-    config = ctx.config
     assert ctx.groups is not None
     return TransactionCoordinator(ctx.partitions, ctx.controller, ctx.io, ctx.clock, ctx.groups,
-                                  ctx.producer_ids.next_blocking, TxnSettings(
-        num_partitions=config.get_int("transaction.state.log.num.partitions"),
-        segment_bytes=config.get_int("transaction.state.log.segment.bytes"),
-        max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
-        abort_timed_out_interval_ms=config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
-        id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
-        remove_expired_interval_ms=config.get_int("transactions.remove.expired.transaction.cleanup.interval.ms"),
-    ))
+                                  ctx.producer_ids.next_blocking, txn_settings(ctx.config))
 
 
 def _quiet_accept_errors(clock: Clock = SYSTEM_CLOCK) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:

@@ -21,20 +21,29 @@ def cleaner_metrics(cleaner: LogCleaner | None) -> Iterator[Metric]:
          m.max_dirty_percent),
         ("time_since_last_run_ms", "time-since-last-run-ms: since the cleaner last finished a pass.",
          cleaner.time_since_last_run_ms(now_ms)),
-        ("max_clean_time_secs", "max-clean-time-secs: the longest cleaning of one log so far.", m.max_clean_time_secs),
+        ("max_clean_time_secs", "max-clean-time-secs: the longest of each cleaner thread's last cleaning.",
+         m.max_clean_time_secs),
         ("max_buffer_utilization_percent", "max-buffer-utilization-percent: how full the key to offset map got "
          "in the last cleaning.", m.max_buffer_utilization_percent),
         ("cleaner_recopy_percent", "cleaner-recopy-percent: bytes written over bytes read in the last cleaning.",
          m.cleaner_recopy_percent),
         ("max_compaction_delay_secs", "max-compaction-delay-secs: how far past max.compaction.lag.ms the most "
          "overdue log is.", m.max_compaction_delay_secs),
-        ("uncleanable_partitions_count", "uncleanable-partitions-count: partitions the cleaner stopped cleaning "
-         "(damaged data).", m.uncleanable_partitions_count),
-        ("uncleanable_bytes", "uncleanable-bytes: dirty bytes of those partitions.", m.uncleanable_bytes),
         ("dead_thread_count", "DeadThreadCount: cleaner threads that died.", m.dead_thread_count),
     ]
     for name, doc, value in gauges:
         yield GaugeMetricFamily(f"tierlog_log_cleaner_{name}", doc, value=value)
+    # Per log dir, as Kafka tags them (logDirectory).
+    count = GaugeMetricFamily("tierlog_log_cleaner_uncleanable_partitions_count", "uncleanable-partitions-count: "
+                              "partitions the cleaner stopped cleaning (damaged data, a failed cleaning).",
+                              labels=["log_directory"])
+    size = GaugeMetricFamily("tierlog_log_cleaner_uncleanable_bytes", "uncleanable-bytes: dirty bytes of those "
+                             "partitions.", labels=["log_directory"])
+    for d in dict.fromkeys([*(str(p) for p in cleaner.manager.log_dirs), *m.uncleanable_partitions_by_dir]):
+        count.add_metric([d], m.uncleanable_partitions_by_dir.get(d, 0))
+        size.add_metric([d], m.uncleanable_bytes_by_dir.get(d, 0))
+    yield count
+    yield size
     yield CounterMetricFamily("tierlog_log_cleaner_read_bytes", "Bytes the cleaner read.", value=m.bytes_read)
     yield CounterMetricFamily("tierlog_log_cleaner_written_bytes", "Bytes the cleaner wrote.", value=m.bytes_written)
     labels = ["topic", "partition"]

@@ -152,6 +152,9 @@ class ClientInfo:
     #: After SaslHandshake v0 the client sends raw SASL tokens, not requests: each frame goes here,
     #: which returns the token to send back (None: nothing) and whether to close afterwards.
     raw_frames: Callable[[bytes], tuple[bytes | None, bool]] | None = None
+    #: Set while a request is served when a client quota throttles it (server/throttling.py): once
+    #: the response is written the connection is not read, nor its next request served, for this long.
+    throttle_ms: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -492,6 +495,8 @@ class KafkaConnection(asyncio.Protocol):
                     self._account()
                     self._update_reading()
                 self.requests_served += 1
+                if self.client.throttle_ms > 0:
+                    await self._throttle()
         except asyncio.CancelledError:
             pass
         except (ConnectionError, OSError) as e:
@@ -509,6 +514,18 @@ class KafkaConnection(asyncio.Protocol):
                 reply.cancel()
             self._deferred.clear()
             self._account_requests()
+
+    async def _throttle(self) -> None:
+        """Kafka mutes a throttled channel after sending its response (KIP-219): no reads and no
+        requests served until the throttle time has passed."""
+        delay_s, self.client.throttle_ms = self.client.throttle_ms / 1000.0, 0
+        self._gate.throttled = True
+        self._update_reading()
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            self._gate.throttled = False
+            self._update_reading()
 
     async def _handle_frame(self, frame: bytes) -> None:
         if self.client.raw_frames is not None:

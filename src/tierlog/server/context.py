@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
+from tierlog.config.settings import broker_default_flag, broker_default_str
 from tierlog.metadata import Controller, MetadataImage
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.partitions import PartitionManager
+from tierlog.server.quotas import QuotaManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
 from tierlog.storage.cleaner.manager import LogCleaner
@@ -56,6 +58,15 @@ class ProducerIdManager:
             return pid
 
 
+@dataclass(frozen=True)
+class RequestSettings:
+    """The broker settings request handlers read (built by ``tierlog.server.settings``)."""
+
+    auto_create_topics_enable: bool = broker_default_flag("auto.create.topics.enable")
+    #: ``log.durable.acks``: the lowest acks level answered only once the batches are fsynced.
+    durable_acks: str = broker_default_str("log.durable.acks")
+
+
 @dataclass
 class BrokerContext:
     config: BrokerConfig
@@ -74,6 +85,9 @@ class BrokerContext:
     remote_log_manager: RemoteLogManager | None = None
     #: Kafka's log cleaner (compaction), None when ``log.cleaner.enable`` is false.
     log_cleaner: LogCleaner | None = None
+    settings: RequestSettings = field(default_factory=RequestSettings)
+    #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
+    quotas: QuotaManager | None = None
 
     @property
     def image(self) -> MetadataImage:

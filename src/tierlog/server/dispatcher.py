@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from tierlog.protocol import ParsedRequest, api_spec
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, Handler
+from tierlog.server.throttling import apply_quotas
 
 log = logging.getLogger(__name__)
 
@@ -40,4 +41,12 @@ class Dispatcher:
             self.versions_seen.add(key)
             spec = api_spec(request.api_key)
             log.debug("client %s uses %s v%d", key[0], spec.name if spec else request.api_key, request.api_version)
-        return await handler(self.ctx, request, client)
+        quotas = getattr(self.ctx, "quotas", None)  # a bare test dispatcher may have no context
+        if quotas is None:
+            return await handler(self.ctx, request, client)
+        clock = self.ctx.clock
+        started_ns = clock.monotonic_ns()
+        reply = await handler(self.ctx, request, client)
+        ended_ns = clock.monotonic_ns()
+        # Monotonic: a wall clock stepped back must not look like a burst.
+        return apply_quotas(quotas, request, client, reply, ended_ns - started_ns, ended_ns // 1_000_000)

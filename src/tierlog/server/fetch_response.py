@@ -13,6 +13,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tierlog._util.varint import unsigned_varint_bytes
 from tierlog.server.connection import FileSlice, RawResponse
 
 _I16 = struct.Struct(">h")
@@ -25,15 +26,6 @@ MIN_VERSION = 4
 MAX_VERSION = 18
 FIRST_FLEXIBLE = 12
 FIRST_TOPIC_ID = 13
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @dataclass(slots=True)
@@ -90,7 +82,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: Sequence[To
         buf.append(0)  # response header v1: no tagged fields
 
     def array_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _I32.pack(n)
+        return unsigned_varint_bytes(n + 1) if flexible else _I32.pack(n)
 
     buf += _I32.pack(throttle_time_ms)
     if version >= 7:
@@ -105,7 +97,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: Sequence[To
         else:
             assert isinstance(topic.topic, str)
             name = topic.topic.encode("utf-8")
-            buf += _uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
+            buf += unsigned_varint_bytes(len(name) + 1) if flexible else _I16.pack(len(name))
             buf += name
         buf += array_len(len(topic.partitions))
         for p in topic.partitions:
@@ -129,7 +121,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: Sequence[To
                 buf += _I32.pack(p.preferred_read_replica)
             records = p.records
             size = len(records) if isinstance(records, bytes) else records.size
-            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            buf += unsigned_varint_bytes(size + 1) if flexible else _I32.pack(size)
             if isinstance(records, bytes):
                 buf += records
             else:

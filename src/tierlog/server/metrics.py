@@ -32,6 +32,7 @@ from tierlog.config.definition import HostPort
 from tierlog.metadata.policy import SnapshotReason
 from tierlog.protocol import api_spec
 from tierlog.server.cleaner_metrics import cleaner_metrics
+from tierlog.server.throttling import quota_metrics
 from tierlog.storage.retention import DeletionReason
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ class BrokerCollector(Collector):
         yield self._connections()
         yield from self._transactions()
         yield from cleaner_metrics(self._ctx.log_cleaner)
+        yield from quota_metrics(getattr(self._ctx, "quotas", None))
 
     # -- transactions ---------------------------------------------------------------------------
 

@@ -4,12 +4,20 @@ dir, and the remote log manager with threads of its own beside the broker's pool
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.settings import RemoteStorageSettings
 from tierlog.scheduler import Scheduler, ThreadScheduler
 from tierlog.server.settings import remote_log_manager_settings, remote_storage_settings
-from tierlog.tiered.api import RemoteStorageManager, load_remote_storage_manager, plugin_properties
+from tierlog.tiered.api import (
+    ZERO_TOPIC_ID,
+    RemoteStorageManager,
+    TopicIdPartition,
+    load_remote_storage_manager,
+    plugin_properties,
+)
 from tierlog.tiered.backends.local import DEFAULT_DIR_PROPERTY
 from tierlog.tiered.layout import (
     CACHE_DIR_NAME,
@@ -19,6 +27,7 @@ from tierlog.tiered.layout import (
 )
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_log_manager import LogSource, RemoteLogManager
+from tierlog.tiered.restore import take_untiered_offline
 
 
 def remote_storage_manager(settings: RemoteStorageSettings) -> RemoteStorageManager:
@@ -54,3 +63,28 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     workers = ThreadScheduler(settings.worker_threads, clock, name="remote-log-manager") if own_workers else None
     return RemoteLogManager(settings, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
                             scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers)
+
+
+def metadata_dir_of(config: BrokerConfig) -> Path:
+    return remote_storage_settings(config).first_log_dir.resolve() / METADATA_DIR_NAME
+
+
+def guard_without_remote_tier(metadata_dir: Path, logs: LogSource) -> dict[tuple[str, int], str]:
+    """With ``remote.log.storage.system.enable=false`` no remote log manager runs, but the remote log
+    metadata an earlier run left says which offsets the remote tier holds: a partition whose local log
+    ends at or below them (its directory wiped) goes offline with an ERROR naming both ranges instead
+    of handing those offsets out again. The metadata is read once, read-only. Returns the partitions
+    taken offline, with why."""
+    if not metadata_dir.is_dir():
+        return {}
+    rlmm = FileRemoteLogMetadataManager(metadata_dir, read_only=True)
+    try:
+        out = {}
+        for (topic, partition), ulog in logs.all_logs().items():
+            tip = TopicIdPartition(ulog.topic_id or ZERO_TOPIC_ID, topic, partition)
+            reason = take_untiered_offline(rlmm, tip, ulog, "remote.log.storage.system.enable=false")
+            if reason is not None:
+                out[(topic, partition)] = reason
+        return out
+    finally:
+        rlmm.close()

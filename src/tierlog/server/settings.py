@@ -12,9 +12,13 @@ from tierlog.config.settings import RemoteLogManagerSettings, RemoteStorageSetti
 from tierlog.metadata.controller import ControllerSettings
 from tierlog.metadata.metadata_log import MetadataLogSettings
 from tierlog.metadata.snapshot_generator import SnapshotSettings
+from tierlog.server.context import RequestSettings
 from tierlog.server.groups.assignors import assignor_name
 from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.coordinator import GroupSettings
+from tierlog.server.quotas import QuotaWindow
+from tierlog.server.txn.coordinator import TxnSettings
+from tierlog.storage.cleaner.manager import CleanerSettings
 from tierlog.storage.log_manager import LogManagerSettings
 
 
@@ -67,6 +71,42 @@ def group_settings(config: BrokerConfig) -> GroupSettings:
     )
 
 
+def txn_settings(config: BrokerConfig) -> TxnSettings:
+    return TxnSettings(
+        num_partitions=config.get_int("transaction.state.log.num.partitions"),
+        segment_bytes=config.get_int("transaction.state.log.segment.bytes"),
+        max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+        abort_timed_out_interval_ms=config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+        remove_expired_interval_ms=config.get_int("transactions.remove.expired.transaction.cleanup.interval.ms"),
+    )
+
+
+def cleaner_settings(config: BrokerConfig) -> CleanerSettings:
+    return CleanerSettings(
+        enable=config.get_bool("log.cleaner.enable"),
+        threads=config.get_int("log.cleaner.threads"),
+        backoff_ms=config.get_int("log.cleaner.backoff.ms"),
+        io_max_bytes_per_second=config.get_float("log.cleaner.io.max.bytes.per.second"),
+        io_buffer_size=config.get_int("log.cleaner.io.buffer.size"),
+        dedupe_buffer_size=config.get_int("log.cleaner.dedupe.buffer.size"),
+        io_buffer_load_factor=config.get_float("log.cleaner.io.buffer.load.factor"),
+    )
+
+
+def request_settings(config: BrokerConfig) -> RequestSettings:
+    # Neither key is dynamic: read once at startup, not on every request.
+    return RequestSettings(
+        auto_create_topics_enable=config.get_bool("auto.create.topics.enable"),
+        durable_acks=config.get_str("log.durable.acks"),
+    )
+
+
+def quota_window(config: BrokerConfig) -> QuotaWindow:
+    """The sample windows client quotas' rates are measured over."""
+    return QuotaWindow(config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"))
+
+
 def remote_log_manager_settings(config: BrokerConfig) -> RemoteLogManagerSettings:
     return RemoteLogManagerSettings(
         system_enable=config.get_bool("remote.log.storage.system.enable"),
@@ -103,6 +143,7 @@ class NetworkSettings:
     #: The raw ``max.connections.per.ip.overrides`` (``host:count,...``), parsed where it is used.
     max_connections_per_ip_overrides: str
     metrics_listener: str | None
+    console_listener: str | None = None
 
 
 def network_settings(config: BrokerConfig) -> NetworkSettings:
@@ -118,4 +159,5 @@ def network_settings(config: BrokerConfig) -> NetworkSettings:
         max_connections_per_ip=config.get_int("max.connections.per.ip"),
         max_connections_per_ip_overrides=config.get_str("max.connections.per.ip.overrides"),
         metrics_listener=config.get_optional_str("metrics.listener"),
+        console_listener=config.get_optional_str("console.listener"),
     )

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.errors import KafkaStorageError
 from tierlog.storage.file_records import FileRecords
 from tierlog.storage.log_dir_failure import LogDirFailureChannel
@@ -58,8 +58,10 @@ class GroupCommitStats:
 
 
 class GroupCommit:
-    def __init__(self, log_dir: Path, channel: LogDirFailureChannel, max_pending_bytes: int = 1 << 62) -> None:
+    def __init__(self, log_dir: Path, channel: LogDirFailureChannel, max_pending_bytes: int = 1 << 62,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.log_dir = log_dir
+        self._clock = clock
         self.max_pending_bytes = max_pending_bytes
         self._round_bytes = 0
         self._room_waiters: list[Future[None]] = []
@@ -150,7 +152,7 @@ class GroupCommit:
         reason = self._channel.offline_reason(self.log_dir)
         if reason is not None:
             return KafkaStorageError(f"log dir {self.log_dir} is offline: {reason}")
-        started = time.monotonic()
+        started = monotonic_s(self._clock)
         if len(batch) == 1:
             failed = self._sync_one(batch[0])
         else:
@@ -181,7 +183,7 @@ class GroupCommit:
         stats = self.stats
         stats.rounds += 1
         stats.files_synced += len(batch)
-        stats.sync_seconds += time.monotonic() - started
+        stats.sync_seconds += monotonic_s(self._clock) - started
         return None
 
     @staticmethod

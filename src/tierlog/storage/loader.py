@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
+from tierlog.config.settings import broker_default, broker_default_flag
 from tierlog.errors import CorruptIndexError, IndexOffsetOverflowError, InvalidOffsetError
 from tierlog.records.header import BatchHeader
 from tierlog.scheduler import Scheduler
@@ -45,8 +46,8 @@ class LoadOptions:
     #: The log start offset checkpoint was damaged: ``log_start_offset`` means nothing.
     log_start_offset_unknown: bool = False
     #: Seed 003 (``sanity.check.all.logs.enabled``).
-    sanity_check_all: bool = True
-    producer_id_expiration_ms: int = 86400000
+    sanity_check_all: bool = broker_default_flag("sanity.check.all.logs.enabled")
+    producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")
 
 
 @dataclass

@@ -1,12 +1,21 @@
 """A partition's log: validated appends with offset assignment, reads, rolls, flushes, truncation,
-the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog)."""
+the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog).
+
+Longer than most modules (about 780 lines) because what stays here is one state machine under one
+lock: appends, rolls, flushes, reads, the lazy checks of seed 003 and truncation all move or read
+the same log end offset, recovery point, active segment and producer state, and each must see the
+others' effects (an append checks the segment it rolls to; a read checks the segment it reads; a
+truncation rebuilds the producer state appends stage against). The parts with a seam of their own
+live beside it: the checks of a produce request's bytes (:mod:`.append_validation`), retention
+applied to the log (:mod:`.log_retention`), what the tiered layer may change (:mod:`.log_tiering`),
+and loading (:mod:`.loader`)."""
 
 from __future__ import annotations
 
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +25,10 @@ from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
     CorruptIndexError,
-    CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
-    RecordBatchTooLargeError,
     RecordTooLargeError,
 )
 from tierlog.records.header import (
@@ -30,16 +37,16 @@ from tierlog.records.header import (
     LOG_APPEND_TIME,
     NO_TIMESTAMP,
     BatchHeader,
-    iter_headers,
     set_base_offset,
     set_create_time_max_timestamp,
     set_log_append_time,
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import BatchStats, validate_batch
+from tierlog.records.reader import BatchStats
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
+from tierlog.storage.append_validation import header_max_timestamp_fix, parse_and_validate
 from tierlog.storage.batch_check import BatchProblem
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -51,12 +58,12 @@ from tierlog.storage.file_records import FileRecords
 from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
+from tierlog.storage.log_retention import LogRetentionMixin
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
 from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import maybe_recompress
-from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
 from tierlog.storage.segments import LogSegments
 from tierlog.storage.txn_index import AbortedTxn
@@ -97,49 +104,7 @@ def random_roll_jitter_ms(config: LogConfig, rng: random.Random = SYSTEM_RANDOM)
     return rng.randrange(bound) if bound > 0 else 0
 
 
-def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
-                       from_client: bool = True) -> tuple[list[BatchHeader], list[BatchStats]]:
-    """Every batch of a produce request, deep-validated before any byte of it is written, with what
-    its records say (their timestamps) in the same order."""
-    headers = list(iter_headers(buf))
-    consumed = sum(h.size_bytes for h in headers)
-    if not headers or consumed != len(buf):
-        raise CorruptRecordError(
-            f"the record set of {len(buf)} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
-        )
-    stats: list[BatchStats] = []
-    for h in headers:
-        if h.size_bytes > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
-            )
-        # Only clients are refused control batches; the coordinator writes transaction markers.
-        st = validate_batch(h, from_client=from_client)
-        if st.has_null_key and from_client and config.compact:
-            # Kafka's LogValidator: the cleaner could never decide which null-keyed record is "latest".
-            raise InvalidRecordError("Compacted topic cannot accept message without key")
-        stats.append(st)
-    if len(buf) > config.segment_bytes:
-        raise RecordBatchTooLargeError(
-            f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
-        )
-    return headers, stats
-
-
-def header_max_timestamp_fix(header: BatchHeader, stats: BatchStats) -> int | None:
-    """The max timestamp a CreateTime batch's header must be given, or None when it already says it.
-
-    Kafka's LogValidator sets the header max timestamp to the records' maximum (-1 when none has a
-    timestamp), whatever the producer wrote there: Sarama 1.22 writes -1, and the time index,
-    ListOffsets and retention all go by the header. A batch already stamped LogAppendTime keeps its
-    header. (The caller skips LogAppendTime topics, which stamp every header, and replication.)"""
-    true_max = stats.max_timestamp
-    if true_max == header.max_timestamp or header.timestamp_type == LOG_APPEND_TIME:
-        return None
-    return true_max
-
-
-class UnifiedLog(LogTieringMixin):
+class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     """One partition's log. All mutation happens under ``lock``; reads take it only briefly."""
 
     def __init__(
@@ -767,86 +732,6 @@ class UnifiedLog(LogTieringMixin):
             self.recovery_point = new_offset
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
-
-    # -- segment deletion (retention) -----------------------------------------------------------------
-
-    def delete_segments_async(self, segments: list[LogSegment]) -> list[Path]:
-        """Remove segments from the log, rename their files to ``.deleted`` now and delete them after
-        ``file.delete.delay.ms`` (LocalLog#deleteSegmentFiles). Returns the renamed paths."""
-        renamed: list[Path] = []
-        with self.lock:
-            for seg in segments:
-                self.segments.remove(seg.base_offset)
-                seg.change_file_suffixes("", files.DELETED_SUFFIX)
-                renamed.extend(p for p in seg.all_paths() if p.exists())
-                snap = self.producer_state.remove_and_mark_snapshot_for_deletion(seg.base_offset)
-                if snap is not None:
-                    renamed.append(snap)
-        delay = self.config.file_delete_delay_ms
-
-        def delete_now() -> None:
-            for seg in segments:
-                seg.delete_files()
-            for p in renamed:
-                p.unlink(missing_ok=True)
-
-        if self.scheduler is not None and delay > 0:
-            self.scheduler.schedule(f"delete-segments-{self.topic}-{self.partition}", delete_now, delay)
-        else:
-            delete_now()
-        return renamed
-
-    # -- retention ------------------------------------------------------------------------------------
-
-    def segment_infos(self) -> Iterator[SegmentInfo]:
-        """Oldest first, lazily: retention usually stops after a few segments."""
-        bases = self.segments.base_offsets
-        for i, base in enumerate(bases):
-            seg = self.segments.get(base)
-            self._ensure_checked(seg)
-            upper = bases[i + 1] if i + 1 < len(bases) else self._log_end_offset
-            yield SegmentInfo(base, upper, seg.size_bytes, seg.largest_timestamp, i == len(bases) - 1)
-
-    def retention_policy(self, *, local: bool = False) -> RetentionPolicy:
-        return RetentionPolicy.from_config(
-            self.config, log_start_offset=self.log_start_offset, high_watermark=self.high_watermark, local=local,
-            highest_offset_in_remote=self.highest_offset_in_remote_storage if local else None,
-        )
-
-    def retention_plan(self, now_ms: int, policy: RetentionPolicy | None = None) -> list[Deletion]:
-        """What retention would delete now (the dry run uses this directly)."""
-        with self.lock:
-            if self.offline_reason is not None:
-                return []  # its data is in question: nothing goes until the operator decides
-            policy = policy if policy is not None else self.retention_policy(local=self.remote_log_enabled)
-            total = self.size_bytes if policy.retention_bytes >= 0 else None
-            return deletable_segments(self.segment_infos(), policy, now_ms, total)
-
-    def delete_old_segments(self, now_ms: int | None = None, policy: RetentionPolicy | None = None) -> list[Deletion]:
-        """One retention pass: delete the planned segments and advance the log start offset."""
-        now_ms = self.clock.wall_ms() if now_ms is None else now_ms
-        with self.lock:
-            plan = self.retention_plan(now_ms, policy)
-            if not plan:
-                return []
-            if len(plan) == len(self.segments):
-                # Every segment goes, the active one included: roll first so appends continue at the
-                # right offset in a fresh segment (UnifiedLog#deleteSegments).
-                self.roll()
-            doomed = [self.segments.get(d.segment.base_offset) for d in plan]
-            next_base = self.segments.next_base_offset(doomed[-1].base_offset)
-            assert next_base is not None
-            if next_base > self.log_start_offset:
-                self.log_start_offset = next_base
-                self.leader_epoch_cache.truncate_from_start(next_base)
-                self.producer_state.on_log_start_offset_incremented(next_base)
-            for d in plan:
-                log.info("segment deleted topic=%s partition=%d base_offset=%d reason=%s largest_timestamp=%d "
-                         "size_bytes=%d log_start_offset=%d", self.topic, self.partition, d.segment.base_offset,
-                         d.reason.value, d.segment.largest_timestamp_ms, d.segment.size_bytes,
-                         self.log_start_offset)
-            self.delete_segments_async(doomed)
-            return plan
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -149,7 +149,7 @@ class LogManager:
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
         self._unflushed_max_bytes = settings.unflushed_max_bytes
-        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes)
+        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock)
                               for d in self.log_dirs}
 
     # -- startup --------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ class LogManager:
         commit = self.group_commits.get(log_dir)
         if commit is None:
             commit = self.group_commits.setdefault(
-                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes))
+                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock))
         if info.sync_file is None:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment

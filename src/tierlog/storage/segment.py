@@ -33,6 +33,7 @@ from tierlog.records.header import (
     LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
 )
 from tierlog.records.reader import records_max_timestamp
@@ -51,6 +52,7 @@ CHECK_CHUNK_BYTES = 1 << 20
 _HEADER_FIELDS = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
+_TIMESTAMP_FIELDS = struct.Struct(">hiqq")  # at byte 21: attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 
 
 class SegmentDamageError(CorruptRecordError):
@@ -285,6 +287,18 @@ class LogSegment:
 
     def _max_ts(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
+            lying = self._first_header_contradicting_itself()
+            if lying is not None:
+                # The time index an older tierlog built from such headers skipped the lying batch:
+                # its last entry may name an honest batch before it and check out, while the
+                # segment's newest records are in the lying one (the floor would delete them).
+                log.info("batch header at offset %d of %s says max timestamp %d below its base timestamp %d "
+                            "(written so by an older tierlog); deriving the segment's time index and largest "
+                            "timestamp from its records", lying.base_offset, self.log.path, lying.max_timestamp,
+                            lying.base_timestamp)
+                self._rebuild_from_records()
+                assert self._max_ts_and_offset is not None
+                return self._max_ts_and_offset
             entry = self.time_index.last_entry()
             if entry[0] >= 0 and not self._time_entry_matches(entry[0], entry[1], check_records=True):
                 # Retention deletes by this timestamp: one flipped byte must not make a segment
@@ -297,11 +311,44 @@ class LogSegment:
                 # 1.22) as it came, or the records really have none. Their records decide.
                 log.info("the time index %s has no entry; deriving the timestamps of %s from its records",
                          self.time_index_path, self.log.path)
-                self.recover(truncate=False)
+                self._rebuild_from_records()
                 assert self._max_ts_and_offset is not None
                 return self._max_ts_and_offset
             self._max_ts_and_offset = (entry[0], entry[1])
         return self._max_ts_and_offset
+
+    def _first_header_contradicting_itself(self) -> BatchHeader | None:
+        """Header-only scan for a batch whose header max timestamp contradicts the header's own base
+        timestamp (the first record's): -1, or any value below it, over records that have timestamps.
+        Stored so only by an older tierlog, which kept the producer's value (Sarama 1.22 writes -1);
+        tierlog rewrites such headers on append. A LogAppendTime batch's max is the append time and
+        may be below its records'. Reads three header fields per batch from a mapping (once per
+        segment and process); damage ends the scan, reads report it."""
+        size = self.log.size_bytes
+        if size < BATCH_HEADER_SIZE:
+            return None
+        with mmap.mmap(self.log.fd, 0, access=mmap.ACCESS_READ) as mm:
+            end = min(size, len(mm))
+            pos = 0
+            while end - pos >= BATCH_HEADER_SIZE:
+                (length,) = _LENGTH.unpack_from(mm, pos + 8)
+                if length < MIN_BATCH_LENGTH or mm[pos + 16] != MAGIC_V2 or pos + LOG_OVERHEAD + length > end:
+                    return None
+                attributes, _, base_ts, max_ts = _TIMESTAMP_FIELDS.unpack_from(mm, pos + 21)
+                if base_ts >= 0 and max_ts < base_ts and not attributes & TIMESTAMP_TYPE_MASK:
+                    found = BatchHeader(bytes(mm[pos : pos + BATCH_HEADER_SIZE]), 0)
+                    found.position = pos
+                    return found
+                pos += LOG_OVERHEAD + length
+        return None
+
+    def _rebuild_from_records(self) -> None:
+        """Rebuild the indexes and the largest timestamp from the records, keeping the bytes; an index
+        with room left (the active segment's) gets its room back."""
+        room = self.offset_index.max_entries > self.offset_index.entries
+        self.recover(truncate=False)
+        if room:
+            self.resize_indexes(self.settings.max_index_size)
 
     def _time_entry_matches(self, timestamp: int, offset: int, *, check_records: bool = False) -> bool:
         """Whether the batch a time index entry names (by its last offset) has that largest timestamp,
@@ -330,7 +377,7 @@ class LogSegment:
         log.warning("the time index %s names timestamp %d at offset %d, which the batches there do not carry; "
                     "rebuilding the indexes of %s from its batches", self.time_index_path, timestamp, offset,
                     self.log.path)
-        self.recover(truncate=False)
+        self._rebuild_from_records()
 
     @property
     def max_timestamp_so_far(self) -> int:

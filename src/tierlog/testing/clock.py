@@ -5,7 +5,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+from tierlog.scheduler import ScheduledTask
 
 
 class ManualClock:
@@ -30,32 +31,19 @@ class ManualClock:
         self._wall_ms = wall_ms
 
 
-@dataclass(order=True)
-class _Task:
-    due_ns: int
-    seq: int
-    name: str = field(compare=False)
-    fn: Callable[[], object] = field(compare=False)
-    period_ms: int | None = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
 class ManualScheduler:
     """Runs tasks synchronously, in due order, whenever its clock advances."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
-        self._heap: list[_Task] = []
+        self._heap: list[ScheduledTask] = []
         self._seq = itertools.count()
         clock._listeners.append(self.run_due)
 
     def schedule(
         self, name: str, fn: Callable[[], object], delay_ms: int, period_ms: int | None = None
-    ) -> _Task:
-        task = _Task(self.clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
+    ) -> ScheduledTask:
+        task = ScheduledTask(self.clock.monotonic_ns() + delay_ms * 1_000_000, next(self._seq), name, fn, period_ms)
         heapq.heappush(self._heap, task)
         return task
 

@@ -148,6 +148,11 @@ class RemoteLogSegmentMetadata:
     #: DELETE_SEGMENT_STARTED only so that each attempt to delete the upload hands it to the plugin,
     #: which may need it to find its objects (:meth:`for_plugin_delete`).
     rejected_custom_metadata: bytes | None = field(default=None, repr=False)
+    #: tierlog's own: ``max_timestamp_ms`` was taken from the segment's records, as every upload does
+    #: since the records decide a batch's max timestamp (seed 004). An upload by an older tierlog took
+    #: it from the batch headers, which a producer may have written wrong (-1 from Sarama 1.22): a
+    #: reader then derives the segment's largest timestamp from its records before trusting it.
+    max_timestamp_from_records: bool = False
 
     def __post_init__(self) -> None:
         if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
@@ -312,6 +317,11 @@ def plugin_properties(all_props: Mapping[str, str], prefix: str, broker_id: int 
     return props
 
 
+#: A plugin property readers set (the Spark pipeline): write nothing, not even the plugin's root
+#: directory. Plugins that do not know it ignore it, as Kafka's plugins ignore unknown properties.
+READ_ONLY_PROPERTY = "tierlog.read.only"
+
+
 def load_remote_storage_manager(dotted_path: str, props: Mapping[str, str]) -> RemoteStorageManager:
     """Instantiate the plugin class with no arguments and ``configure`` it."""
     cls = load_class(dotted_path)
@@ -323,6 +333,7 @@ def load_remote_storage_manager(dotted_path: str, props: Mapping[str, str]) -> R
 
 
 __all__ = [
+    "READ_ONLY_PROPERTY",
     "ZERO_TOPIC_ID",
     "CustomMetadataSizeLimitExceededError",
     "IndexType",

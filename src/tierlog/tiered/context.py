@@ -13,6 +13,7 @@ from typing import Protocol
 
 from tierlog.clock import Clock
 from tierlog.config.settings import RemoteLogManagerSettings
+from tierlog.ids import TopicPartition
 from tierlog.scheduler import TaskHandle
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
@@ -22,8 +23,6 @@ from tierlog.tiered.api import (
     TopicIdPartition,
 )
 from tierlog.tiered.index_cache import RemoteIndexCache
-
-TopicPartition = tuple[str, int]
 
 #: The remote log manager's settings (built from the broker config in ``tierlog.config.settings``).
 RemoteLogManagerConfig = RemoteLogManagerSettings

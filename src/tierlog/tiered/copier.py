@@ -21,10 +21,10 @@ and is deleted at the start of the partition's next copy run.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tierlog.clock import monotonic_s
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
 from tierlog.storage.log import UnifiedLog
@@ -82,15 +82,15 @@ class SegmentCopier:
                     bases = ulog.segments.base_offsets
                     lso = ulog.last_stable_offset
                 backlog = candidate_segments(bases, lso, remote_end, start)
-                progress_at = time.monotonic() + PROGRESS_INTERVAL_S
+                progress_at = monotonic_s(ctx.clock) + PROGRESS_INTERVAL_S
                 for base, next_base in backlog:
                     if state.copy_stopped or state.released or ctx.closed():
                         break
                     self.copy_segment(state, ulog, base, next_base)
                     copied += 1
                     state.segments_copied += 1
-                    if time.monotonic() >= progress_at and copied < len(backlog):
-                        progress_at = time.monotonic() + PROGRESS_INTERVAL_S
+                    if monotonic_s(ctx.clock) >= progress_at and copied < len(backlog):
+                        progress_at = monotonic_s(ctx.clock) + PROGRESS_INTERVAL_S
                         log.info("remote copy progress topic=%s partition=%d copied_segments=%d "
                                  "remaining_segments=%d", topic, partition, copied, len(backlog) - copied)
                 if state.consecutive_failures:
@@ -145,6 +145,8 @@ class SegmentCopier:
             segment_id=RemoteLogSegmentId.generate(state.tip), start_offset=base, end_offset=next_base - 1,
             max_timestamp_ms=seg.largest_timestamp, broker_id=ctx.config.broker_id, event_timestamp_ms=ctx.now_ms(),
             segment_size_in_bytes=seg.size_bytes, segment_leader_epochs=epochs,
+            # The segment's largest timestamp comes from its records (seed 004), whatever its headers say.
+            max_timestamp_from_records=True,
         )
         txn_path = seg.txn_index.path
         data = LogSegmentData(
@@ -153,7 +155,7 @@ class SegmentCopier:
             leader_epoch_index=LeaderEpochCheckpointFile.encode(cache.epoch_entries_in_range(-1, next_base)),
         )
         ctx.rlmm.add_remote_log_segment_metadata(md)
-        started = time.monotonic()
+        started = monotonic_s(ctx.clock)
         log.info("remote copy started topic=%s partition=%d base_offset=%d end_offset=%d size_bytes=%d "
                  "segment_id=%s", state.tp[0], state.tp[1], base, md.end_offset, md.segment_size_in_bytes,
                  md.segment_id.id_str)
@@ -182,4 +184,4 @@ class SegmentCopier:
         state.bytes_copied += md.segment_size_in_bytes
         log.info("remote copy finished topic=%s partition=%d base_offset=%d end_offset=%d size_bytes=%d "
                  "segment_id=%s seconds=%.3f", state.tp[0], state.tp[1], base, md.end_offset,
-                 md.segment_size_in_bytes, md.segment_id.id_str, time.monotonic() - started)
+                 md.segment_size_in_bytes, md.segment_id.id_str, monotonic_s(ctx.clock) - started)

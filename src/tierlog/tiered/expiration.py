@@ -7,6 +7,8 @@ others."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 
 from tierlog.errors import TierlogError
 from tierlog.storage.log import UnifiedLog
@@ -22,9 +24,12 @@ Expired = list[tuple[RemoteLogSegmentMetadata, RemoteDeletionReason]]
 
 
 class RemoteExpiration:
-    def __init__(self, ctx: TieringContext, deleter: SegmentDeleter) -> None:
+    def __init__(self, ctx: TieringContext, deleter: SegmentDeleter,
+                 records_max_timestamp: Callable[[RemoteLogSegmentMetadata], int]) -> None:
         self.ctx = ctx
         self.deleter = deleter
+        #: A remote segment's largest timestamp from its records (the remote reader's, remembered).
+        self.records_max_timestamp = records_max_timestamp
 
     def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *,
                          wait: bool = True) -> Expired:
@@ -58,7 +63,10 @@ class RemoteExpiration:
             if not finished:
                 return []
             policy = RemoteRetentionPolicy.from_config(ulog.config, ctx.rlmm.log_start_offset(state.tip) or 0)
-            plan = remote_deletable_segments(finished, policy, now, local_only_bytes(ulog))
+            judged = remote_deletable_segments(self._judged_by_records(finished, policy, now), policy, now,
+                                               local_only_bytes(ulog))
+            stored = {m.segment_id: m for m in finished}
+            plan = [(stored[m.segment_id], reason) for m, reason in judged]
             if not plan:
                 return []
             new_start = plan[-1][0].end_offset + 1
@@ -77,6 +85,22 @@ class RemoteExpiration:
             log.error("remote retention of %s-%d failed: %s", topic, partition, e)
             ctx.record_error(state, f"expiration: {type(e).__name__}: {e}")
             return []
+
+
+    def _judged_by_records(self, finished: list[RemoteLogSegmentMetadata], policy: RemoteRetentionPolicy,
+                           now: int) -> list[RemoteLogSegmentMetadata]:
+        """Seed 004: a segment an older tierlog uploaded has a max timestamp taken from its batch
+        headers, which may say -1 or less than its records hold; before the floor or retention.ms
+        deletes it by that value, its records say (the bytes are fetched once per segment)."""
+        out = []
+        for md in finished:
+            by_time = policy.delete_enabled and md.end_offset >= policy.log_start_offset and (
+                (policy.min_timestamp_ms > 0 and md.max_timestamp_ms < policy.min_timestamp_ms)
+                or (policy.retention_ms >= 0 and md.max_timestamp_ms <= now - policy.retention_ms))
+            if by_time and not md.max_timestamp_from_records:
+                md = replace(md, max_timestamp_ms=self.records_max_timestamp(md), max_timestamp_from_records=True)
+            out.append(md)
+        return out
 
 
 def local_only_bytes(ulog: UnifiedLog) -> int:

@@ -1,5 +1,7 @@
-"""Remote log metadata: the in-memory cache (Kafka's RemoteLogMetadataCache) and the durable
-RemoteLogMetadataManager behind it, a journal plus snapshots in a directory.
+"""Remote log metadata: the in-memory cache (Kafka's RemoteLogMetadataCache), the
+RemoteLogMetadataManager over it (:class:`RemoteLogMetadataStore`: check, persist, apply), and the
+durable one the broker runs, a journal plus snapshots in a directory. ``tierlog.testing`` ships an
+in-memory store on the same base; tests/unit/tiered/rlmm_contract.py holds both to one behaviour.
 
 Why a journal of our own rather than an internal topic: a single-node broker needs no replication of
 this state, only durability and a fast restart. Each change is one journal entry (length, CRC-32C,
@@ -246,7 +248,88 @@ def decode_snapshot(data: bytes, source: str = SNAPSHOT_NAME) -> tuple[int, list
     return next_seq, records
 
 
-class FileRemoteLogMetadataManager:
+class RemoteLogMetadataStore:
+    """A RemoteLogMetadataManager over a :class:`RemoteLogMetadataCache`: every change is checked
+    against the cache, made durable by :meth:`_persist` (the subclass's medium: the journal here, a
+    list in ``tierlog.testing``), and only then applied; the queries read the cache. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.cache = RemoteLogMetadataCache()
+        self._lock = threading.RLock()
+
+    def _persist(self, record: serde.RemoteLogMetadataRecord) -> None:
+        """Make ``record`` durable (called under the lock, after the cache accepted it)."""
+        raise NotImplementedError
+
+    def _persisted(self) -> None:
+        """Called under the lock once a persisted record is in the cache."""
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        with self._lock:
+            self.cache.check_add(metadata)
+            self._persist(metadata)
+            self.cache.add(metadata)
+            self._persisted()
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        with self._lock:
+            self.cache.check_update(update)
+            self._persist(update)
+            self.cache.update(update)
+            self._persisted()
+
+    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        with self._lock:
+            self._persist(metadata)
+            self.cache.apply(metadata)
+            self._persisted()
+
+    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        with self._lock:
+            record = self.cache.partition_deletes.get(tip)
+        return None if record is None else record.state
+
+    def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
+        with self._lock:
+            if log_start_offset <= self.cache.log_start_offsets.get(tip, -1):
+                return
+            record = serde.RemoteLogStartOffset(tip, log_start_offset, event_timestamp_ms)
+            self._persist(record)
+            self.cache.apply(record)
+            self._persisted()
+
+    def log_start_offset(self, tip: TopicIdPartition) -> int | None:
+        with self._lock:
+            return self.cache.log_start_offsets.get(tip)
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int,
+                                    leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
+        with self._lock:
+            return self.cache.segment_for_offset(tip, offset, leader_epoch)
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        with self._lock:
+            return self.cache.highest_offset_for_epoch(tip, leader_epoch)
+
+    def list_remote_log_segments(self, tip: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        with self._lock:
+            segments = self.cache.segments(tip)
+        return iter([m for m in segments if leader_epoch is None or leader_epoch in m.leader_epochs])
+
+    def remote_log_size(self, tip: TopicIdPartition) -> int:
+        with self._lock:
+            return sum(m.segment_size_in_bytes for m in self.cache.finished_segments(tip))
+
+    def partitions(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return self.cache.partitions()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class FileRemoteLogMetadataManager(RemoteLogMetadataStore):
     """The durable RemoteLogMetadataManager. Thread-safe; every mutation is durable on return."""
 
     def __init__(self, directory: Path, *, snapshot_every: int = 1000, sync: bool = True,
@@ -257,8 +340,7 @@ class FileRemoteLogMetadataManager:
         self.read_only = read_only
         self.snapshot_every = snapshot_every
         self.sync = sync
-        self.cache = RemoteLogMetadataCache()
-        self._lock = threading.RLock()
+        super().__init__()
         self._journal_fd: int | None = None
         self._journal_seq = 0
         self._entries_since_snapshot = 0
@@ -366,7 +448,7 @@ class FileRemoteLogMetadataManager:
     # -- append ---------------------------------------------------------------------------------
 
     @disk_errors
-    def _append(self, record: serde.RemoteLogMetadataRecord) -> None:
+    def _persist(self, record: serde.RemoteLogMetadataRecord) -> None:
         if self._journal_fd is None:
             raise KafkaStorageError(f"the remote log metadata store in {self.directory} is closed")
         payload = serde.encode(record)
@@ -375,7 +457,7 @@ class FileRemoteLogMetadataManager:
             os.fsync(self._journal_fd)
         self._entries_since_snapshot += 1
 
-    def _maybe_snapshot(self) -> None:
+    def _persisted(self) -> None:
         # After the cache has the appended record: the snapshot replaces the journal holding it.
         if self._entries_since_snapshot >= self.snapshot_every:
             self.take_snapshot()
@@ -392,69 +474,6 @@ class FileRemoteLogMetadataManager:
                 os.close(old_fd)
             (self.directory / _journal_name(old_seq)).unlink(missing_ok=True)
             self._entries_since_snapshot = 0
-
-    # -- RemoteLogMetadataManager ---------------------------------------------------------------
-
-    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
-        with self._lock:
-            self.cache.check_add(metadata)
-            self._append(metadata)
-            self.cache.add(metadata)
-            self._maybe_snapshot()
-
-    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        with self._lock:
-            self.cache.check_update(update)
-            self._append(update)
-            self.cache.update(update)
-            self._maybe_snapshot()
-
-    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
-        with self._lock:
-            self._append(metadata)
-            self.cache.apply(metadata)
-            self._maybe_snapshot()
-
-    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
-        with self._lock:
-            record = self.cache.partition_deletes.get(tip)
-        return None if record is None else record.state
-
-    def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
-        with self._lock:
-            if log_start_offset <= self.cache.log_start_offsets.get(tip, -1):
-                return
-            record = serde.RemoteLogStartOffset(tip, log_start_offset, event_timestamp_ms)
-            self._append(record)
-            self.cache.apply(record)
-            self._maybe_snapshot()
-
-    def log_start_offset(self, tip: TopicIdPartition) -> int | None:
-        with self._lock:
-            return self.cache.log_start_offsets.get(tip)
-
-    def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int,
-                                    leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
-        with self._lock:
-            return self.cache.segment_for_offset(tip, offset, leader_epoch)
-
-    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
-        with self._lock:
-            return self.cache.highest_offset_for_epoch(tip, leader_epoch)
-
-    def list_remote_log_segments(self, tip: TopicIdPartition,
-                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
-        with self._lock:
-            segments = self.cache.segments(tip)
-        return iter([m for m in segments if leader_epoch is None or leader_epoch in m.leader_epochs])
-
-    def remote_log_size(self, tip: TopicIdPartition) -> int:
-        with self._lock:
-            return sum(m.segment_size_in_bytes for m in self.cache.finished_segments(tip))
-
-    def partitions(self) -> list[TopicIdPartition]:
-        with self._lock:
-            return self.cache.partitions()
 
     def close(self) -> None:
         with self._lock:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
@@ -52,7 +53,6 @@ from tierlog.tiered.context import (
     PartitionState,
     RemoteLogManagerConfig,
     TieringContext,
-    TopicPartition,
     highest_finished_offset,
     is_tierable,
 )
@@ -62,7 +62,12 @@ from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.partition_deletion import PartitionDeletion
 from tierlog.tiered.policy import retry_delay_ms
 from tierlog.tiered.remote_reader import RemoteFetchInfo, RemoteReader
-from tierlog.tiered.restore import PartitionConflictError, PartitionRestorer, RestoreAction
+from tierlog.tiered.restore import (
+    PartitionConflictError,
+    PartitionRestorer,
+    RestoreAction,
+    take_untiered_offline,
+)
 from tierlog.tiered.segment_deleter import FailedRemoteDelete, SegmentDeleter
 from tierlog.tiered.status import PartitionTierStatus, partition_status, write_status_file
 
@@ -105,6 +110,8 @@ class RemoteLogManager:
         self._tasks: list[TaskHandle] = []
         #: Partitions whose local log and remote copy disagree, with why: offline, never re-adopted.
         self._conflicts: dict[TopicPartition, str] = {}
+        #: Untiered logs already compared with their remote segments (see _check_untiered).
+        self._untiered_checked: set[TopicPartition] = set()
         self._closed = False
         #: The plugin's reading of its own custom metadata, for status (optional hook).
         self._uploaded_size: Callable[[bytes], int | None] | None = getattr(rsm, "uploaded_size_bytes", None)
@@ -113,11 +120,12 @@ class RemoteLogManager:
                              segments_lock=self._segments_lock)
         self.deleter = SegmentDeleter(ctx)
         self.copier = SegmentCopier(ctx, self.deleter, self._check_boundary)
-        self.expiration = RemoteExpiration(ctx, self.deleter)
         self.reader = RemoteReader(ctx)
+        self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
-        self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self.reader.read_segment(md, offset, n, True))
+        self._restorer = PartitionRestorer(rsm, rlmm, lambda md, offset, n: self.reader.read_segment(md, offset, n, True),
+                                           self.reader.segment_max_timestamp)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -166,11 +174,14 @@ class RemoteLogManager:
                 elif not tierable and state is not None:
                     self._release(tp, ulog)
                     changed = True
+                elif not tierable and tp not in self._untiered_checked and not ulog.deleted:
+                    self._check_untiered(tp, ulog)
             for tp in [tp for tp in self._partitions if tp not in logs]:
                 self._release(tp, None)
                 changed = True
             for tp in [tp for tp in self._conflicts if tp not in logs]:
                 del self._conflicts[tp]
+            self._untiered_checked.intersection_update(logs)
         if changed:
             # `tierlog tier status` reads task states from the file: without this a new task showed
             # as unknown, and after a restart the previous process's stopped task and error stayed.
@@ -210,6 +221,18 @@ class RemoteLogManager:
         ulog.enable_tiering(highest)
         log.info("tiering %s-%d (remote tier holds offsets up to %d)", tp[0], tp[1], highest)
         self._schedule_copy(state, 0)
+
+    def _check_untiered(self, tp: TopicPartition, ulog: UnifiedLog) -> None:
+        """A log whose topic is not tiered (remote.storage.enable turned off) may still have remote
+        segments: if its local log ends at or below their end it goes offline until tiering is back
+        on (then adopting it restores it). Checked once per log while it stays untiered."""
+        tip = TopicIdPartition(ulog.topic_id or ZERO_TOPIC_ID, tp[0], tp[1])
+        try:
+            take_untiered_offline(self.rlmm, tip, ulog, f"remote.storage.enable=false for topic {tp[0]}")
+        except Exception as e:
+            log.warning("could not compare %s-%d with its remote segments: %s", tp[0], tp[1], e)
+            return
+        self._untiered_checked.add(tp)
 
     def _release(self, tp: TopicPartition, ulog: UnifiedLog | None) -> None:
         state = self._partitions.pop(tp)

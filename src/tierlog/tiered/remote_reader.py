@@ -5,16 +5,24 @@ RemoteLogManager#read and #findOffsetByTimestamp)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from tierlog.records.header import BATCH_HEADER_SIZE
+from tierlog.records.reader import records_max_timestamp
 from tierlog.storage.txn_index import AbortedTxn
-from tierlog.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.api import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from tierlog.tiered.context import TieringContext
 
+log = logging.getLogger(__name__)
 S = RemoteLogSegmentState
 # Bytes of a batch header a remote read needs to decide whether to skip the batch: base offset,
 # length, and (at byte 23) the last offset delta.
@@ -37,6 +45,8 @@ class RemoteFetchInfo:
 class RemoteReader:
     def __init__(self, ctx: TieringContext) -> None:
         self.ctx = ctx
+        #: Largest record timestamps of segments an older tierlog uploaded (see _segment_max_timestamp).
+        self._records_max_ts: dict[RemoteLogSegmentId, int] = {}
 
     def remote_log_start_offset(self, topic: str, partition: int) -> int | None:
         """The first offset readable from the remote tier, or None when it holds nothing."""
@@ -69,13 +79,44 @@ class RemoteReader:
         start = None if tip is None else self.remote_log_start_offset(topic, partition)
         if tip is None or start is None:
             return -1
-        return max((m.max_timestamp_ms for m in self.ctx.rlmm.list_remote_log_segments(tip)
+        return max((self._segment_max_timestamp(m)[0] for m in list(self.ctx.rlmm.list_remote_log_segments(tip))
                     if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= start), default=-1)
+
+    def segment_max_timestamp(self, md: RemoteLogSegmentMetadata) -> int:
+        """The remote segment's largest record timestamp, from its records when an older tierlog's
+        metadata took it from the batch headers (see :meth:`_segment_max_timestamp`)."""
+        return self._segment_max_timestamp(md)[0]
+
+    def _segment_max_timestamp(self, md: RemoteLogSegmentMetadata) -> tuple[int, bytes | None]:
+        """The segment's largest record timestamp, with its bytes when they had to be fetched for it:
+        an older tierlog's upload took ``max_timestamp_ms`` from the batch headers, which may lie
+        (seed 004), so its records decide -- once per segment, remembered while the process runs."""
+        if md.max_timestamp_from_records:
+            return md.max_timestamp_ms, None
+        known = self._records_max_ts.get(md.segment_id)
+        if known is not None:
+            return known, None
+        from tierlog.records import iter_headers  # decoding is needed only here
+
+        data = self._segment_bytes(md)
+        known = max((records_max_timestamp(h) for h in iter_headers(data)), default=-1)
+        if known != md.max_timestamp_ms:
+            log.info("remote segment %s [%d, %d] (uploaded by an older tierlog) says max timestamp %d; its records "
+                     "say %d, which ListOffsets and retention use", md.segment_id.id_str, md.start_offset, md.end_offset,
+                     md.max_timestamp_ms, known)
+        self._records_max_ts[md.segment_id] = known
+        return known, data
+
+    def _segment_bytes(self, md: RemoteLogSegmentMetadata) -> bytes:
+        with self.ctx.rsm.fetch_log_segment(md, 0) as stream:
+            return stream.read()
 
     def find_offset_by_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` in the remote tier, for
         ListOffsets by time (Kafka's RemoteLogManager#findOffsetByTimestamp): the first finished
-        segment whose largest timestamp reaches it is read and its records decoded."""
+        segment whose largest timestamp reaches it is read and its records decoded. Timestamps are
+        the records' (seed 004): a batch header stored by an older tierlog may say -1 or less than
+        its records hold, and so may the metadata of a segment it uploaded."""
         from tierlog.records import decode_batch, iter_headers  # decoding is needed only here
 
         tip = self.ctx.tip_for(topic, partition)
@@ -85,12 +126,18 @@ class RemoteReader:
         if start is None:
             return None
         for md in list(self.ctx.rlmm.list_remote_log_segments(tip)):
-            if md.state is not S.COPY_SEGMENT_FINISHED or md.end_offset < start or md.max_timestamp_ms < timestamp:
+            if md.state is not S.COPY_SEGMENT_FINISHED or md.end_offset < start:
                 continue
-            with self.ctx.rsm.fetch_log_segment(md, 0) as stream:
-                data = stream.read()
+            largest, data = self._segment_max_timestamp(md)
+            if largest < timestamp:
+                continue
+            if data is None:
+                data = self._segment_bytes(md)
             for header in iter_headers(data):
-                if header.max_timestamp < timestamp or header.is_control or header.last_offset < start:
+                if header.is_control or header.last_offset < start:
+                    continue
+                # The header is trusted only where it says the batch reaches the timestamp.
+                if header.max_timestamp < timestamp and records_max_timestamp(header) < timestamp:
                     continue
                 for record in decode_batch(header):
                     if record.timestamp >= timestamp and record.offset >= start:

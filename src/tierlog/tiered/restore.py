@@ -18,10 +18,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tierlog.errors import CorruptSnapshotError
 from tierlog.records.header import iter_headers
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_restore import restart_from_remote
+from tierlog.storage.producer_rebuild import load_producers_from_headers, replay_window_start
+from tierlog.storage.producer_snapshot import decode_snapshot, encode_snapshot
+from tierlog.storage.producer_state import ProducerStateManager, entry_to_snapshot
 from tierlog.tiered.api import (
     IndexType,
     RemoteLogMetadataManager,
@@ -76,6 +80,43 @@ def remote_end(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> RemoteE
     return RemoteEnd(newest.end_offset, newest)
 
 
+def untiered_conflict(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, ulog: UnifiedLog, why: str) -> str | None:
+    """Why ``ulog`` must not be served while remote storage is off for it (``why`` says which switch),
+    or None. A local log that ends at or below the remote tier's end (its directory was wiped, or
+    restored from an old backup) would hand out again offsets the remote tier holds; only a restore
+    from the remote tier may restart it, and that needs remote storage on."""
+    end = remote_end(rlmm, tip)
+    if end.end_offset < 0:
+        return None
+    with ulog.lock:
+        local_start, local_end = ulog.log_start_offset, ulog.log_end_offset
+        pending = ulog.pending_restore_offset is not None
+    if plan_restore(local_start, local_end, end.end_offset, pending) not in (
+            RestoreAction.RESTART, RestoreAction.COMPARE_THEN_RESTART):
+        return None
+    finished = [m.start_offset for m in rlmm.list_remote_log_segments(tip)
+                if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    start = rlmm.log_start_offset(tip)
+    first = max(min(finished), start or 0) if finished else None
+    held = (f"offsets [{first}, {end.end_offset}]" if first is not None and first <= end.end_offset
+            else f"no offsets any more, having held offsets up to {end.end_offset}")
+    local = (f"nothing (it would start at offset {local_start})" if local_start >= local_end
+             else f"offsets [{local_start}, {local_end - 1}]")
+    return (f"{tip.topic}-{tip.partition}: the remote tier holds {held} of this partition, but the local log holds "
+            f"{local} and remote storage is off for it ({why}): serving it would hand out offsets the remote tier "
+            "holds again. Turn remote storage back on for it to restore the partition from the remote tier "
+            "(docs/operations.md, 'Losing a disk')")
+
+
+def take_untiered_offline(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, ulog: UnifiedLog, why: str) -> str | None:
+    """:func:`untiered_conflict`, and if there is one: the partition offline, said at ERROR."""
+    reason = untiered_conflict(rlmm, tip, ulog, why)
+    if reason is not None:
+        ulog.take_offline(reason)
+        log.error("partition offline: %s", reason)
+    return reason
+
+
 class PartitionConflictError(Exception):
     """The local log and the remote tier hold different data at the same offsets."""
 
@@ -93,10 +134,14 @@ class PartitionRestorer:
     """Runs the plan for one partition. ``read_remote(md, offset, max_bytes)`` reads the remote copy
     the way a fetch does (whole batches from the one holding ``offset``)."""
 
-    def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, read_remote: ReadRemote) -> None:
+    def __init__(self, rsm: RemoteStorageManager, rlmm: RemoteLogMetadataManager, read_remote: ReadRemote,
+                 segment_max_timestamp: Callable[[RemoteLogSegmentMetadata], int]) -> None:
         self.rsm = rsm
         self.rlmm = rlmm
         self.read_remote = read_remote
+        #: A remote segment's largest record timestamp (the remote reader's: from its records when an
+        #: older tierlog's metadata took it from the batch headers).
+        self.segment_max_timestamp = segment_max_timestamp
 
     def reconcile(self, tip: TopicIdPartition, ulog: UnifiedLog, *, check_boundary: bool) -> RestoreAction:
         """Restart ``ulog`` from the remote tier where needed; PartitionConflictError when its data
@@ -153,9 +198,45 @@ class PartitionRestorer:
                 epochs = LeaderEpochCheckpointFile.decode(f.read(), f"leader epochs of remote segment {end.segment.segment_id}")
             with self.rsm.fetch_index(end.segment, IndexType.PRODUCER_SNAPSHOT) as f:
                 snapshot = f.read()
+            snapshot = self._unless_placeholder(ulog, end.segment, snapshot, where)
         producers = restart_from_remote(ulog, next_offset, epochs, snapshot)
         held = "nothing" if local_start >= local_end else f"offsets [{local_start}, {local_end - 1}], the same as the remote tier's"
         log.warning("%s restored from the remote tier: the local log held %s; it now starts at offset %d after the "
                     "remote tier's end offset %d, offsets below are served from the remote tier; %d producers and "
                     "%d leader epochs restored from remote segment %s", where, held, next_offset, end.end_offset,
                     producers, len(epochs), "none" if end.segment is None else end.segment.segment_id)
+
+    def _unless_placeholder(self, ulog: UnifiedLog, newest: RemoteLogSegmentMetadata, snapshot: bytes,
+                            where: str) -> bytes:
+        """The remote producer snapshot, or -- when it is empty -- the state replayed from the remote
+        segments within ``producer.id.expiration.ms`` before the newest one's end (seed 001's rule).
+        An older tierlog uploaded the loader's empty placeholders as they were; an empty snapshot is
+        trusted only when the replay proves the state empty."""
+        try:
+            if decode_snapshot(snapshot, f"producer snapshot of remote segment {newest.segment_id}"):
+                return snapshot
+        except CorruptSnapshotError:
+            return snapshot  # installing it says so, and leaves the state empty
+        tip = newest.topic_id_partition
+        expiration_ms = ulog.producer_state.producer_id_expiration_ms
+        finished = sorted((m for m in self.rlmm.list_remote_log_segments(tip)
+                           if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+                           and m.end_offset <= newest.end_offset), key=lambda m: m.start_offset)
+        stamps = [(m.start_offset, self.segment_max_timestamp(m)) for m in finished]
+        start = replay_window_start(stamps, stamps[-1][1], expiration_ms, self.rlmm.log_start_offset(tip) or 0)
+        scratch = ProducerStateManager.detached(expiration_ms)
+        scratch.update_map_end_offset(start)
+        for md in finished:
+            if md.end_offset < start:
+                continue
+            with self.rsm.fetch_log_segment(md, 0) as f:
+                data = f.read()
+            load_producers_from_headers(scratch, (h for h in iter_headers(data) if h.last_offset >= start))
+        if not scratch.producers:
+            return snapshot
+        log.warning("%s: the remote tier's producer snapshot of segment %s (up to offset %d) is empty, but its "
+                    "segments from offset %d (producer.id.expiration.ms=%d before its end) hold %d idempotent "
+                    "producers: an older tierlog uploaded a placeholder; producer state rebuilt by replaying those "
+                    "remote segments", where, newest.segment_id, newest.end_offset, start, expiration_ms,
+                    len(scratch.producers))
+        return encode_snapshot([entry_to_snapshot(e) for e in scratch.producers.values()])

@@ -11,6 +11,9 @@ release; tagged fields are how Kafka's flexible versions add optional fields wit
 a reader that does not know the tag skips it, so older tierlog and Kafka's serde read these records,
 and records without it read as before): the custom metadata a plugin returned over the limit,
 carried by DELETE_SEGMENT_STARTED only (seed 002; see ``RemoteLogSegmentMetadata.rejected_custom_metadata``).
+Tagged field 10001 of the segment metadata record, empty: the max timestamp was taken from the
+segment's records (``RemoteLogSegmentMetadata.max_timestamp_from_records``); a record without it
+(an older tierlog's upload) has a max timestamp taken from the batch headers.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ SEGMENT_UPDATE_API_KEY = 1
 PARTITION_DELETE_API_KEY = 2
 LOG_START_OFFSET_API_KEY = 10000
 REJECTED_CUSTOM_METADATA_TAG = 10000
+MAX_TIMESTAMP_FROM_RECORDS_TAG = 10001
 
 
 @dataclass(frozen=True)
@@ -100,10 +104,12 @@ def _read_nullable_bytes(r: Reader) -> bytes | None:
     return bytes(r.buf[start : r.pos])
 
 
-def _read_rejected(r: Reader) -> bytes | None:
-    """The record's tagged section (unknown tags skipped), and the rejected custom metadata in it."""
-    data = r.tagged_fields().get(REJECTED_CUSTOM_METADATA_TAG)
-    return None if data is None else bytes(data)
+def _read_tags(r: Reader) -> tuple[bytes | None, bool]:
+    """The record's tagged section (unknown tags skipped): the rejected custom metadata in it, and
+    whether it says the max timestamp was taken from the records."""
+    tags = r.tagged_fields()
+    data = tags.get(REJECTED_CUSTOM_METADATA_TAG)
+    return None if data is None else bytes(data), MAX_TIMESTAMP_FROM_RECORDS_TAG in tags
 
 
 def _frame(w: Writer, api_key: int) -> None:
@@ -136,6 +142,8 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         _write_nullable_bytes(w, record.custom_metadata)
         w.i8(int(record.state))
         tags = _rejected_tag(record.rejected_custom_metadata)
+        if record.max_timestamp_from_records:
+            tags = {**(tags or {}), MAX_TIMESTAMP_FROM_RECORDS_TAG: b""}
     elif isinstance(record, RemoteLogSegmentMetadataUpdate):
         _frame(w, SEGMENT_UPDATE_API_KEY)
         _write_segment_id(w, record.segment_id)
@@ -180,15 +188,15 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             size = r.i32()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected = _read_rejected(r)
+            rejected, from_records = _read_tags(r)
             record = RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs),
-                                              state, custom, rejected)
+                                              state, custom, rejected, max_timestamp_from_records=from_records)
         elif api_key == SEGMENT_UPDATE_API_KEY:
             sid = _read_segment_id(r)
             broker, event_ts = r.i32(), r.i64()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected = _read_rejected(r)
+            rejected, _ = _read_tags(r)
             record = RemoteLogSegmentMetadataUpdate(sid, event_ts, state, broker, custom, rejected)
         elif api_key == PARTITION_DELETE_API_KEY:
             tip = _read_tip(r)

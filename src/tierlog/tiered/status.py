@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tierlog._util.framed import FramedFileError, read_framed, write_framed
-from tierlog.ids import uuid_to_base64
+from tierlog.ids import TopicPartition, uuid_to_base64
 from tierlog.storage import files
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
@@ -27,7 +27,7 @@ from tierlog.tiered.api import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tierlog.tiered.context import PartitionState, TopicPartition
+from tierlog.tiered.context import PartitionState
 from tierlog.tiered.layout import CACHE_DIR_NAME, METADATA_DIR_NAME, STATUS_FILE_NAME
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.policy import candidate_segments

@@ -45,6 +45,7 @@ def test_the_table_is_the_brief() -> None:
         24, 25, 26, 27, 28, 61, 65, 66,  # transactions (#17)
         68, 69,  # KIP-848 consumer groups
         17, 36, 50, 51,  # SASL and SCRAM credentials (#19)
+        48, 49,  # client quotas (#19)
     }
     assert SUPPORTED_APIS[26].max_version == 4  # EndTxn v5 is KIP-890 part 2, not implemented
     assert 71 not in SUPPORTED_APIS and 72 not in SUPPORTED_APIS  # never the telemetry APIs

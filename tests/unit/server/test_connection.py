@@ -6,7 +6,7 @@ import asyncio
 import struct
 from typing import Any
 
-from tests.helpers.server import FakeTransport, Router, api_versions, settle
+from tests.helpers.server import Router, api_versions, settle
 from tierlog.protocol import (
     ApiKey,
     parse_response,
@@ -14,6 +14,7 @@ from tierlog.protocol import (
 from tierlog.server import connection as connection_module
 from tierlog.server.connection import MAX_DEFERRED_REPLIES, MAX_QUEUED_FRAMES, Deferred, KafkaConnection
 from tierlog.server.limits import RequestMemoryPool, RequestSlots
+from tierlog.testing import FakeTransport
 
 
 def connect(router: Router, max_frame_bytes: int = 1 << 20, **kwargs: Any) -> tuple[KafkaConnection, FakeTransport]:

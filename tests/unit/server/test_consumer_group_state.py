@@ -4,14 +4,9 @@ revocation timeouts, and the records it asks the coordinator to persist (replaye
 
 from __future__ import annotations
 
+from tierlog.errors import ErrorCode
 from tierlog.server.groups import consumer_records as cr
 from tierlog.server.groups.consumer_group import (
-    FENCED_MEMBER_EPOCH,
-    INVALID_REGULAR_EXPRESSION,
-    NONE,
-    UNKNOWN_MEMBER_ID,
-    UNRELEASED_INSTANCE_ID,
-    UNSUPPORTED_ASSIGNOR,
     ConsumerGroup,
     ConsumerGroupSettings,
     ConsumerGroupState,
@@ -48,14 +43,14 @@ def owners(g: ConsumerGroup) -> dict[int, str]:
 def test_first_member_gets_everything_at_epoch_one() -> None:
     g = ConsumerGroup("g", SETTINGS)
     r = join(g, "a", 0)
-    assert (r.error_code, r.member_epoch, r.assignment) == (NONE, 1, {T: frozenset(range(4))})
+    assert (r.error_code, r.member_epoch, r.assignment) == (ErrorCode.NONE, 1, {T: frozenset(range(4))})
     assert g.state is ConsumerGroupState.STABLE
     kinds = [cr.record_type_of(k) for k, _ in r.records]
     assert kinds == [cr.MEMBER_METADATA, cr.GROUP_METADATA, cr.TARGET_ASSIGNMENT_MEMBER, cr.TARGET_ASSIGNMENT_METADATA,
                      cr.CURRENT_MEMBER_ASSIGNMENT]
     # A plain heartbeat changes nothing and sends no assignment.
     r = beat(g, "a", 1, 1000)
-    assert (r.error_code, r.member_epoch, r.assignment, r.records) == (NONE, 1, None, [])
+    assert (r.error_code, r.member_epoch, r.assignment, r.records) == (ErrorCode.NONE, 1, None, [])
 
 
 def test_partition_moves_only_after_the_previous_owner_revokes_it() -> None:
@@ -87,16 +82,16 @@ def test_partition_moves_only_after_the_previous_owner_revokes_it() -> None:
 def test_fencing_and_unknown_members() -> None:
     g = ConsumerGroup("g", SETTINGS)
     join(g, "a", 0)
-    assert beat(g, "a", 5, 10).error_code == FENCED_MEMBER_EPOCH
-    assert beat(g, "zz", 1, 10).error_code == UNKNOWN_MEMBER_ID
+    assert beat(g, "a", 5, 10).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert beat(g, "zz", 1, 10).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     join(g, "b", 20)
     beat(g, "a", 1, 30)
     beat(g, "a", 1, 40, owned=g.members["a"].assigned)  # a moves to epoch 2 (previous 1)
     assert g.members["a"].member_epoch == 2
     # The epoch-2 answer was lost: a retries with epoch 1 and owns a subset of its assignment -> accepted.
-    assert beat(g, "a", 1, 50, owned=g.members["a"].assigned).error_code == NONE
+    assert beat(g, "a", 1, 50, owned=g.members["a"].assigned).error_code == ErrorCode.NONE
     # The previous epoch while claiming partitions it has given up -> fenced.
-    assert beat(g, "a", 1, 60, owned={T: frozenset(range(4))}).error_code == FENCED_MEMBER_EPOCH
+    assert beat(g, "a", 1, 60, owned={T: frozenset(range(4))}).error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 def test_leave_frees_partitions_and_bumps_the_group_epoch() -> None:
@@ -108,7 +103,7 @@ def test_leave_frees_partitions_and_bumps_the_group_epoch() -> None:
     beat(g, "b", 2, 40)
     epoch = g.group_epoch
     r = g.heartbeat(HeartbeatRequest("g", "b", -1), TOPICS, 50)
-    assert (r.error_code, r.member_epoch) == (NONE, -1) and "b" not in g.members and g.group_epoch == epoch + 1
+    assert (r.error_code, r.member_epoch) == (ErrorCode.NONE, -1) and "b" not in g.members and g.group_epoch == epoch + 1
     assert [v for _, v in r.records][:3] == [None, None, None]  # tombstones of b's records
     r = beat(g, "a", 2, 60)
     assert r.member_epoch == g.group_epoch and r.assignment == {T: frozenset(range(4))}
@@ -123,11 +118,11 @@ def test_static_member_restart_keeps_its_partitions_and_duplicate_is_refused() -
     beat(g, "b", 2, 40)
     a_parts = g.members["a"].assigned
     epoch = g.group_epoch
-    assert join(g, "a2", 50, instance_id="i1").error_code == UNRELEASED_INSTANCE_ID
+    assert join(g, "a2", 50, instance_id="i1").error_code == ErrorCode.UNRELEASED_INSTANCE_ID
     r = g.heartbeat(HeartbeatRequest("g", "a", -2, instance_id="i1"), TOPICS, 60)
-    assert (r.error_code, r.member_epoch) == (NONE, -2) and g.members["a"].assigned == a_parts
+    assert (r.error_code, r.member_epoch) == (ErrorCode.NONE, -2) and g.members["a"].assigned == a_parts
     r = join(g, "a2", 70, instance_id="i1")
-    assert r.error_code == NONE and r.assignment == a_parts and g.group_epoch == epoch
+    assert r.error_code == ErrorCode.NONE and r.assignment == a_parts and g.group_epoch == epoch
     assert "a" not in g.members and g.members["a2"].instance_id == "i1"
 
 
@@ -152,10 +147,10 @@ def test_regex_subscription_and_validation() -> None:
     assert r.assignment == {T: frozenset(range(4)), U: frozenset(range(2))}  # never __consumer_offsets
     bad = g.heartbeat(HeartbeatRequest("g", "b", 0, rebalance_timeout_ms=1000, subscribed_topic_regex="(", owned={}),
                       TOPICS, 0)
-    assert bad.error_code == INVALID_REGULAR_EXPRESSION
-    assert join(g, "c", 0, server_assignor="sticky").error_code == UNSUPPORTED_ASSIGNOR
+    assert bad.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert join(g, "c", 0, server_assignor="sticky").error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
     r = join(g, "d", 0, topics=("u",), server_assignor="range")
-    assert g.assignor == "range" and r.error_code == NONE
+    assert g.assignor == "range" and r.error_code == ErrorCode.NONE
 
 
 def test_new_partitions_bump_the_epoch_and_are_assigned() -> None:
@@ -184,7 +179,7 @@ def test_records_replay_to_the_same_group() -> None:
 def test_offset_commit_checks_member_epoch() -> None:
     g = ConsumerGroup("g", SETTINGS)
     join(g, "a", 0)
-    assert g.validate_offset_commit("a", 1) == NONE
+    assert g.validate_offset_commit("a", 1) == ErrorCode.NONE
     assert g.validate_offset_commit("a", 0) == 113  # STALE_MEMBER_EPOCH
-    assert g.validate_offset_commit("x", 1) == UNKNOWN_MEMBER_ID
-    assert g.validate_offset_commit("", -1) == UNKNOWN_MEMBER_ID  # admin commits need an empty group
+    assert g.validate_offset_commit("x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert g.validate_offset_commit("", -1) == ErrorCode.UNKNOWN_MEMBER_ID  # admin commits need an empty group

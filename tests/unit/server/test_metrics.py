@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.server import FakeTransport, Router, api_versions, settle
+from tests.helpers.server import Router, api_versions, settle
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import HostPort
 from tierlog.errors import ConfigError
@@ -27,6 +27,7 @@ from tierlog.server import Broker, serve
 from tierlog.server.connection import KafkaConnection
 from tierlog.server.metrics import BrokerCollector, RequestMetrics, api_name
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
+from tierlog.testing import FakeTransport
 from tierlog.tiered.status import PartitionTierStatus
 
 

@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from tierlog.errors import CorruptRecordError
+from tierlog.errors import ErrorCode as Code
 from tierlog.server.txn import rules
 from tierlog.server.txn.records import (
     TxnLogValue,
@@ -18,7 +19,7 @@ from tierlog.server.txn.records import (
     encode_value,
     partition_for_transactional_id,
 )
-from tierlog.server.txn.rules import Code, TxnMetadata
+from tierlog.server.txn.rules import TxnMetadata
 
 
 def test_key_is_version_0_and_a_string() -> None:

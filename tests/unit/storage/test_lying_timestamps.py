@@ -5,51 +5,32 @@ when it is loaded (recovery, and the lazy time-index check of seed 003)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.lying_batches import (
+    DAY_MS,
+    LIES,
+    NOW_MS,
+    PER_BATCH,
+    T0,
+    batch_timestamps,
+    make_batch,
+    write_indexes_from_headers,
+    write_mixed_segments,
+)
 from tests.helpers.storage import OpenLog
 from tierlog.cli.dump import time_index_errors
 from tierlog.config import LogConfig
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
-from tierlog.storage.index import OffsetIndex, TimeIndex
 from tierlog.storage.log import UnifiedLog
 from tierlog.testing import ManualClock
 
-DAY_MS = 86_400_000
-NOW_MS = 1_700_000_000_000  # the clock fixture's time
-T0 = NOW_MS - 10 * DAY_MS
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
           CompressionType.ZSTD]
-#: What a producer may write as the header's max timestamp, given the records' true maximum.
-LIES = {
-    "minus_one": lambda true_max: -1,
-    "older": lambda true_max: true_max - 5 * DAY_MS,
-    "newer": lambda true_max: true_max + 5 * DAY_MS,
-}
 BATCHES = 6
-PER_BATCH = 10
-
-
-def batch_timestamps(i: int) -> list[int]:
-    """Batch i holds records one day apart from batch i-1; within a batch the newest is in the middle,
-    so the max is neither the first nor the last record."""
-    base = T0 + i * DAY_MS
-    return [base + (j if j <= PER_BATCH // 2 else PER_BATCH - j) * 1000 for j in range(PER_BATCH)]
-
-
-def make_batch(i: int, codec: int, lie: str | None, *, base_offset: int = 0) -> bytes:
-    timestamps = batch_timestamps(i)
-    # Incompressible values: every codec gives batches of about the same size, two to a segment.
-    records = [SimpleRecord(b"k%d" % j, random.Random(i * PER_BATCH + j).randbytes(40), timestamp=ts)
-               for j, ts in enumerate(timestamps)]
-    header_max = None if lie is None else LIES[lie](max(timestamps))
-    data = build_batch(records, compression=codec, max_timestamp=header_max, base_offset=base_offset)
-    assert BatchHeader(data).max_timestamp == (max(timestamps) if lie is None else header_max)
-    return data
 
 
 def config(**overrides: int) -> LogConfig:
@@ -189,18 +170,7 @@ def write_old_segments(directory: Path, codec: int, lie: str, *, with_indexes: b
         data = b"".join(make_batch(i, codec, lie, base_offset=i * PER_BATCH) for i in (first, first + 1))
         (directory / f"{base:020d}.log").write_bytes(data)
         if with_indexes:
-            offsets = OffsetIndex(directory / f"{base:020d}.index", base)
-            times = TimeIndex(directory / f"{base:020d}.timeindex", base)
-            running = -1
-            for h in iter_headers(data):
-                offsets.append(h.last_offset, h.position)
-                if h.max_timestamp > running:
-                    running = h.max_timestamp
-                    times.maybe_append(running, h.last_offset)
-            offsets.trim_to_valid_size()
-            times.trim_to_valid_size()
-            offsets.close()
-            times.close()
+            write_indexes_from_headers(directory, base, data)
 
 
 def expected_largest() -> list[int]:
@@ -245,3 +215,51 @@ def test_the_lazy_check_takes_a_stored_segments_timestamps_from_its_records(
     again = open_log(config(), clean=True, sanity_check_all=False)
     assert [s.largest_timestamp for s in again.segments] == expected_largest()
     assert again.fetch_offset_by_timestamp(0) == (0, T0)
+
+
+# -- mixed headers: an honest batch followed by lying ones in one segment ------------------------------
+
+#: Lies a header-only look can see: -1 over records that have timestamps, and a max below the base
+#: timestamp (the first record's). Both leave the time index's last entry on the honest batch before.
+MIXED_LIES = ["minus_one", "older"]
+MIXED_CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4, CompressionType.ZSTD]
+#: How the stored segments are opened: a clean start checking lazily, a clean start checking every
+#: segment, and an unclean one whose recovery point leaves the first two segments unchecked.
+OPENINGS = {
+    "clean_lazy": {"clean": True, "sanity_check_all": False},
+    "clean_check_all": {"clean": True, "sanity_check_all": True},
+    "unclean_below_recovery_point": {"clean": False, "recovery_point": 4 * PER_BATCH, "sanity_check_all": False},
+}
+
+
+@pytest.mark.parametrize("opening", list(OPENINGS))
+@pytest.mark.parametrize("codec", MIXED_CODECS, ids=lambda c: CompressionType(c).name.lower())
+@pytest.mark.parametrize("lie", MIXED_LIES)
+def test_a_segment_ending_in_lying_headers_after_an_honest_one_gets_its_records_timestamps(
+        open_log: OpenLog, tmp_path: Path, codec: int, lie: str, opening: str) -> None:
+    write_mixed_segments(tmp_path / "t-0", codec, lie)
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "t-0").glob("*.log"))
+    log = open_log(config(), **OPENINGS[opening])
+    # A floor between the honest batch's records and the lying one's: only the first two segments go.
+    floor = T0 + 4 * DAY_MS + 6000
+    assert [b for b, _, _ in retention_answers(log, retention_min_timestamp_ms=floor)] == [0, 2 * PER_BATCH]
+    assert [s.largest_timestamp for s in log.segments] == expected_largest()
+    assert all(s.headers_lie for s in log.segments)
+    assert not log.active_segment.indexes_full(), "the active segment's rebuilt indexes keep their room"
+    # ListOffsets finds the records after the floor, and the ones the lying batches hold inside.
+    assert log.fetch_offset_by_timestamp(floor) == (5 * PER_BATCH, T0 + 5 * DAY_MS)
+    assert log.fetch_offset_by_timestamp(T0 + 3 * DAY_MS + 4500) == (3 * PER_BATCH + 5, T0 + 3 * DAY_MS + 5000)
+    assert log.fetch_offset_by_timestamp(T0 + DAY_MS) == (PER_BATCH, T0 + DAY_MS)
+    assert log.max_timestamp_and_offset() == (T0 + 5 * DAY_MS + 5000, 5 * PER_BATCH + PER_BATCH - 1)
+    # The floor deletes what it should and no record at or after it.
+    log.update_config(config(retention_min_timestamp_ms=floor))
+    log.delete_old_segments(NOW_MS)
+    assert log.log_start_offset == 4 * PER_BATCH
+    assert log.fetch_offset_by_timestamp(floor) == (5 * PER_BATCH, T0 + 5 * DAY_MS)
+    log.close()
+    # Nothing stored was rewritten, and the next clean start gives the same answers from the rebuilt indexes.
+    after = sorted((p.name, p.read_bytes()) for p in (tmp_path / "t-0").glob("*.log"))
+    assert after == [x for x in before if x[0] == f"{4 * PER_BATCH:020d}.log"]
+    again = open_log(config(), clean=True, sanity_check_all=False, log_start_offset=4 * PER_BATCH)
+    assert [s.largest_timestamp for s in again.segments] == expected_largest()[2:]
+    assert again.fetch_offset_by_timestamp(floor) == (5 * PER_BATCH, T0 + 5 * DAY_MS)

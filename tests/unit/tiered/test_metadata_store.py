@@ -12,6 +12,7 @@ from tierlog.ids import random_uuid
 from tierlog.tiered import serde
 from tierlog.tiered.api import (
     InvalidStateTransitionError,
+    RemoteLogMetadataManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -26,6 +27,8 @@ from tierlog.tiered.metadata_store import (
     FileRemoteLogMetadataManager,
     RemoteLogMetadataCorruptError,
 )
+
+from .rlmm_contract import RemoteLogMetadataManagerContract
 
 S = RemoteLogSegmentState
 TIP = TopicIdPartition(b"\x02" * 16, "t", 0)
@@ -259,3 +262,16 @@ def test_a_directory_written_before_the_tagged_field_still_loads(tmp_path: Path)
         RemoteLogSegmentId(TIP, b), 10, S.DELETE_SEGMENT_FINISHED, 1))
     store.close()
     assert [m.start_offset for m in FileRemoteLogMetadataManager(tmp_path).list_remote_log_segments(TIP)] == [0]
+
+
+class TestFileStoreContract(RemoteLogMetadataManagerContract):
+    """The behaviour suite on the broker's store, with snapshots rare and after every entry."""
+
+    @pytest.fixture(params=[1000, 1], ids=["journal", "snapshots"])
+    def store(self, request: pytest.FixtureRequest, tmp_path: Path) -> FileRemoteLogMetadataManager:
+        return FileRemoteLogMetadataManager(tmp_path, snapshot_every=request.param)
+
+    def restart(self, store: RemoteLogMetadataManager) -> FileRemoteLogMetadataManager:
+        assert isinstance(store, FileRemoteLogMetadataManager)
+        store.close()
+        return FileRemoteLogMetadataManager(store.directory, snapshot_every=store.snapshot_every)

@@ -5,6 +5,7 @@ local log that disagrees with the remote tier takes the partition offline instea
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from tierlog.errors import KafkaStorageError, OffsetOutOfRangeError
 from tierlog.records.header import iter_headers
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_restore import RESTORE_MARKER_FILE
-from tierlog.storage.producer_state import ProducerStateManager
+from tierlog.storage.producer_snapshot import decode_snapshot, encode_snapshot
+from tierlog.storage.producer_state import ProducerStateManager, entry_to_snapshot
 from tierlog.testing.remote import FailurePlan, FlakyRemoteStorageManager
-from tierlog.tiered.api import RemoteStorageManager, TopicIdPartition
+from tierlog.tiered.api import IndexType, RemoteStorageManager, TopicIdPartition
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager
 from tierlog.tiered.restore import RestoreAction, plan_restore
@@ -244,3 +246,115 @@ def test_a_restore_cut_short_runs_again_at_the_next_start(env: Env, monkeypatch:
     assert ulog.log_end_offset == remote_end + 1
     assert not (ulog.dir / RESTORE_MARKER_FILE).exists()
     assert ulog.append_as_leader(sent[(remote_end - 2) // 3]).duplicate
+
+
+def test_an_empty_remote_producer_snapshot_is_rebuilt_from_the_remote_segments(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """Seed 001's rejected placeholder, uploaded by an older tierlog for the newest remote segment:
+    the restore replays the remote segments within producer.id.expiration.ms instead of trusting it."""
+    ulog, rlm, sent, _ = write_and_tier(env)
+    remote_end = ulog.highest_offset_in_remote_storage
+    newest = max(rlm.remote_segments("t", 0), key=lambda m: m.end_offset)
+    assert newest.end_offset == remote_end
+    rsm = rsm_in(env)
+    with rsm.fetch_index(newest, IndexType.PRODUCER_SNAPSHOT) as f:
+        honest = decode_snapshot(f.read())
+    assert [e.producer_id for e in honest] == [P1]
+    snapshot_file = next((env.root / "remote").rglob(f"*{newest.segment_id.id_str}*.snapshot"))
+    snapshot_file.write_bytes(encode_snapshot([]))  # what an older tierlog uploaded
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+
+    with caplog.at_level(logging.WARNING, logger="tierlog.tiered.restore"):
+        ulog, rlm = reopen(env)
+    assert ulog.log_start_offset == ulog.log_end_offset == remote_end + 1
+    assert any("is empty" in r.getMessage() and "rebuilt" in r.getMessage() for r in caplog.records), caplog.text
+    restored = {e.producer_id: e for e in (entry_to_snapshot(p) for p in ulog.producer_state.producers.values())}
+    assert restored == {e.producer_id: e for e in honest}
+    # the producer's last tiered batch, retried, is answered with its original offset
+    last_tiered = (remote_end - 2) // 3
+    retry = ulog.append_as_leader(sent[last_tiered])
+    assert retry.duplicate and retry.last_offset == remote_end
+    assert ulog.log_end_offset == remote_end + 1
+
+
+def test_an_empty_remote_producer_snapshot_stays_empty_when_no_idempotent_producer_wrote(env: Env) -> None:
+    ulog = env.open_log(config=tiered_config())
+    for i in range(30):
+        ulog.append_as_leader(batch(3, ts=T0 + i * 100, seed=i))
+    rlm = env.rlm(rsm_in(env))
+    assert rlm.copy_all() > 0
+    remote_end = ulog.highest_offset_in_remote_storage
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+    ulog, rlm = reopen(env)
+    assert ulog.log_start_offset == remote_end + 1
+    assert not ulog.producer_state.producers
+
+
+def test_a_wiped_partition_of_a_topic_no_longer_tiered_stays_offline_until_tiering_is_back(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """remote.storage.enable turned off for the topic while its remote segments remain: the wiped
+    partition would start at offset 0 and hand out again the offsets the remote tier holds."""
+    ulog, rlm, sent, original = write_and_tier(env)
+    remote_end = ulog.highest_offset_in_remote_storage
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+
+    off = tiered_config(**{"remote.storage.enable": False})
+    ulog = env.open_log(config=off)
+    rlm = env.rlm(rsm_in(env))
+    with caplog.at_level(logging.ERROR, logger="tierlog.tiered"):
+        rlm.sync_partitions()
+    reason = ulog.offline_reason
+    assert reason is not None and f"offsets [0, {remote_end}]" in reason and "remote.storage.enable" in reason
+    assert any(r.levelno == logging.ERROR and f"[0, {remote_end}]" in r.getMessage() for r in caplog.records)
+    with pytest.raises(KafkaStorageError):
+        ulog.append_as_leader(sent[0])
+    assert ulog.log_end_offset == 0
+    rlm.sync_partitions()  # checked once: nothing changes while the topic stays untiered
+    assert ulog.offline_reason == reason
+
+    # Tiering back on: the partition is restored from the remote tier and serves again.
+    ulog.update_config(tiered_config())
+    rlm.sync_partitions()
+    assert ulog.offline_reason is None
+    assert ulog.log_start_offset == ulog.log_end_offset == remote_end + 1
+    assert read_everything(ulog, rlm) == [k for k in original if k[1] <= remote_end]
+    last_tiered = (remote_end - 2) // 3
+    assert ulog.append_as_leader(sent[last_tiered]).duplicate
+
+
+def test_an_untiered_topic_whose_local_log_goes_past_the_remote_tier_is_served(env: Env) -> None:
+    ulog, rlm, _, _ = write_and_tier(env)
+    stop(env, ulog, rlm)
+    ulog = env.open_log(config=tiered_config(**{"remote.storage.enable": False}))
+    rlm = env.rlm(rsm_in(env))
+    rlm.sync_partitions()
+    assert ulog.offline_reason is None
+    assert not ulog.append_as_leader(batch(1, seed=5)).duplicate
+
+
+def test_with_the_remote_tier_switched_off_a_wiped_partition_stays_offline(env: Env) -> None:
+    """remote.log.storage.system.enable=false: no remote log manager runs, but the broker still reads
+    the remote log metadata once at startup and keeps a partition whose local log ends at or below the
+    remote tier's end offline, naming both ranges."""
+    from tierlog.server.remote_tier import guard_without_remote_tier
+
+    ulog, rlm, _, _ = write_and_tier(env)
+    remote_end = ulog.highest_offset_in_remote_storage
+    stop(env, ulog, rlm)
+    shutil.rmtree(ulog.dir)
+    wiped = env.open_log(config=tiered_config())
+    intact = env.open_log("u-0", config=tiered_config())
+    intact.append_as_leader(batch(3))
+    metadata_dir = env.root / "data" / "remote-log-metadata"
+    before = sorted((f.name, f.read_bytes()) for f in metadata_dir.iterdir())
+    offline = guard_without_remote_tier(metadata_dir, env.logs)
+    assert list(offline) == [("t", 0)]
+    reason = wiped.offline_reason
+    assert reason is not None and f"offsets [0, {remote_end}]" in reason
+    assert "remote.log.storage.system.enable=false" in reason
+    assert intact.offline_reason is None
+    with pytest.raises(KafkaStorageError):
+        wiped.append_as_leader(batch(1))
+    assert sorted((f.name, f.read_bytes()) for f in metadata_dir.iterdir()) == before, "read only"

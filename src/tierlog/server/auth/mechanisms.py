@@ -68,6 +68,8 @@ class MechanismServer:
     #: The authenticated user's name once complete.
     user: str | None = None
     complete = False
+    #: When the credential used expires (ms; None: it does not), which bounds a re-authenticating session.
+    credential_expires_at_ms: int | None = None
 
     def evaluate(self, token: bytes) -> bytes:
         raise NotImplementedError

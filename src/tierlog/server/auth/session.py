@@ -103,7 +103,12 @@ class SaslSession:
             raise AuthenticationFailed("Re-authentication must be as the same principal")
         self.user = user
         self.state = SaslState.AUTHENTICATED
-        self.expires_at_ms = self._now_ms() + self.reauth_ms if self.reauth_ms > 0 else 0
+        self.expires_at_ms = 0
+        if self.reauth_ms > 0:
+            # KIP-368: a credential that expires sooner (an OAUTHBEARER token) ends the session sooner.
+            self.expires_at_ms = self._now_ms() + self.reauth_ms
+            if self.server.credential_expires_at_ms is not None:
+                self.expires_at_ms = min(self.expires_at_ms, self.server.credential_expires_at_ms)
         return challenge, True
 
     def session_lifetime_ms(self) -> int:

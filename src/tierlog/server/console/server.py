@@ -11,7 +11,6 @@ import datetime
 import ipaddress
 import logging
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -151,10 +150,11 @@ class Console:
         page = self._pages.get(url.path)
         if page is None:
             return self._error(404, f"no page {url.path}")
-        started = time.perf_counter()
+        clock = self.ctx.clock
+        started_ns = clock.monotonic_ns()
         try:
             template, data = page(urllib.parse.parse_qs(url.query))
-            data.update(path=url.path, render_ms=lambda: (time.perf_counter() - started) * 1000)
+            data.update(path=url.path, render_ms=lambda: (clock.monotonic_ns() - started_ns) / 1e6)
             html = self.env.get_template(template).render(**data)
         except reader.NotFound as e:
             return self._error(404, str(e))

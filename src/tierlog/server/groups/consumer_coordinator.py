@@ -18,11 +18,10 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from tierlog.errors import ErrorCode
 from tierlog.server.groups import consumer_records as cr
 from tierlog.server.groups.consumer_group import (
-    INVALID_REQUEST,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-    UNKNOWN_MEMBER_ID,
     ConsumerGroup,
     ConsumerGroupSettings,
     HeartbeatRequest,
@@ -36,9 +35,6 @@ if TYPE_CHECKING:
     from tierlog.server.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
-
-GROUP_ID_NOT_FOUND = 69
-INCONSISTENT_GROUP_PROTOCOL = 23
 
 
 def new_member_id() -> str:
@@ -89,17 +85,17 @@ class ConsumerGroups:
     async def heartbeat(self, req: HeartbeatRequest, api_version: int) -> HeartbeatResult:
         reason = invalid_request_reason(req, api_version)
         if reason is not None:
-            return HeartbeatResult(INVALID_REQUEST, req.member_id, error_message=reason)
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, req.member_id, error_message=reason)
         if not req.member_id and req.member_epoch == 0:  # v0: the coordinator names new members
             req = HeartbeatRequest(**{**req.__dict__, "member_id": new_member_id()})
         records: list[cr.Record] = []
         classic = self.coordinator.groups.get(req.group_id)
         if classic is not None:
             if classic.members or classic.pending_members or classic.state is not GroupState.EMPTY:
-                return HeartbeatResult(GROUP_ID_NOT_FOUND, req.member_id,
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, req.member_id,
                                        error_message=f"Group {req.group_id} is not a consumer group.")
             if req.member_epoch != 0:
-                return HeartbeatResult(GROUP_ID_NOT_FOUND, req.member_id,
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, req.member_id,
                                        error_message=f"Group {req.group_id} is not a consumer group.")
             # An empty classic group becomes a consumer group; its committed offsets stay.
             del self.coordinator.groups[req.group_id]
@@ -109,7 +105,7 @@ class ConsumerGroups:
         if group is None:
             if req.member_epoch != 0:
                 # Not GROUP_ID_NOT_FOUND, which clients treat as fatal: an unknown member rejoins.
-                return HeartbeatResult(UNKNOWN_MEMBER_ID, req.member_id,
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id,
                                        error_message=f"group {req.group_id} has no member {req.member_id}")
             group = self._get_or_create(req.group_id)
         result = group.heartbeat(req, self.topics_view(), self.coordinator.now_ms())

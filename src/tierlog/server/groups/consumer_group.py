@@ -27,19 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tierlog.config.settings import broker_default
+from tierlog.errors import ErrorCode
 from tierlog.server.groups import consumer_records as cr
 from tierlog.server.groups.assignors import Assignment, MemberSpec, TopicInfo, assign, assignor_name
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-INVALID_REQUEST = 42
-UNKNOWN_MEMBER_ID = 25
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
 
 #: The member epochs a leaving member sends: -1 leaves for good, -2 (static members) for a restart.
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -194,13 +186,13 @@ class ConsumerGroup:
     def validate_offset_commit(self, member_id: str, member_epoch: int) -> int:
         """Kafka's check of OffsetCommit v9+ (and OffsetFetch v9+) from a member of this group."""
         if member_epoch < 0 and not member_id:
-            return NONE if not self.members else UNKNOWN_MEMBER_ID  # an admin commit needs an empty group
+            return ErrorCode.NONE if not self.members else ErrorCode.UNKNOWN_MEMBER_ID  # an admin commit needs an empty group
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return STALE_MEMBER_EPOCH
-        return NONE
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
 
     # -- heartbeat -------------------------------------------------------------------------------
 
@@ -211,12 +203,12 @@ class ConsumerGroup:
             try:
                 re.compile(req.subscribed_topic_regex)
             except re.error as e:
-                return HeartbeatResult(INVALID_REGULAR_EXPRESSION, req.member_id,
+                return HeartbeatResult(ErrorCode.INVALID_REGULAR_EXPRESSION, req.member_id,
                                        error_message=f"SubscribedTopicRegex {req.subscribed_topic_regex!r} is "
                                                      f"not a valid regular expression: {e}")
         if req.server_assignor is not None and (assignor_name(req.server_assignor) is None or
                                                 assignor_name(req.server_assignor) not in self.settings.assignors):
-            return HeartbeatResult(UNSUPPORTED_ASSIGNOR, req.member_id,
+            return HeartbeatResult(ErrorCode.UNSUPPORTED_ASSIGNOR, req.member_id,
                                    error_message=f"ServerAssignor {req.server_assignor} is not supported; "
                                                  f"supported: {', '.join(self.settings.assignors)}")
         records: list[cr.Record] = []
@@ -227,7 +219,7 @@ class ConsumerGroup:
                 static = next((m for m in self.members.values() if m.instance_id == req.instance_id), None)
                 if static is not None and static.member_id != req.member_id:
                     if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                        return HeartbeatResult(UNRELEASED_INSTANCE_ID, req.member_id, error_message=(
+                        return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID, req.member_id, error_message=(
                             f"static member {req.instance_id} is still in use by member {static.member_id}"))
                     member = self._replace_static(static, req.member_id, records)
             if member is None:
@@ -240,7 +232,7 @@ class ConsumerGroup:
                 member.previous_member_epoch, member.member_epoch = member.member_epoch, 0
         else:
             if member is None:
-                return HeartbeatResult(UNKNOWN_MEMBER_ID, req.member_id,
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id,
                                        error_message=f"member {req.member_id} is not in group {self.group_id}")
             code = self._check_epoch(member, req)
             if code:
@@ -277,16 +269,16 @@ class ConsumerGroup:
         full = (req.rebalance_timeout_ms != -1 and req.owned is not None
                 and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         send_assignment = req.member_epoch == 0 or full or member.assigned != before[2]
-        return HeartbeatResult(NONE, member.member_id, member.member_epoch,
+        return HeartbeatResult(ErrorCode.NONE, member.member_id, member.member_epoch,
                                assignment=dict(member.assigned) if send_assignment else None, records=records)
 
     def _check_epoch(self, member: ConsumerMember, req: HeartbeatRequest) -> int:
         if req.member_epoch == member.member_epoch:
-            return NONE
+            return ErrorCode.NONE
         if req.member_epoch < member.member_epoch and req.member_epoch == member.previous_member_epoch \
                 and req.owned is not None and _flatten(req.owned) <= _flatten(member.assigned):
-            return NONE  # the response that bumped the epoch was lost: the member may retry with the old one
-        return FENCED_MEMBER_EPOCH
+            return ErrorCode.NONE  # the response that bumped the epoch was lost: the member may retry with the old one
+        return ErrorCode.FENCED_MEMBER_EPOCH
 
     def _update_member(self, member: ConsumerMember, req: HeartbeatRequest) -> None:
         if req.instance_id is not None:
@@ -330,16 +322,16 @@ class ConsumerGroup:
         if member is None and req.instance_id is not None:
             member = next((m for m in self.members.values() if m.instance_id == req.instance_id), None)
         if member is None:
-            return HeartbeatResult(UNKNOWN_MEMBER_ID, req.member_id,
+            return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id,
                                    error_message=f"member {req.member_id} is not in group {self.group_id}")
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and member.instance_id is not None:
             # A static member going away for a restart keeps its partitions until its session ends.
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
-            return HeartbeatResult(NONE, member.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH, records=[
+            return HeartbeatResult(ErrorCode.NONE, member.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH, records=[
                 (cr.encode_key(cr.CURRENT_MEMBER_ASSIGNMENT, self.group_id, member.member_id),
                  cr.encode_current_assignment(member.current()))])
-        return HeartbeatResult(NONE, member.member_id, LEAVE_GROUP_MEMBER_EPOCH,
+        return HeartbeatResult(ErrorCode.NONE, member.member_id, LEAVE_GROUP_MEMBER_EPOCH,
                                records=self.remove_member(member.member_id, "left the group"))
 
     # -- membership changes ----------------------------------------------------------------------

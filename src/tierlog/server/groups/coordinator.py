@@ -6,6 +6,11 @@ SyncGroup requests wait on futures that the state machine completes. Offsets are
 group's partition of ``__consumer_offsets`` before a commit is acknowledged and are read back from
 there at startup, so they survive restarts. The topic is created through the metadata controller
 the first time a group needs it, as Kafka does.
+
+Longer than most modules (about 630 lines) because GroupCoordinator is one class whose parts share
+the groups, the committed offsets and one write path to ``__consumer_offsets``: membership, plain and
+transactional commits, loading, expiry; the decisions themselves live beside it (:mod:`.group`,
+:mod:`.offsets_retention`, :mod:`.offset_delete`).
 """
 
 from __future__ import annotations
@@ -21,14 +26,19 @@ from tierlog.clock import Clock
 from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
 from tierlog.ids import TopicPartition
-from tierlog.metadata import Controller, TopicExistsError
+from tierlog.metadata import Controller
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups import consumer_records
 from tierlog.server.groups.consumer_coordinator import ConsumerGroups
 from tierlog.server.groups.consumer_group import ConsumerGroupSettings
 from tierlog.server.groups.group import Group, GroupState, JoinResult, SyncResult
 from tierlog.server.groups.offset_delete import classic_group_error, classic_subscribed_topics
-from tierlog.server.groups.offsets_retention import EmptySince, expired_offsets
+from tierlog.server.groups.offsets_retention import (
+    ExpiryCondition,
+    classic_condition,
+    consumer_group_condition,
+    expired_offsets,
+)
 from tierlog.server.groups.records import (
     GroupKey,
     OffsetKey,
@@ -42,8 +52,10 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
+from tierlog.server.internal_topic import InternalTopic
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.ticker import Ticker
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -90,10 +102,15 @@ class GroupCoordinator:
         self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetValue]]] = {}
         self.consumer = ConsumerGroups(self, settings.consumer)
         self._write_lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
-        self._topic_lock = asyncio.Lock()
+        self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "group coordinator")
+        self._topic = InternalTopic(CONSUMER_OFFSETS_TOPIC, partitions, controller, io,
+                                    num_partitions=settings.num_partitions,
+                                    configs={"cleanup.policy": "compact", "segment.bytes": str(settings.segment_bytes)})
         self._last_cleanup_ms = self.now_ms()
-        self._empty_since = EmptySince()
+        #: Wall-clock time each classic group became empty (Kafka's currentStateTimestamp of an Empty
+        #: group), persisted in its group metadata record and read back at load.
+        self._empty_since_ms: dict[str, int] = {}
+        self._background_writes: set[asyncio.Task[int]] = set()
 
     def now_ms(self) -> int:
         return self.clock.monotonic_ns() // 1_000_000
@@ -106,22 +123,13 @@ class GroupCoordinator:
             loaded = await self.io.run(self._load_blocking)
             log.info("loaded %d committed offsets of %d groups from %s in %.3f s", loaded, len(self.offsets),
                      CONSUMER_OFFSETS_TOPIC, (self.clock.monotonic_ns() - started_ns) / 1e9)
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
+        await self._ticker.stop()
         for group in self.groups.values():
             group.shutdown()
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
-            self.tick()
+        await self.flush_writes()
 
     def tick(self) -> None:
         now = self.now_ms()
@@ -139,34 +147,37 @@ class GroupCoordinator:
             self.remove_empty_groups()
 
     def expire_offsets(self) -> int:
-        """offsets.retention.minutes: tombstones for the offsets of groups empty that long (see
+        """offsets.retention.minutes: tombstones for the offsets expired by Kafka's rules (see
         offsets_retention); returns the offsets expired."""
         now = self.clock.wall_ms()
         expired_total = 0
         for group_id, offsets in list(self.offsets.items()):
-            group = self.groups.get(group_id)
-            empty = group is None or (group.state is GroupState.EMPTY and not group.members
-                                      and not group.pending_members)
-            had_members = group is not None and group.generation_id > 0
-            since = self._empty_since.observe(group_id, empty=empty, had_members=had_members, now_ms=now)
-            if not empty:
-                continue
-            expired = expired_offsets(offsets, empty_since_ms=since, now_ms=now,
-                                      retention_ms=self.settings.offsets_retention_ms)
+            expired = expired_offsets(offsets, self._expiry_condition(group_id), now_ms=now,
+                                      retention_ms=self.settings.offsets_retention_ms,
+                                      pending=self.has_pending_offsets(group_id, None))
             if not expired:
                 continue
             for tp in expired:
                 del offsets[tp]
             if not offsets:
                 del self.offsets[group_id]
-                self._empty_since.forget(group_id)
             expired_total += len(expired)
-            task = asyncio.get_running_loop().create_task(self._append(
-                group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in expired]))
-            task.add_done_callback(_log_failure)
+            self._write_later(group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in expired])
         if expired_total:
             log.info("expired %d committed offsets (offsets.retention.minutes)", expired_total)
         return expired_total
+
+    def _expiry_condition(self, group_id: str) -> ExpiryCondition | None:
+        if group_id in self.consumer.groups:
+            return consumer_group_condition(self.consumer.subscribed_topics(group_id) or set())
+        group = self.groups.get(group_id)
+        if group is None:
+            return ExpiryCondition()  # offsets only: a standalone consumer's, aged from each commit
+        empty = group.state is GroupState.EMPTY and not group.members and not group.pending_members
+        return classic_condition(protocol_type=group.protocol_type, empty=empty,
+                                 stable=group.state is GroupState.STABLE,
+                                 empty_since_ms=self._empty_since_ms.get(group_id),
+                                 subscribed=classic_subscribed_topics(group))
 
     def remove_empty_groups(self) -> int:
         """Kafka's periodic group cleanup: an empty group without committed offsets is forgotten,
@@ -179,11 +190,10 @@ class GroupCoordinator:
                 continue
             del self.groups[group_id]
             self.offsets.pop(group_id, None)
+            self._empty_since_ms.pop(group_id, None)
             removed += 1
             if group.generation_id > 0:  # a generation completed: its record was written
-                task = asyncio.get_running_loop().create_task(
-                    self._append(group_id, [(encode_group_key(GroupKey(group_id)), None)]))
-                task.add_done_callback(_log_failure)
+                self._write_later(group_id, [(encode_group_key(GroupKey(group_id)), None)])
         for group_id in [g for g in list(self.consumer.groups) if not self.offsets.get(g)]:
             if self.consumer.remove_if_empty(group_id, store=True):
                 removed += 1
@@ -271,6 +281,7 @@ class GroupCoordinator:
         if raw_value is None:
             self.groups.pop(key.group, None)
             self.offsets.pop(key.group, None)
+            self._empty_since_ms.pop(key.group, None)
             return 0
         value = decode_group_value(raw_value)
         # Members are not restored: after a restart they find themselves unknown and rejoin, which
@@ -279,27 +290,23 @@ class GroupCoordinator:
         group.protocol_type = value.protocol_type or None
         group.generation_id = value.generation
         self.groups[key.group] = group
+        if value.members:
+            # Stored Stable: its members are gone with the restart, so it is empty from now (Kafka
+            # restores them and empties the group when their sessions time out).
+            self._empty_since_ms[key.group] = self.clock.wall_ms()
+        elif value.current_state_timestamp_ms >= 0:
+            self._empty_since_ms[key.group] = value.current_state_timestamp_ms
+        else:  # an old record without the timestamp: offsets age from their commits
+            self._empty_since_ms.pop(key.group, None)
         return 0
 
     # -- persistence -----------------------------------------------------------------------------
 
     async def ensure_topic(self) -> None:
-        if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-            return
-        async with self._topic_lock:
-            if CONSUMER_OFFSETS_TOPIC in self.partitions.image.topics_by_name:
-                return
-            try:
-                await self.io.run(self.controller.create_topic, CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions, 1,
-                                  {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes)})
-                log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC, self.settings.num_partitions)
-            except TopicExistsError:
-                pass
+        await self._topic.ensure()
 
     def _partition_of(self, group_id: str) -> int:
-        topic = self.partitions.topic(CONSUMER_OFFSETS_TOPIC)
-        count = topic.num_partitions if topic is not None else self.settings.num_partitions
-        return partition_for_group(group_id, count)
+        return partition_for_group(group_id, self._topic.partition_count())
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
         """Append records to the group's partition; the error code (0 when stored)."""
@@ -328,11 +335,31 @@ class GroupCoordinator:
         self.partitions.waiters.notify([(CONSUMER_OFFSETS_TOPIC, partition)])
         return ErrorCode.NONE
 
-    def _store_group(self, group: Group) -> None:
-        value = encode_group_value(group.to_value())
-        task = asyncio.get_running_loop().create_task(
-            self._append(group.group_id, [(encode_group_key(GroupKey(group.group_id)), value)]))
+    def _write_later(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append in the background (group records and tombstones nobody waits on); stop() waits
+        for these, so a tombstone decided just before shutdown is not lost."""
+        task = asyncio.get_running_loop().create_task(self._append(group_id, records))
+        self._background_writes.add(task)
+        task.add_done_callback(self._background_writes.discard)
         task.add_done_callback(_log_failure)
+
+    async def flush_writes(self) -> None:
+        """Wait for the background writes started so far."""
+        while self._background_writes:
+            await asyncio.gather(*list(self._background_writes), return_exceptions=True)
+
+    def _store_group(self, group: Group) -> None:
+        value = group.to_value()
+        if group.state_timestamp_ms >= 0:
+            # The group's own clock is monotonic; the record holds wall-clock time, as Kafka's.
+            state_wall_ms = self.clock.wall_ms() - (self.now_ms() - group.state_timestamp_ms)
+            value = dataclasses.replace(value, current_state_timestamp_ms=state_wall_ms)
+            if group.state is GroupState.EMPTY:
+                self._empty_since_ms[group.group_id] = state_wall_ms
+            else:
+                self._empty_since_ms.pop(group.group_id, None)
+        encoded = encode_group_value(value)
+        self._write_later(group.group_id, [(encode_group_key(GroupKey(group.group_id)), encoded)])
 
     def _new_group(self, group_id: str) -> Group:
         group = Group(group_id, initial_rebalance_delay_ms=self.settings.initial_rebalance_delay_ms)
@@ -416,16 +443,11 @@ class GroupCoordinator:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
-    async def commit(self, group_id: str, member_id: str, generation_id: int,
-                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
-        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
-        if not group_id:
-            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
-        code = self._commit_error(group_id, member_id, generation_id)
-        if code:
-            return [code] * len(offsets)
+    def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]], now: int,
+                        ) -> tuple[list[int], list[tuple[bytes, bytes | None]], list[tuple[TopicPartition, OffsetValue]]]:
+        """What an OffsetCommit or a TxnOffsetCommit writes: an error code per entry (an unknown
+        partition, metadata too large), and for the accepted ones their record and the offset it commits."""
         image = self.partitions.image
-        now = self.clock.wall_ms()
         codes: list[int] = []
         records: list[tuple[bytes, bytes | None]] = []
         accepted: list[tuple[TopicPartition, OffsetValue]] = []
@@ -441,6 +463,18 @@ class GroupCoordinator:
             records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
             accepted.append(((topic, partition), value))
             codes.append(ErrorCode.NONE)
+        return codes, records, accepted
+
+    async def commit(self, group_id: str, member_id: str, generation_id: int,
+                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+        """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
+        if not group_id:
+            return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
+        code = self._commit_error(group_id, member_id, generation_id)
+        if code:
+            return [code] * len(offsets)
+        now = self.clock.wall_ms()
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if records:
             code = await self._append(group_id, records)
             if code:
@@ -467,23 +501,8 @@ class GroupCoordinator:
             code = self._commit_error(group_id, member_id, generation_id)
             if code:
                 return [code] * len(offsets)
-        image = self.partitions.image
         now = self.clock.wall_ms()
-        codes: list[int] = []
-        records: list[tuple[bytes, bytes | None]] = []
-        accepted: list[tuple[TopicPartition, OffsetValue]] = []
-        for topic, partition, offset, leader_epoch, metadata in offsets:
-            t = image.topics_by_name.get(topic)
-            if t is None or partition not in t.partitions:
-                codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
-                codes.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-                continue
-            value = OffsetValue(offset, leader_epoch, metadata or "", now)
-            records.append((encode_offset_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value)))
-            accepted.append(((topic, partition), value))
-            codes.append(ErrorCode.NONE)
+        codes, records, accepted = self._offset_records(group_id, offsets, now)
         if not records:
             return codes
         batch = build_batch([SimpleRecord(k, v, timestamp=now) for k, v in records], producer_id=producer_id,
@@ -562,6 +581,7 @@ class GroupCoordinator:
         self.groups.pop(group_id, None)
         self.consumer.remove_if_empty(group_id, store=False)
         self.offsets.pop(group_id, None)
+        self._empty_since_ms.pop(group_id, None)
         return ErrorCode.NONE
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> tuple[int, list[int]]:
@@ -589,11 +609,15 @@ class GroupCoordinator:
         return ErrorCode.NONE, codes
 
     def on_topic_deleted(self, topic: str) -> None:
-        """Offsets of a deleted topic are dropped from memory. Kafka also writes tombstones for them;
-        here they reload at startup and are filtered out while the topic does not exist."""
-        for offsets in self.offsets.values():
-            for tp in [tp for tp in offsets if tp[0] == topic]:
+        """Offsets of a deleted topic go, with tombstones as Kafka writes them: a topic later created
+        with the same name must not find them at the next load, and the cleaner can drop them."""
+        for group_id, offsets in list(self.offsets.items()):
+            gone = [tp for tp in offsets if tp[0] == topic]
+            if not gone:
+                continue
+            for tp in gone:
                 del offsets[tp]
+            self._write_later(group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in gone])
 
 
 def _resolver(future: asyncio.Future[R]) -> Callable[[R], None]:

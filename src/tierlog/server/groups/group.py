@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tierlog.config.settings import broker_default
 from tierlog.errors import ErrorCode
 from tierlog.server.groups.records import GroupValue, MemberValue
 
@@ -91,7 +92,7 @@ class Group:
     #: Kafka's group.initial.rebalance.delay.ms: the first rebalance of an empty group waits this long
     #: (extended by each new member, up to the rebalance timeout) so members starting together land
     #: in one generation instead of several.
-    initial_rebalance_delay_ms: int = 3000
+    initial_rebalance_delay_ms: int = broker_default("group.initial.rebalance.delay.ms")
     state: GroupState = GroupState.EMPTY
     generation_id: int = 0
     protocol_type: str | None = None

@@ -16,6 +16,7 @@ from tierlog.server.handlers import (
     offsets,
     produce,
     producer_ids,
+    quotas,
     sasl,
     scram_credentials,
     topics,
@@ -26,7 +27,7 @@ from tierlog.server.handlers import (
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   consumer_groups, features, transactions, sasl, scram_credentials):
+                   consumer_groups, features, transactions, sasl, scram_credentials, quotas):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

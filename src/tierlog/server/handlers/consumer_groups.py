@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
@@ -12,8 +13,6 @@ from tierlog.server.groups.assignors import Assignment
 from tierlog.server.groups.consumer_group import HeartbeatRequest
 from tierlog.server.groups.coordinator import GroupCoordinator
 
-GROUP_ID_NOT_FOUND = 69
-UNKNOWN_TOPIC_OR_PARTITION = 3
 #: No authorizer: the group operations Kafka reports then (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS,
 #: ALTER_CONFIGS) as a bit field of AclOperation codes.
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6) | (1 << 10) | (1 << 11)
@@ -74,7 +73,7 @@ async def handle_consumer_group_describe(ctx: BrokerContext, request: ParsedRequ
         if group is None:
             message = (f"Group {group_id} is not a consumer group." if group_id in coordinator.groups
                        else f"Group {group_id} not found.")
-            out.append({"group_id": group_id, "error_code": GROUP_ID_NOT_FOUND, "error_message": message,
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_ID_NOT_FOUND, "error_message": message,
                         "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                         "members": []})
             continue
@@ -104,7 +103,7 @@ async def handle_offset_delete(ctx: BrokerContext, request: ParsedRequest, clien
     by_tp = dict(zip(known, codes, strict=True)) if not error else {}
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index,
-         "error_code": by_tp.get((t.name, p.partition_index), UNKNOWN_TOPIC_OR_PARTITION)}
+         "error_code": by_tp.get((t.name, p.partition_index), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
         for p in t.partitions]} for t in body.topics] if not error else []
     return build_response(ApiKey.OFFSET_DELETE, request.api_version, {"error_code": error, "topics": topics})
 

@@ -17,6 +17,7 @@ from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.fetch_response import PartitionData, TopicData, encode_fetch_response
 from tierlog.server.partitions import ReadResult, ReadSpec
+from tierlog.server.throttling import fetch_max_bytes
 
 READ_COMMITTED = 1
 #: Fetch sessions epochs: 0 opens a session, -1 is a sessionless full fetch.
@@ -94,7 +95,7 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
         layout.append((key, entries))
 
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-    max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = fetch_max_bytes(ctx.quotas, client, body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF)
     max_wait_ms = max(0, to_millis(body.max_wait))
     min_bytes = body.min_bytes
     loop = asyncio.get_running_loop()

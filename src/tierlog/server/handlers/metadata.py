@@ -78,7 +78,7 @@ async def handle_metadata(ctx: BrokerContext, request: ParsedRequest, client: Cl
     if requested is None or (version == 0 and not requested):
         topics = [topic_entry(ctx, t) for t in sorted(image.topics_by_name.values(), key=lambda t: t.name)]
     else:
-        allow_auto = ctx.config.get_bool("auto.create.topics.enable") and getattr(body, "allow_auto_topic_creation", True)
+        allow_auto = ctx.settings.auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
         for wanted in requested:
             name = wanted.name
             topic_id = uuid_bytes(getattr(wanted, "topic_id", None))

@@ -58,7 +58,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
         refused = _unverified(ctx, body, items)
-        durable = durable_ack(ctx.config.get_str("log.durable.acks"), acks)
+        durable = durable_ack(ctx.settings.durable_acks, acks)
         if durable:
             await _room(ctx, items)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))

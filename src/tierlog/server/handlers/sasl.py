@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from tierlog.errors import ErrorCode as E
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
-from tierlog.server.auth.error_codes import SecurityErrorCode as E
 from tierlog.server.auth.mechanisms import AuthenticationFailed
 from tierlog.server.auth.session import SaslSession
 from tierlog.server.connection import ClientInfo, Reply

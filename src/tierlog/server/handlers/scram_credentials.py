@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tierlog.errors import ErrorCode as E
 from tierlog.metadata.records import (
     MetadataRecord,
     RemoveUserScramCredentialRecord,
     UserScramCredentialRecord,
 )
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
-from tierlog.server.auth.error_codes import SecurityErrorCode as E
 from tierlog.server.auth.mechanisms import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_BY_ID
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext

@@ -13,8 +13,18 @@ from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
 from tierlog.server.handlers.configs import topic_config_entries
 from tierlog.server.partitions import INTERNAL_TOPICS
+from tierlog.server.throttling import THROTTLED_MESSAGE, mutation_refused, record_mutation
 
 log = logging.getLogger(__name__)
+
+
+def _now_ms(ctx: BrokerContext) -> int:
+    return ctx.clock.monotonic_ns() // 1_000_000
+
+
+def _check_mutation_quota(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> None:
+    if mutation_refused(ctx.quotas, request, client, _now_ms(ctx)):
+        raise _Refused(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
 
 
 class _Refused(TierlogError):
@@ -62,8 +72,11 @@ async def handle_create_topics(ctx: BrokerContext, request: ParsedRequest, clien
                 if c.name in configs:
                     raise _Refused(ErrorCode.INVALID_REQUEST, f"Duplicate config key {c.name}")
                 configs[c.name] = c.value
+            _check_mutation_quota(ctx, request, client)
             result: CreateTopicResult = await ctx.io.run(
                 ctx.controller.create_topic, t.name, num_partitions, rf, configs, validate_only=body.validate_only)
+            if not body.validate_only:
+                record_mutation(ctx.quotas, client, result.num_partitions, _now_ms(ctx))
         except _Refused as e:
             entry.update(error_code=e.code, error_message=str(e))
             continue
@@ -104,7 +117,9 @@ async def handle_delete_topics(ctx: BrokerContext, request: ParsedRequest, clien
             if name in INTERNAL_TOPICS:
                 raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Internal topic {name} cannot be deleted")
             entry["topic_id"] = topic_uuid(topic_image.topic_id)
+            _check_mutation_quota(ctx, request, client)
             await ctx.io.run(ctx.controller.delete_topic, name)
+            record_mutation(ctx.quotas, client, topic_image.num_partitions, _now_ms(ctx))
             log.info("deleted topic %s", name)
             if ctx.groups is not None:
                 ctx.groups.on_topic_deleted(name)
@@ -127,7 +142,11 @@ async def handle_create_partitions(ctx: BrokerContext, request: ParsedRequest, c
                     if list(a.broker_ids) != [ctx.node_id]:
                         raise _Refused(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                                        f"Replica assignment {list(a.broker_ids)} is not possible on this single-broker cluster")
+            _check_mutation_quota(ctx, request, client)
+            before = ctx.image.topics_by_name.get(t.name)
             await ctx.io.run(ctx.controller.create_partitions, t.name, t.count, validate_only=body.validate_only)
+            if not body.validate_only and before is not None:
+                record_mutation(ctx.quotas, client, t.count - before.num_partitions, _now_ms(ctx))
         except _Refused as e:
             entry.update(error_code=e.code, error_message=str(e))
         except TierlogError as e:

@@ -12,12 +12,12 @@ import datetime
 import re
 from typing import Any
 
+from tierlog.errors import ErrorCode as Code
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.server.txn.records import TxnState
-from tierlog.server.txn.rules import Code
 
 #: The first version of each API that knows PRODUCER_FENCED.
 _FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
@@ -93,7 +93,7 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
     await groups.ensure_topic()
     offsets_tp = ("__consumer_offsets", groups.offsets_partition(body.group_id)) if body.group_id else None
     if offsets_tp is None:
-        code = Code.INVALID_GROUP_ID
+        code: int = Code.INVALID_GROUP_ID
     else:
         code = txn.verify_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
                                      [offsets_tp])[offsets_tp]
@@ -206,7 +206,7 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: ParsedRequest, c
             for p in t.partition_indexes:
                 topic = image.topics_by_name.get(t.name)
                 if topic is None or int(p) not in topic.partitions:
-                    code = Code.UNKNOWN_TOPIC_OR_PARTITION
+                    code: int = Code.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     code = await txn.write_marker(t.name, int(p), m.producer_id, m.producer_epoch,
                                                   m.coordinator_epoch, m.transaction_result)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable
 
+from tierlog.clock import SYSTEM_CLOCK, Clock, system_monotonic_s
 from tierlog.config import BrokerConfig
-from tierlog.config.security_keys import SASL_MECHANISMS
+from tierlog.config.definition import Value
+from tierlog.config.security_keys import CALLBACK_HANDLER_SUFFIX, SASL_MECHANISMS
 from tierlog.errors import ConfigError
 from tierlog.metadata import MetadataImage
 from tierlog.server.auth.mechanisms import (
@@ -23,6 +24,15 @@ from tierlog.server.auth.mechanisms import (
     ScramCredential,
     ScramServer,
     parse_plain_jaas,
+)
+from tierlog.server.auth.oauthbearer import (
+    MECHANISM as OAUTHBEARER,
+)
+from tierlog.server.auth.oauthbearer import (
+    UNSECURED_VALIDATOR,
+    JwksKeys,
+    OAuthBearerServer,
+    OAuthSettings,
 )
 from tierlog.server.auth.session import SaslSession
 from tierlog.server.connection import KafkaConnection
@@ -41,8 +51,10 @@ class ListenerSecurity:
     """Per listener: its protocol and, for TLS ones, the context source (built at startup, so a bad
     certificate stops the broker before it listens)."""
 
-    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: BrokerConfig, now_s: Callable[[], float] = system_monotonic_s,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self._clock = clock
         self.protocols = config.security_protocol_map()
         self.refusals = PeerLogLimiter(log, now_s)
         self._now_s = now_s
@@ -52,12 +64,14 @@ class ListenerSecurity:
         self.sasl_mechanisms: dict[str, tuple[str, ...]] = {}
         self.plain_users: dict[str, dict[str, str]] = {}
         self.reauth_ms: dict[str, int] = {}
+        #: OAUTHBEARER listeners' settings, and the key sets they validate with (by URL).
+        self.oauth: dict[str, OAuthSettings] = {}
+        self.jwks: dict[str, JwksKeys] = {}
         #: The metadata image (SCRAM credentials), set by the broker once the controller is up.
         self.image: Callable[[], MetadataImage] | None = None
         # Salts of unknown SCRAM users are derived from it: stable per name, unguessable.
         self._unknown_user_secret = os.urandom(32)
-        for item in config.get_list("listeners"):
-            name = item.partition("://")[0].upper()
+        for name in config.listener_names():
             if self.protocols.get(name) in TLS_PROTOCOLS:
                 self.tls[name] = TlsContextSource(TlsSettings.from_config(config, name), now_s)
                 self.mappers[name] = PrincipalMapper(str(config.listener_value(name, "ssl.principal.mapping.rules")))
@@ -72,8 +86,8 @@ class ListenerSecurity:
         if not mechanisms:
             raise ConfigError(f"listener.name.{name.lower()}.{key}",
                               f"listener {name} uses SASL but enables none of {', '.join(SASL_MECHANISMS)}")
-        if "OAUTHBEARER" in mechanisms:
-            raise ConfigError(f"listener.name.{name.lower()}.{key}", "OAUTHBEARER is not served yet")
+        if OAUTHBEARER in mechanisms:
+            self._configure_oauthbearer(name)
         if "PLAIN" in mechanisms:
             jaas_key = f"listener.name.{name.lower()}.plain.sasl.jaas.config"
             text = self.config.jaas_configs.get((name, "PLAIN"))
@@ -89,9 +103,60 @@ class ListenerSecurity:
         reauth = self.config.listener_value(name, "connections.max.reauth.ms")
         self.reauth_ms[name] = int(reauth) if isinstance(reauth, int) else 0
 
+    def _configure_oauthbearer(self, name: str) -> None:
+        """A JWKS to validate signed tokens with or, named explicitly, Kafka's unsecured validator."""
+
+        def value(key: str) -> Value:
+            return self.config.listener_value(name, key)
+
+        handler = self.config.callback_handlers.get((name, OAUTHBEARER))
+        url = value("sasl.oauthbearer.jwks.endpoint.url")
+        unsecured = handler == UNSECURED_VALIDATOR
+        handler_key = f"listener.name.{name.lower()}.oauthbearer{CALLBACK_HANDLER_SUFFIX}"
+        if handler is not None and not unsecured:
+            raise ConfigError(handler_key, f"tierlog validates OAUTHBEARER tokens itself: leave it unset (with "
+                                           f"sasl.oauthbearer.jwks.endpoint.url) or name {UNSECURED_VALIDATOR}")
+        if not url and not unsecured:
+            raise ConfigError(f"listener.name.{name.lower()}.sasl.oauthbearer.jwks.endpoint.url",
+                              f"listener {name} enables OAUTHBEARER and needs the JWKS its tokens are signed with "
+                              f"(or, for development only, {handler_key}={UNSECURED_VALIDATOR})")
+        audience = value("sasl.oauthbearer.expected.audience")
+        issuer = value("sasl.oauthbearer.expected.issuer")
+        settings = OAuthSettings(
+            jwks_url=str(url) if url and not unsecured else None,
+            expected_audience=tuple(str(a) for a in audience) if isinstance(audience, tuple) else (),
+            expected_issuer=str(issuer) if issuer else None,
+            clock_skew_s=int(value("sasl.oauthbearer.clock.skew.seconds")),  # type: ignore[arg-type]
+            sub_claim=str(value("sasl.oauthbearer.sub.claim.name")),
+            jwks_refresh_ms=int(value("sasl.oauthbearer.jwks.endpoint.refresh.ms")),  # type: ignore[arg-type]
+            unsecured=unsecured)
+        self.oauth[name] = settings
+        if settings.jwks_url is not None and settings.jwks_url not in self.jwks:
+            # Fetched once the broker starts (start()): a config check builds this object too.
+            self.jwks[settings.jwks_url] = JwksKeys(settings.jwks_url, settings.jwks_refresh_ms, self._clock)
+        if unsecured:
+            log.warning("listener %s accepts unsecured (unsigned) OAUTHBEARER tokens: for development only", name)
+
+    def start(self) -> None:
+        """Fetch each JWKS (a failure is logged and retried: tokens fail until it loads) and keep
+        them fresh on threads of their own. Blocking: the broker calls it off the event loop."""
+        for keys in self.jwks.values():
+            keys.load()
+            keys.start()
+
+    def close(self) -> None:
+        for keys in self.jwks.values():
+            keys.close()
+
     def _mechanism_server(self, listener: str, mechanism: str) -> MechanismServer:
         if mechanism == "PLAIN":
             return PlainServer(self.plain_users.get(listener, {}))
+        if mechanism == OAUTHBEARER:
+            settings = self.oauth[listener]
+            keys = self.jwks.get(settings.jwks_url or "")
+            return OAuthBearerServer(settings, keys.keys if keys is not None else lambda: None,
+                                     keys.refresh_soon if keys is not None else lambda: None,
+                                     self._clock.wall_ms)
         scram = SCRAM_MECHANISMS[mechanism]
 
         def lookup(user: str) -> ScramCredential | None:

@@ -19,8 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.clock import Clock
+from tierlog.config.settings import broker_default
 from tierlog.errors import CorruptRecordError, TierlogError
-from tierlog.metadata import Controller, TopicExistsError
+from tierlog.errors import ErrorCode as Code
+from tierlog.ids import TopicPartition
+from tierlog.metadata import Controller
 from tierlog.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -30,8 +33,10 @@ from tierlog.records import (
     iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
+from tierlog.server.internal_topic import InternalTopic
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
+from tierlog.server.ticker import Ticker
 from tierlog.server.txn import rules
 from tierlog.server.txn.records import (
     TRANSACTION_STATE_TOPIC,
@@ -43,12 +48,11 @@ from tierlog.server.txn.records import (
     encode_value,
     partition_for_transactional_id,
 )
-from tierlog.server.txn.rules import Code, TxnMetadata
+from tierlog.server.txn.rules import TxnMetadata
 from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 TICK_INTERVAL_S = 0.1
 #: Marker writes that fail (a storage error) are retried this often before the transaction is left
 #: in its Prepare state for the next start to finish.
@@ -58,12 +62,12 @@ MARKER_BACKOFF_S = 0.2
 
 @dataclass(frozen=True)
 class TxnSettings:
-    num_partitions: int = 50
-    segment_bytes: int = 104857600
-    max_timeout_ms: int = 900000
-    abort_timed_out_interval_ms: int = 10000
-    id_expiration_ms: int = 604800000
-    remove_expired_interval_ms: int = 3600000
+    num_partitions: int = broker_default("transaction.state.log.num.partitions")
+    segment_bytes: int = broker_default("transaction.state.log.segment.bytes")
+    max_timeout_ms: int = broker_default("transaction.max.timeout.ms")
+    abort_timed_out_interval_ms: int = broker_default("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    id_expiration_ms: int = broker_default("transactional.id.expiration.ms")
+    remove_expired_interval_ms: int = broker_default("transactions.remove.expired.transaction.cleanup.interval.ms")
 
 
 class TransactionCoordinator:
@@ -78,8 +82,11 @@ class TransactionCoordinator:
         self.settings = settings
         self.txns: dict[str, TxnMetadata] = {}
         self._write_lock = asyncio.Lock()
-        self._topic_lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
+        self._topic = InternalTopic(TRANSACTION_STATE_TOPIC, partitions, controller, io,
+                                    num_partitions=settings.num_partitions,
+                                    configs={"cleanup.policy": "compact", "segment.bytes": str(settings.segment_bytes),
+                                             "min.insync.replicas": "1"})
+        self._ticker = Ticker(TICK_INTERVAL_S, self.tick, "transaction coordinator")
         self._last_abort_check_ms = 0
         self._last_expire_check_ms = 0
         #: Counters for the metrics endpoint and ``transactions list``.
@@ -108,23 +115,10 @@ class TransactionCoordinator:
                         meta.pending = False
         now = self.now_ms()
         self._last_abort_check_ms = self._last_expire_check_ms = now
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ticker.start()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            try:
-                await self._ticker
-            except asyncio.CancelledError:
-                pass
-
-    async def _tick_forever(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("transaction coordinator tick failed")
+        await self._ticker.stop()
 
     async def tick(self) -> None:
         now = self.now_ms()
@@ -185,23 +179,10 @@ class TransactionCoordinator:
     # -- persistence -----------------------------------------------------------------------------
 
     async def ensure_topic(self) -> None:
-        if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
-            return
-        async with self._topic_lock:
-            if TRANSACTION_STATE_TOPIC in self.partitions.image.topics_by_name:
-                return
-            try:
-                await self.io.run(self.controller.create_topic, TRANSACTION_STATE_TOPIC, self.settings.num_partitions,
-                                  1, {"cleanup.policy": "compact", "segment.bytes": str(self.settings.segment_bytes),
-                                      "min.insync.replicas": "1"})
-                log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.settings.num_partitions)
-            except TopicExistsError:
-                pass
+        await self._topic.ensure()
 
     def partition_of(self, transactional_id: str) -> int:
-        topic = self.partitions.topic(TRANSACTION_STATE_TOPIC)
-        count = topic.num_partitions if topic is not None else self.settings.num_partitions
-        return partition_for_transactional_id(transactional_id, count)
+        return partition_for_transactional_id(transactional_id, self._topic.partition_count())
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, self.partition_of(transactional_id))

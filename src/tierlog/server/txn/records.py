@@ -18,6 +18,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tierlog._util.varint import read_unsigned_varint
 from tierlog.errors import CorruptRecordError
 from tierlog.server.groups.records import partition_for_group
 
@@ -124,14 +125,9 @@ class _Reader:
         return int(v)
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.raw[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
+        # ValueError when malformed: the decoder turns it, like struct errors, into a corrupt record.
+        value, self.pos = read_unsigned_varint(self.raw, self.pos, error=ValueError)
+        return value
 
     def length(self) -> int:
         """An array or string length; -1 for null."""

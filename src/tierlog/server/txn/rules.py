@@ -8,36 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kio.schema.errors import ErrorCode
-
+from tierlog.errors import ErrorCode as Code
+from tierlog.ids import TopicPartition
 from tierlog.server.txn.records import TxnLogValue, TxnState
 
-TopicPartition = tuple[str, int]
 NO_PRODUCER_EPOCH = -1
 #: Kafka rotates the producer id once the epoch reaches Short.MAX_VALUE - 1 (the last one is kept for
 #: fencing).
 MAX_EPOCH = 32767
-
-
-class Code:
-    """Kafka's error codes used by the coordinator (kio's ErrorCode values)."""
-
-    NONE = int(ErrorCode.none)
-    UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
-    COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
-    NOT_COORDINATOR = int(ErrorCode.not_coordinator)
-    INVALID_GROUP_ID = int(ErrorCode.invalid_group_id)
-    INVALID_REQUEST = int(ErrorCode.invalid_request)
-    INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
-    INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
-    INVALID_PRODUCER_ID_MAPPING = int(ErrorCode.invalid_producer_id_mapping)
-    INVALID_TRANSACTION_TIMEOUT = int(ErrorCode.invalid_transaction_timeout)
-    CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
-    TRANSACTION_COORDINATOR_FENCED = int(ErrorCode.transaction_coordinator_fenced)
-    OPERATION_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
-    PRODUCER_FENCED = int(ErrorCode.producer_fenced)
-    TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
-    UNSTABLE_OFFSET_COMMIT = int(ErrorCode.unstable_offset_commit)
 
 
 @dataclass

@@ -22,7 +22,8 @@ from tierlog.records.header import (
 from tierlog.records.reader import _records_region, decode_batch
 from tierlog.records.record import Record
 from tierlog.storage.cleaner.decisions import tombstone_retained
-from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.cleaner.fast_path import rewrite_data_batch
+from tierlog.storage.cleaner.offset_map import AnyOffsetMap, OffsetMap
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.file_records import FileRecords
 from tierlog.storage.txn_index import AbortedTxn
@@ -124,7 +125,7 @@ class LastRecord:
 
 @dataclass
 class FilterContext:
-    offset_map: OffsetMap
+    offset_map: AnyOffsetMap
     txn: TxnTracker
     now_ms: int
     delete_retention_ms: int
@@ -168,6 +169,14 @@ def filter_batch(h: BatchHeader, ctx: FilterContext) -> bytes | None:
     ctx.records_read += h.records_count
     if retention is Retention.DELETE:
         return None
+    if isinstance(ctx.offset_map, OffsetMap) and not discard_records and not h.is_control:
+        fast = rewrite_data_batch(h, ctx.offset_map, ctx.now_ms, ctx.delete_retention_ms,
+                                  tombstone_retained(horizon, ctx.now_ms), horizon,
+                                  drop_if_empty=retention is Retention.DELETE_EMPTY)
+        if fast is not None:
+            out, kept_count = fast
+            ctx.records_kept += kept_count
+            return out
     keys = batch_keys(h)
     if discard_records:
         kept_offsets: list[int] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tierlog.ids import TopicPartition
 from tierlog.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     CorruptCheckpointError,
@@ -13,8 +14,6 @@ from tierlog.storage.checkpoints import (
 )
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class CleanerCheckpoint:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.records.header import BatchHeader
 from tierlog.storage import files
 from tierlog.storage.cleaner.batches import (
@@ -23,7 +22,8 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.offset_map import OffsetMap, key_digest
+from tierlog.storage.cleaner.fast_path import map_batch
+from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.log import UnifiedLog, segment_settings
@@ -93,25 +93,31 @@ def segment_views(ulog: UnifiedLog) -> list[SegmentView]:
     return views
 
 
-def with_timestamps(ulog: UnifiedLog, views: list[SegmentView], start: int, end: int) -> list[SegmentView]:
-    """``views`` with the largest and first timestamps filled in for the segments overlapping
-    [start, end) (the min/max compaction lag need them; the rest stay unread)."""
+def with_timestamps(ulog: UnifiedLog, views: list[SegmentView], start: int, end: int, *,
+                    min_compaction_lag_ms: int = 0, now_ms: int = 0) -> list[SegmentView]:
+    """``views`` with the largest and first timestamps filled in, in offset order from the first
+    segment overlapping [start, end), for what the compaction lags need: only the first dirty segment
+    without a min lag, else up to the first segment too young to clean (nothing after it can be
+    cleaned). The rest stay unread: a lazily loaded segment (seed 003) is not opened, and none has its
+    indexes checked -- the largest timestamp checks the one time index entry it reads against the
+    batch that entry names, and the first timestamp is read from the first batch itself."""
     out = []
+    filling = True
     for v in views[:-1]:
-        if v.end_offset > start and v.base_offset < end:
+        if filling and v.end_offset > start and v.base_offset < end:
             with ulog.lock:
                 seg = ulog.segments.get(v.base_offset) if v.base_offset in ulog.segments.base_offsets else None
             if seg is not None:
-                ulog._ensure_checked(seg)
                 v = SegmentView(v.base_offset, v.end_offset, v.size_bytes, seg.largest_timestamp,
                                 seg.first_batch_timestamp, v.offset_index_bytes, v.time_index_bytes)
+                filling = min_compaction_lag_ms > 0 and v.largest_timestamp_ms <= now_ms - min_compaction_lag_ms
         out.append(v)
     out.extend(views[-1:])
     return out
 
 
 class Cleaner:
-    def __init__(self, offset_map: OffsetMap, *, io_buffer_bytes: int = 524288, clock: Clock = SYSTEM_CLOCK,
+    def __init__(self, offset_map: AnyOffsetMap, *, io_buffer_bytes: int = 524288, clock: Clock = SYSTEM_CLOCK,
                  throttle: Throttle | None = None, swap_hook: SwapHook | None = None,
                  progress: Callable[[str], None] | None = None) -> None:
         self.offset_map = offset_map
@@ -122,6 +128,15 @@ class Cleaner:
         self.progress = progress
         #: Set to stop a cleaning between groups (shutdown, the log deleted).
         self.stop_requested: Callable[[], bool] = lambda: False
+        #: Whether a progress line is due now (the manager rate-limits them); asked once a batch.
+        self.progress_due: Callable[[], bool] = lambda: True
+
+    def _progress_now(self) -> bool:
+        return self.progress is not None and self.progress_due()
+
+    def _say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
 
     def _read(self, n: int) -> None:
         if self.throttle is not None:
@@ -159,15 +174,19 @@ class Cleaner:
                 if txn.on_batch_read(h):
                     covered = h.next_offset
                     continue
-                keyed = [(offset, key_digest(key)) for offset, key, _ in batch_keys(h) if key is not None]
-                if len(m) and not m.fits_digests([d for _, d in keyed]):
+                if isinstance(m, DictOffsetMap):
+                    fitted, keyed_count = _map_batch_reference(m, h)
+                else:
+                    fitted, keyed_count = map_batch(m, h)
+                if not fitted:
                     log.info("the cleaner's offset map is full (%d keys) at offset %d of %s-%d; cleaning up to there",
                              len(m), h.base_offset, ulog.topic, ulog.partition)
                     return covered
-                for offset, digest in keyed:
-                    m.put_digest(digest, offset)
-                result.map_records += len(keyed)
+                result.map_records += keyed_count
                 covered = h.next_offset
+                if self._progress_now():
+                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {covered} of "
+                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
         return end  # every batch below ``end`` is in the map
 
     def _count_map_read(self, result: CleanResult) -> Callable[[int], None]:
@@ -185,7 +204,7 @@ class Cleaner:
 
     def clean(self, ulog: UnifiedLog, first_dirty: int, first_uncleanable: int, views: list[SegmentView],
               now_ms: int) -> CleanResult:
-        started = time.monotonic()
+        started = monotonic_s(self.clock)
         result = CleanResult(first_dirty, first_dirty)
         end = self.build_offset_map(ulog, first_dirty, first_uncleanable, result)
         # Nothing dirty (only tombstones past their horizon to drop): the clean part is rewritten.
@@ -212,12 +231,12 @@ class Cleaner:
             if group_horizon is not None:
                 horizon = group_horizon if horizon is None else min(horizon, group_horizon)
             result.groups += 1
-            if self.progress is not None and len(groups) > 1:
-                self.progress(f"cleaning {ulog.topic}-{ulog.partition}: group {n + 1} of {len(groups)} done, "
-                              f"{result.bytes_read} bytes read, {result.bytes_written} written")
+            if len(groups) > 1 and self._progress_now():
+                self._say(f"cleaning {ulog.topic}-{ulog.partition}: group {n + 1} of {len(groups)} done, "
+                          f"{result.bytes_read} bytes read, {result.bytes_written} written")
         result.records_read, result.records_written = ctx.records_read, ctx.records_kept
         result.next_delete_horizon_ms = horizon
-        result.elapsed_s = time.monotonic() - started
+        result.elapsed_s = monotonic_s(self.clock) - started
         return result
 
     def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext,
@@ -240,6 +259,9 @@ class Cleaner:
                     cleaned.append(out, [kept])
                     result.bytes_written += len(out)
                     self._read(len(out))
+                    if self._progress_now():
+                        self._say(f"cleaning {ulog.topic}-{ulog.partition}: segment group at {base} up to offset "
+                                  f"{h.last_offset}, {result.bytes_read} bytes read, {result.bytes_written} written")
                     kept_horizon = delete_horizon_of(kept)
                     if kept_horizon is not None:
                         horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
@@ -298,6 +320,16 @@ class Cleaner:
         else:
             delete_now()
         return True
+
+
+def _map_batch_reference(m: DictOffsetMap, h: BatchHeader) -> tuple[bool, int]:
+    """The Python reference of ``fast_path.map_batch``."""
+    keyed = [(offset, key_digest(key)) for offset, key, _ in batch_keys(h) if key is not None]
+    if len(m) and not m.fits_digests([d for _, d in keyed]):
+        return False, 0
+    for offset, digest in keyed:
+        m.put_digest(digest, offset)
+    return True, len(keyed)
 
 
 def _paths(directory: Path, base: int, suffix: str) -> list[Path]:

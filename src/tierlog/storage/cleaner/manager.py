@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierlog.clock import SYSTEM_CLOCK, Clock
+from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
+from tierlog.config.settings import broker_default, broker_default_flag, broker_default_float
 from tierlog.errors import TierlogError
+from tierlog.ids import TopicPartition
 from tierlog.storage.cleaner.batches import CorruptDirtyBatchError
 from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
 from tierlog.storage.cleaner.cleaner import Cleaner, CleanResult, Throttle, segment_views, with_timestamps
@@ -26,7 +26,7 @@ from tierlog.storage.cleaner.decisions import (
     offset_map_slots,
     select_filthiest,
 )
-from tierlog.storage.cleaner.offset_map import OffsetMap
+from tierlog.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tierlog.storage.cleaner.status_file import PartitionCleanerState, write_status
 from tierlog.storage.cleaner.swap import SwapHook
 from tierlog.storage.log import UnifiedLog
@@ -34,18 +34,18 @@ from tierlog.storage.log_manager import LogManager, Progress
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-
 
 @dataclass(frozen=True)
 class CleanerSettings:
-    enable: bool = True
-    threads: int = 1
-    backoff_ms: int = 15000
-    io_max_bytes_per_second: float = 1.7976931348623157e308
-    io_buffer_size: int = 524288
-    dedupe_buffer_size: int = 134217728
-    io_buffer_load_factor: float = 0.9
+    """The cleaner's settings (built from the broker config in ``tierlog.server.settings``)."""
+
+    enable: bool = broker_default_flag("log.cleaner.enable")
+    threads: int = broker_default("log.cleaner.threads")
+    backoff_ms: int = broker_default("log.cleaner.backoff.ms")
+    io_max_bytes_per_second: float = broker_default_float("log.cleaner.io.max.bytes.per.second")
+    io_buffer_size: int = broker_default("log.cleaner.io.buffer.size")
+    dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size")
+    io_buffer_load_factor: float = broker_default_float("log.cleaner.io.buffer.load.factor")
     progress_interval_ms: int = 5000
 
 
@@ -54,6 +54,7 @@ class CleanerMetrics:
     """Kafka's LogCleaner / LogCleanerManager gauges."""
 
     max_dirty_percent: int = 0
+    #: Kafka's max-clean-time-secs: the longest of each thread's last cleaning.
     max_clean_time_secs: float = 0.0
     max_buffer_utilization_percent: int = 0
     cleaner_recopy_percent: int = 0
@@ -61,9 +62,15 @@ class CleanerMetrics:
     uncleanable_partitions_count: int = 0
     uncleanable_bytes: int = 0
     max_compaction_delay_secs: int = 0
+    #: Cleaner threads that ended while the cleaner was running (Kafka's DeadThreadCount).
     dead_thread_count: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    #: Per log dir (Kafka tags both with logDirectory): uncleanable partitions and their dirty bytes.
+    uncleanable_partitions_by_dir: dict[str, int] = field(default_factory=dict)
+    uncleanable_bytes_by_dir: dict[str, int] = field(default_factory=dict)
+    #: Each thread's last cleaning time, for max_clean_time_secs.
+    last_clean_secs_by_thread: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -88,7 +95,7 @@ class LogCleaner:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._wake = threading.Event()
-        self._progress = Progress(settings.progress_interval_ms)
+        self._progress = Progress(settings.progress_interval_ms, clock)
         self._checkpoints: dict[str, dict[TopicPartition, int]] = {}
         for d in manager.log_dirs:
             self._checkpoints[str(d)] = CleanerCheckpoint(d).read()
@@ -98,6 +105,8 @@ class LogCleaner:
     def start(self) -> None:
         if not self.settings.enable:
             return
+        self.metrics.dead_thread_count = 0
+        self.metrics.last_clean_secs_by_thread.clear()
         for i in range(self.settings.threads):
             t = threading.Thread(target=self._run, name=f"kafka-log-cleaner-thread-{i}", daemon=True)
             t.start()
@@ -112,35 +121,61 @@ class LogCleaner:
             t.join(timeout=60)
         self._threads.clear()
 
+    def reconfigure(self, settings: CleanerSettings) -> None:
+        """Kafka's LogCleaner.reconfigure: the threads stop (a cleaning in progress stops between
+        groups and resumes from its checkpoint) and start again with ``settings``."""
+        if settings == self.settings:
+            return
+        log.info("log cleaner reconfiguring threads=%d dedupe_buffer_bytes=%d io_buffer_bytes=%d load_factor=%s "
+                 "io_max_bytes_per_second=%s backoff_ms=%d", settings.threads, settings.dedupe_buffer_size,
+                 settings.io_buffer_size, settings.io_buffer_load_factor, settings.io_max_bytes_per_second,
+                 settings.backoff_ms)
+        running = bool(self._threads)
+        self.shutdown()
+        self.settings = settings
+        self._stop.clear()
+        if running:
+            self.start()
+
     def wake(self) -> None:
         """Look for work now (tests, a config change) instead of after the backoff."""
         self._wake.set()
 
     def _run(self) -> None:
-        s = self.settings
-        cleaner = self.new_cleaner()
-        while not self._stop.is_set():
-            try:
-                worked = self.clean_one(cleaner)
-            except Exception:  # a cleaner thread must not die of one log; Kafka counts dead threads
-                log.exception("log cleaner thread error")
-                worked = False
-            if not worked:
-                self._wake.wait(s.backoff_ms / 1000.0)
-                self._wake.clear()
+        try:
+            s = self.settings
+            cleaner = self.new_cleaner()
+            while not self._stop.is_set():
+                try:
+                    worked = self.clean_one(cleaner)
+                except Exception:  # a cleaner thread must not die of one log
+                    log.exception("log cleaner thread error")
+                    worked = False
+                if not worked:
+                    self._wake.wait(s.backoff_ms / 1000.0)
+                    self._wake.clear()
+        except BaseException:
+            log.exception("log cleaner thread %s died", threading.current_thread().name)
+            raise
+        finally:
+            if not self._stop.is_set():
+                with self._lock:
+                    self.metrics.dead_thread_count += 1
 
     def new_cleaner(self) -> Cleaner:
         s = self.settings
         slots = offset_map_slots(s.dedupe_buffer_size, max(1, s.threads), s.io_buffer_load_factor)
-        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, time.monotonic)
-        cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=s.io_buffer_size, clock=self.clock, throttle=throttle,
-                          swap_hook=self.swap_hook, progress=self._progress_line)
+        throttle = Throttle(s.io_max_bytes_per_second, self._stop.wait, lambda: monotonic_s(self.clock))
+        # The table takes the thread's whole share of the buffer (24 bytes an entry), full at the load factor.
+        capacity = max(2, s.dedupe_buffer_size // max(1, s.threads) // ENTRY_BYTES)
+        cleaner = Cleaner(OffsetMap(slots, capacity), io_buffer_bytes=s.io_buffer_size, clock=self.clock,
+                          throttle=throttle, swap_hook=self.swap_hook, progress=self._progress_line)
         cleaner.stop_requested = self._stop.is_set
+        cleaner.progress_due = self._progress.due
         return cleaner
 
     def _progress_line(self, text: str) -> None:
-        if self._progress.due():
-            log.info("%s", text)
+        log.info("%s", text)
 
     # -- selection ----------------------------------------------------------------------------------
 
@@ -167,14 +202,25 @@ class LogCleaner:
         candidates: list[Candidate] = []
         max_ratio = 0.0
         max_delay = 0
-        uncleanable = 0
-        for tp, ulog in self.manager.all_logs().items():
+        uncleanable: dict[str, int] = {}
+        uncleanable_bytes: dict[str, int] = {}
+        live = self.manager.all_logs()
+        for tp in [tp for tp in self.states if tp not in live]:
+            del self.states[tp]  # deleted: no longer uncleanable either
+        for tp, ulog in live.items():
             if not ulog.config.compact or ulog.deleted:
                 self.states.pop(tp, None)
                 continue
             state = self.states.get(tp)
             if state is not None and state.uncleanable_reason is not None:
-                uncleanable += 1
+                try:  # Kafka recomputes them at each pass: they follow what was appended since
+                    _, stats, _ = plan_log(ulog, self._checkpoint_of(ulog, tp), now_ms)
+                    state.dirty_bytes = stats.dirty_bytes
+                except (OSError, TierlogError):
+                    pass
+                d = str(ulog.dir.parent)
+                uncleanable[d] = uncleanable.get(d, 0) + 1
+                uncleanable_bytes[d] = uncleanable_bytes.get(d, 0) + state.dirty_bytes
                 continue
             with self._lock:
                 if tp in self._in_progress:
@@ -192,7 +238,7 @@ class LogCleaner:
             candidates.append(candidate)
         self.metrics.max_dirty_percent = int(100 * max_ratio)
         self.metrics.max_compaction_delay_secs = max_delay // 1000
-        self.metrics.uncleanable_partitions_count = uncleanable
+        self._set_uncleanable(uncleanable, uncleanable_bytes)
         chosen = select_filthiest(candidates, now_ms)
         if chosen is None:
             return None
@@ -240,12 +286,19 @@ class LogCleaner:
                      plan.stats.dirty_bytes)
             views = segment_views(ulog)
             result = cleaner.clean(ulog, plan.rng.first_dirty_offset, plan.rng.first_uncleanable_offset, views, now_ms)
-        except CorruptDirtyBatchError as e:
-            state.uncleanable_reason = str(e)
-            self.metrics.uncleanable_partitions_count += 1
-            self.metrics.uncleanable_bytes += plan.stats.dirty_bytes
+        except Exception as e:
+            # Kafka's LogCleaningException: whatever failed, this partition is marked uncleanable
+            # (the thread goes on with the others); damaged data gets its own words.
+            state.uncleanable_reason = str(e) if isinstance(e, CorruptDirtyBatchError) else f"{type(e).__name__}: {e}"
+            state.dirty_bytes = plan.stats.dirty_bytes
+            d = str(ulog.dir.parent)
+            m = self.metrics
+            self._set_uncleanable({**m.uncleanable_partitions_by_dir, d: m.uncleanable_partitions_by_dir.get(d, 0) + 1},
+                                  {**m.uncleanable_bytes_by_dir, d: m.uncleanable_bytes_by_dir.get(d, 0)
+                                   + plan.stats.dirty_bytes})
             log.error("log cleaner stopped cleaning %s-%d: %s; the partition keeps serving, nothing was deleted, "
-                      "and it is not cleaned again until the broker restarts", tp[0], tp[1], e)
+                      "and it is not cleaned again until the broker restarts", tp[0], tp[1], state.uncleanable_reason,
+                      exc_info=not isinstance(e, CorruptDirtyBatchError))
             return True
         finally:
             with self._lock:
@@ -263,7 +316,8 @@ class LogCleaner:
         state.bytes_written += result.bytes_written
         state.cleanings += 1
         state.next_delete_horizon_ms = result.next_delete_horizon_ms
-        m.max_clean_time_secs = max(m.max_clean_time_secs, result.elapsed_s)
+        m.last_clean_secs_by_thread[threading.current_thread().name] = result.elapsed_s
+        m.max_clean_time_secs = max(m.last_clean_secs_by_thread.values())
         m.last_run_end_ms = state.last_clean_ms
         slots = max(1, self._map_slots())
         m.max_buffer_utilization_percent = min(100, int(100 * result.map_records / slots))
@@ -277,6 +331,13 @@ class LogCleaner:
         log.info("cleaned log %s-%d up to offset %d: %d groups, %d bytes read, %d written, %d of %d records kept, "
                  "%.3f s", tp[0], tp[1], result.end_offset, result.groups, result.bytes_read, result.bytes_written,
                  result.records_written, result.records_read, result.elapsed_s)
+
+    def _set_uncleanable(self, partitions_by_dir: dict[str, int], bytes_by_dir: dict[str, int]) -> None:
+        m = self.metrics
+        m.uncleanable_partitions_by_dir = partitions_by_dir
+        m.uncleanable_bytes_by_dir = bytes_by_dir
+        m.uncleanable_partitions_count = sum(partitions_by_dir.values())
+        m.uncleanable_bytes = sum(bytes_by_dir.values())
 
     def _map_slots(self) -> int:
         s = self.settings
@@ -323,7 +384,8 @@ def plan_log(ulog: UnifiedLog, checkpoint: int | None, now_ms: int) -> tuple[Cle
     rng = cleanable_range(views, checkpoint=checkpoint, log_start_offset=start, log_end_offset=leo,
                           last_stable_offset=lso, min_compaction_lag_ms=0, now_ms=now_ms)
     if config.min_compaction_lag_ms > 0 or config.max_compaction_lag_ms < 2**62:
-        views = with_timestamps(ulog, views, rng.first_dirty_offset, rng.first_uncleanable_offset)
+        views = with_timestamps(ulog, views, rng.first_dirty_offset, rng.first_uncleanable_offset,
+                                min_compaction_lag_ms=config.min_compaction_lag_ms, now_ms=now_ms)
         rng = cleanable_range(views, checkpoint=checkpoint, log_start_offset=start, log_end_offset=leo,
                               last_stable_offset=lso, min_compaction_lag_ms=config.min_compaction_lag_ms,
                               now_ms=now_ms)
@@ -338,21 +400,5 @@ def clean_log(ulog: UnifiedLog, cleaner: Cleaner, checkpoint: int | None, now_ms
     return cleaner.clean(ulog, rng.first_dirty_offset, rng.first_uncleanable_offset, segment_views(ulog), now_ms)
 
 
-def settings_from(get: Callable[[str], object]) -> CleanerSettings:
-    """The cleaner's settings from broker config values (``get`` returns a key's typed value)."""
-    def num(key: str) -> float:
-        v = get(key)
-        assert isinstance(v, (int, float))
-        return v
-    return CleanerSettings(
-        enable=bool(get("log.cleaner.enable")), threads=int(num("log.cleaner.threads")),
-        backoff_ms=int(num("log.cleaner.backoff.ms")),
-        io_max_bytes_per_second=float(num("log.cleaner.io.max.bytes.per.second")),
-        io_buffer_size=int(num("log.cleaner.io.buffer.size")),
-        dedupe_buffer_size=int(num("log.cleaner.dedupe.buffer.size")),
-        io_buffer_load_factor=float(num("log.cleaner.io.buffer.load.factor")),
-    )
-
-
-__all__ = ["CleanerMetrics", "CleanerSettings", "LogCleaner", "PartitionCleanerState", "settings_from"]
+__all__ = ["CleanerMetrics", "CleanerSettings", "LogCleaner", "PartitionCleanerState"]
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tierlog._util.framed import read_framed, write_framed
-from tierlog.storage.cleaner.checkpoint import TopicPartition
+from tierlog.ids import TopicPartition
 
 STATUS_FILE = "cleaner-status"
 _MAGIC = b"TLCS"

@@ -5,7 +5,9 @@ Layout as Kafka's LocalTieredStorage, so an operator used to it finds the same f
 with ``.log .index .timeindex .txnindex .leader_epoch_checkpoint .snapshot``.
 
 Properties (``rsm.config.`` prefix removed): ``dir`` (required unless the broker fills it in),
-``delete.enable`` (default true; false keeps data, to simulate an eventually consistent store) and
+``delete.enable`` (default true; false keeps data, to simulate an eventually consistent store),
+``tierlog.read.only`` (set by readers such as the Spark pipeline: the directory is not created and
+nothing is written or deleted) and
 ``fsync`` (default true: once a segment is here its local copy may be deleted, so it must survive a
 crash like any log file).
 """
@@ -20,9 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from tierlog._util.files import fsync_dir
-from tierlog.ids import uuid_to_base64
+from tierlog._util.files import fsync_dir, write_atomic
+from tierlog.ids import TopicIdPartition, uuid_to_base64
 from tierlog.tiered.api import (
+    READ_ONLY_PROPERTY,
     IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
@@ -46,6 +49,23 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.PRODUCER_SNAPSHOT: ".snapshot",
 }
 ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
+#: A partition's manifest of its remote segments (tiered/manifest.py), beside its segments.
+MANIFEST_NAME = "_manifest.json"
+
+
+def segment_objects(segment_data: LogSegmentData) -> list[tuple[str, Path | bytes]]:
+    """What a copy uploads, as (suffix, file or bytes): the segment, its indexes, the producer
+    snapshot, the leader-epoch checkpoint, and the transaction index when the segment has one."""
+    sources: list[tuple[str, Path | bytes]] = [
+        (LOG_SUFFIX, segment_data.log_segment),
+        (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
+        (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
+        (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
+        (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
+    ]
+    if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
+        sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+    return sources
 
 
 def _bool(props: Mapping[str, str], key: str, default: bool) -> bool:
@@ -70,6 +90,7 @@ def fileset_prefix(metadata: RemoteLogSegmentMetadata) -> str:
 class LocalDirectoryRemoteStorageManager:
     def __init__(self) -> None:
         self._root: Path | None = None
+        self.read_only = False
         self.delete_enabled = True
         self.fsync = True
 
@@ -78,7 +99,9 @@ class LocalDirectoryRemoteStorageManager:
         if not base:
             raise RemoteStorageError("the local-directory remote storage needs rsm.config.dir")
         self._root = Path(base) / ROOT_DIR_NAME
-        self._root.mkdir(parents=True, exist_ok=True)
+        self.read_only = _bool(props, READ_ONLY_PROPERTY, False)
+        if not self.read_only:
+            self._root.mkdir(parents=True, exist_ok=True)
         self.delete_enabled = _bool(props, "delete.enable", True)
         self.fsync = _bool(props, "fsync", True)
 
@@ -95,19 +118,38 @@ class LocalDirectoryRemoteStorageManager:
         directory, prefix = self._paths(metadata)
         return directory / f"{prefix}{suffix}"
 
+    # -- the partition manifest (tiered/manifest.py) --------------------------------------------
+
+    def _manifest_path(self, tip: TopicIdPartition) -> Path:
+        return self.root / f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}" / MANIFEST_NAME
+
+    def write_manifest(self, tip: TopicIdPartition, data: bytes) -> None:
+        """Replace the partition's manifest whole: a reader sees the old one or the new one."""
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
+        path = self._manifest_path(tip)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data, sync=self.fsync)
+
+    def read_manifest(self, tip: TopicIdPartition) -> bytes | None:
+        try:
+            return self._manifest_path(tip).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def manifests(self) -> list[bytes]:
+        """Every partition's manifest in the tier (what a reader plans from without the journal)."""
+        if not self.root.is_dir():
+            return []
+        return [path.read_bytes() for path in sorted(self.root.glob(f"*/{MANIFEST_NAME}"))]
+
     # -- copy -----------------------------------------------------------------------------------
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
         directory, prefix = self._paths(metadata)
-        sources: list[tuple[str, Path | bytes]] = [
-            (LOG_SUFFIX, segment_data.log_segment),
-            (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
-            (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
-            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
-            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
-        ]
-        if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
-            sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+        sources = segment_objects(segment_data)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             for suffix, source in sources:

@@ -11,7 +11,9 @@ Properties (``rsm.config.`` prefix removed):
   ``s3.multipart.chunk.bytes`` (16 MiB), ``s3.multipart.concurrency`` (8) parts at a time.
 
 Credentials come from the environment (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/
-``AWS_SESSION_TOKEN``, or whatever obstore's AWS chain finds); none are ever stored in config.
+``AWS_SESSION_TOKEN``, or whatever obstore's AWS chain finds). Readers that get theirs another way
+(the Spark pipeline, from Spark conf) pass ``s3.access.key.id``, ``s3.secret.access.key`` and
+``s3.session.token``, which win over the environment; a broker's config should not hold them.
 
 Objects of a segment share one key base,
 ``<prefix><topicId>-<partition>/<20-digit start offset>-<segment id>``, plus Kafka's file suffixes. The
@@ -44,7 +46,7 @@ from tierlog.tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from tierlog.tiered.backends.local import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX
+from tierlog.tiered.backends.local import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX, segment_objects
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CUSTOM_METADATA_VERSION = 0
+#: Credential properties and the obstore S3Config keys they set.
+_CREDENTIAL_PROPS = {"s3.access.key.id": "access_key_id", "s3.secret.access.key": "secret_access_key",
+                     "s3.session.token": "session_token"}
 
 
 def encode_custom_metadata(total_size_bytes: int, key_base: str) -> bytes:
@@ -150,6 +155,10 @@ class S3RemoteStorageManager:
         config: dict[str, Any] = {"region": props.get("s3.region", "us-east-1")}
         if endpoint:
             config["endpoint"] = endpoint
+        # Credentials given as properties (a reader's, e.g. from Spark conf) win over the environment's.
+        for prop, key in _CREDENTIAL_PROPS.items():
+            if props.get(prop):
+                config[key] = props[prop]
         client_options: dict[str, Any] = {
             "allow_http": allow_http,
             "connect_timeout": timedelta(milliseconds=_int(props, "s3.connect.timeout.ms", 5000)),
@@ -194,15 +203,7 @@ class S3RemoteStorageManager:
         import obstore
 
         base = self.new_key_base(metadata)
-        sources: list[tuple[str, Path | bytes]] = [
-            (LOG_SUFFIX, segment_data.log_segment),
-            (INDEX_SUFFIXES[IndexType.OFFSET], segment_data.offset_index),
-            (INDEX_SUFFIXES[IndexType.TIMESTAMP], segment_data.time_index),
-            (INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], segment_data.producer_snapshot_index),
-            (INDEX_SUFFIXES[IndexType.LEADER_EPOCH], segment_data.leader_epoch_index),
-        ]
-        if segment_data.transaction_index is not None and segment_data.transaction_index.exists():
-            sources.append((INDEX_SUFFIXES[IndexType.TRANSACTION], segment_data.transaction_index))
+        sources = segment_objects(segment_data)
 
         def put(item: tuple[str, Path | bytes]) -> int:
             suffix, source = item

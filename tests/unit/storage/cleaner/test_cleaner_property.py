@@ -1,8 +1,11 @@
-"""The cleaner against a model: random keys, values, tombstones, idempotent producers, rolls and
-cleanings at advancing times. After every cleaning each live key reads back its latest value, a
-deleted key reads back as a tombstone or not at all (the latter only past delete.retention.ms), every
-kept record sits at the offset it was appended at with the same key and value, and every batch's CRC
-holds. A reader fetching during cleanings always sees whole, valid batches in offset order."""
+"""The cleaner against a model: random keys, values, tombstones, several idempotent producers,
+transactional producers whose transactions commit or abort, DeleteRecords moving the log start,
+rolls and cleanings at advancing times. After every cleaning each live key reads back (read_committed)
+its latest value, a deleted key reads back as a tombstone or not at all (the latter only past
+delete.retention.ms), a key whose latest record fell below the log start is not expected, no record
+of an aborted transaction is left in the cleaned part of the log, every kept record sits at the
+offset it was appended at with the same key and value, and every batch's CRC holds. A reader fetching
+during cleanings always sees whole, valid batches in offset order."""
 
 from __future__ import annotations
 
@@ -15,14 +18,17 @@ from hypothesis import strategies as st
 
 from tierlog.errors import OffsetOutOfRangeError
 from tierlog.records import SimpleRecord, build_batch
+from tierlog.records.control import ControlRecordType, EndTransactionMarker, build_end_txn_marker_batch
 from tierlog.records.header import iter_headers
 from tierlog.storage.cleaner.cleaner import Cleaner
 from tierlog.storage.cleaner.manager import clean_log
 from tierlog.storage.cleaner.offset_map import OffsetMap
 from tierlog.storage.loader import LoadOptions, load_log
+from tierlog.storage.log import UnifiedLog
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.testing import ManualClock
 
-from .helpers import TS, compact_config, put, records, table
+from .helpers import TS, compact_config, put, records
 
 RETENTION_MS = 5_000
 
@@ -30,11 +36,20 @@ op = st.one_of(
     st.tuples(st.just("put"), st.integers(0, 12), st.binary(min_size=0, max_size=20)),
     st.tuples(st.just("delete"), st.integers(0, 12), st.just(b"")),
     st.tuples(st.just("producer"), st.integers(0, 12), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("commit"), st.integers(0, 12), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("abort"), st.integers(0, 12), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("delete_records"), st.integers(0, 100), st.just(b"")),
     st.tuples(st.just("roll"), st.just(0), st.just(b"")),
     st.tuples(st.just("clean"), st.integers(0, 4_000), st.just(b"")),
 )
 
 _dirs = itertools.count()
+
+
+def _marker(pid: int, commit: bool, ts: int) -> bytes:
+    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    return build_end_txn_marker_batch(EndTransactionMarker(kind, 0), producer_id=pid, producer_epoch=0,
+                                      timestamp_ms=ts)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -43,30 +58,45 @@ def test_cleaning_matches_the_model(tmp_path: Path, ops: list[tuple[str, int, by
     clock = ManualClock(TS)
     ulog = load_log(tmp_path / f"t-{next(_dirs)}", compact_config(segment_bytes=300, delete_retention_ms=RETENTION_MS),
                     LoadOptions(had_clean_shutdown=True), clock=clock)
-    model: dict[bytes, bytes | None] = {}
+    #: key -> (latest committed value or None for a tombstone, its offset)
+    model: dict[bytes, tuple[bytes | None, int]] = {}
     appended: dict[int, tuple[bytes, bytes | None]] = {}
+    aborted: set[int] = set()
     deleted_at: dict[bytes, int] = {}
     cleaner = Cleaner(OffsetMap(slots), io_buffer_bytes=256)
     checkpoint: int | None = None
     now = TS
-    seq = 0
-    for kind, n, value in ops:
+    sequences: dict[int, int] = {}
+    for step, (kind, n, value) in enumerate(ops):
         key = b"key-%d" % n
-        if kind in ("put", "delete", "producer"):
+        if kind in ("put", "delete", "producer", "commit", "abort"):
             v = None if kind == "delete" else value
-            if kind == "producer":
-                data = build_batch([SimpleRecord(key, v, timestamp=now)], producer_id=11, producer_epoch=0,
-                                   base_sequence=seq)
-                seq += 1
-                offset = ulog.append_as_leader(data).first_offset
-            else:
+            if kind == "put" or kind == "delete":
                 offset = put(ulog, key, v, ts=now)
+            else:
+                # Three idempotent producers and two transactional ones, picked by the step.
+                pid = (11 + step % 3) if kind == "producer" else (21 + step % 2)
+                seq = sequences.get(pid, 0)
+                sequences[pid] = seq + 1
+                data = build_batch([SimpleRecord(key, v, timestamp=now)], producer_id=pid, producer_epoch=0,
+                                   base_sequence=seq, is_transactional=kind != "producer")
+                offset = ulog.append_as_leader(data).first_offset
+                if kind != "producer":
+                    ulog.append_as_leader(_marker(pid, kind == "commit", now), origin=AppendOrigin.COORDINATOR)
             appended[offset] = (key, v)
-            model[key] = v
+            if kind == "abort":
+                aborted.add(offset)
+                continue
+            model[key] = (v, offset)
             if v is None:
                 deleted_at[key] = now
             else:
                 deleted_at.pop(key, None)
+        elif kind == "delete_records":
+            target = ulog.log_start_offset + (ulog.high_watermark - ulog.log_start_offset) * n // 100
+            ulog.maybe_increment_log_start_offset(target, "DeleteRecords")
+            for k in [k for k, (_, o) in model.items() if o < ulog.log_start_offset]:
+                del model[k]  # its latest record is gone with the records below the log start
         elif kind == "roll":
             ulog.roll()
         else:
@@ -75,27 +105,33 @@ def test_cleaning_matches_the_model(tmp_path: Path, ops: list[tuple[str, int, by
             result = clean_log(ulog, cleaner, checkpoint, now)
             if not result.aborted:
                 checkpoint = result.end_offset
-            _check(ulog, model, appended, deleted_at, now)
+            _check(ulog, model, appended, aborted, deleted_at, now, checkpoint)
     ulog.roll()
     result = clean_log(ulog, cleaner, checkpoint, now)
-    _check(ulog, model, appended, deleted_at, now)
+    _check(ulog, model, appended, aborted, deleted_at, now, None if result.aborted else result.end_offset)
 
 
-def _check(ulog: object, model: dict[bytes, bytes | None], appended: dict[int, tuple[bytes, bytes | None]],
-           deleted_at: dict[bytes, int], now: int) -> None:
-    from tierlog.storage.log import UnifiedLog
-    assert isinstance(ulog, UnifiedLog)
-    got = table(ulog)  # checks every CRC on the way
-    for key, value in model.items():
+def _check(ulog: UnifiedLog, model: dict[bytes, tuple[bytes | None, int]], appended: dict[int, tuple[bytes, bytes | None]],
+           aborted: set[int], deleted_at: dict[bytes, int], now: int, cleaned_to: int | None) -> None:
+    start = ulog.log_start_offset
+    kept = [r for r in records(ulog) if r.offset >= start]  # checks every CRC on the way
+    got: dict[bytes, bytes | None] = {}
+    for r in kept:
+        assert r.key is not None
+        if r.offset not in aborted:  # read_committed
+            got[r.key] = r.value
+    for key, (value, _) in model.items():
         if value is not None:
             assert got.get(key) == value, key
         else:
             assert got.get(key) is None, key
             if key not in got:  # the tombstone itself went: only after delete.retention.ms
                 assert now >= deleted_at[key] + RETENTION_MS, key
-    for r in records(ulog):
+    for r in kept:
         assert appended[r.offset] == (r.key, r.value)  # same offset, same record
-    offsets = [r.offset for r in records(ulog)]
+        if cleaned_to is not None and r.offset < cleaned_to:
+            assert r.offset not in aborted, r.offset  # aborted records are removed by cleaning
+    offsets = [r.offset for r in kept]
     assert offsets == sorted(set(offsets))
 
 

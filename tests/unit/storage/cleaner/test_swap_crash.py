@@ -90,6 +90,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration  # a child process per step, SIGKILLed
 @pytest.mark.parametrize("step", STEPS)
 def test_sigkill_at_each_swap_step_recovers(tmp_path: Path, step: str) -> None:
     directory = tmp_path / "t-0"

@@ -13,7 +13,7 @@ happens on replay, which is the harder case for the client (an upload it thinks 
 A record torn by the kill (the server died writing it) is cut off before the restarted server
 appends: that request was never processed either.
 
-Run as ``python -m tests.reliability.s3_server --port N --journal FILE`` (cwd = the repository);
+Run as ``python -m tests.helpers.s3_server --port N --journal FILE`` (cwd = the repository);
 :class:`JournaledS3Server` does that and can SIGKILL and restart it.
 """
 
@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from tests.reliability.harness import free_port, wait_until
+from tests.helpers.ports import free_port
+from tests.helpers.waits import wait_until
 
 READY = "s3 server ready on "
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -212,7 +213,7 @@ class JournaledS3Server:
         started = time.monotonic()
         with open(self.log_path, "a") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.reliability.s3_server", "--port", str(self.port),
+                [sys.executable, "-m", "tests.helpers.s3_server", "--port", str(self.port),
                  "--journal", str(self.journal)],
                 cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **S3_ENV})
         assert self.proc.stdout is not None

@@ -1,0 +1,316 @@
+"""The cleaner's hot loops, compiled with numba: walking a batch's record keys, their 128-bit digests,
+the key -> offset map as one preallocated open-addressing table, and rewriting the kept records of a
+batch into one output buffer.
+
+A Python loop over records costs microseconds each; the cleaner reads every record twice (the map
+pass and the rewrite), so these loops decide its throughput (bench/compaction.py). The Python
+reference (``batches.batch_keys``/``filter_batch`` over ``offset_map.DictOffsetMap``) stays, and a
+property test holds the two equal (tests/unit/storage/cleaner/test_fastclean.py).
+
+The table is three arrays of ``capacity`` entries -- digest high and low halves and the offset plus
+one (0: empty, so a new table is all zeros and its pages are only touched as keys arrive) -- so 24
+bytes an entry, the budget Kafka's SkimpyOffsetMap takes from
+``log.cleaner.dedupe.buffer.size``; linear probing, and the map counts as full at the load factor.
+
+The digest is MurmurHash3 x64-128 (the published algorithm) over the key bytes: 128 bits, as Kafka's
+MD5 digest, so two keys share an entry (and one is lost to cleaning) with negligible probability.
+Walk functions return a status instead of raising: on anything malformed the caller re-runs the
+Python walk, which raises the exact error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+OK = 0
+#: The batch's new keys would take the map past its limit; the map is as before the batch.
+FULL = 1
+#: The records do not parse; the Python walk raises the exact error.
+MALFORMED = 2
+#: An empty map cannot hold even this one batch's keys.
+OVERFLOW = 3
+
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _rotl(x: Any, r: int) -> Any:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _fmix(k: Any) -> Any:
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xFF51AFD7ED558CCD)
+    k ^= k >> np.uint64(33)
+    k *= np.uint64(0xC4CEB9FE1A85EC53)
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def murmur3_128(buf: np.ndarray, start: int, n: int) -> tuple[Any, Any]:
+    h1 = np.uint64(0)
+    h2 = np.uint64(0)
+    blocks = n // 16
+    for i in range(blocks):
+        p = start + i * 16
+        k1 = np.uint64(0)
+        k2 = np.uint64(0)
+        for j in range(8):
+            k1 |= np.uint64(buf[p + j]) << np.uint64(8 * j)
+            k2 |= np.uint64(buf[p + 8 + j]) << np.uint64(8 * j)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    tail = start + blocks * 16
+    rest = n & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if rest > 8:
+        for j in range(8, rest):
+            k2 |= np.uint64(buf[tail + j]) << np.uint64(8 * (j - 8))
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+    if rest > 0:
+        for j in range(min(rest, 8)):
+            k1 |= np.uint64(buf[tail + j]) << np.uint64(8 * j)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+    h1 ^= np.uint64(n)
+    h2 ^= np.uint64(n)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[Any, int, bool]:
+    """A zig-zag varint (varlong with ``max_bytes`` 10): (value, position after it, ok)."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    for i in range(max_bytes):
+        if pos + i >= end:
+            return np.int64(0), pos, False
+        b = np.uint64(buf[pos + i])
+        raw |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            if max_bytes == 5:
+                raw &= np.uint64(0xFFFFFFFF)
+                v32 = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
+                return v32, pos + i + 1, True
+            return np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1)), pos + i + 1, True
+        shift += np.uint64(7)
+    return np.int64(0), pos, False
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _slot(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, a: Any, b: Any) -> tuple[Any, bool]:
+    """The slot of digest (a, b): where it is, or the empty slot where it would go."""
+    cap = offs.shape[0]
+    i: Any = np.int64(a % np.uint64(cap))
+    while True:
+        if offs[i] == 0:
+            return i, False
+        if h1s[i] == a and h2s[i] == b:
+            return i, True
+        i += 1
+        if i == cap:
+            i = 0
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def map_get(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, key: np.ndarray) -> int:
+    a, b = murmur3_128(key, 0, key.shape[0])
+    i, found = _slot(h1s, h2s, offs, a, b)
+    return int(offs[i]) - 1 if found else -1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def map_put(h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, key: np.ndarray, offset: int) -> bool:
+    """Put one key; True when it was new."""
+    a, b = murmur3_128(key, 0, key.shape[0])
+    i, found = _slot(h1s, h2s, offs, a, b)
+    h1s[i] = a
+    h2s[i] = b
+    offs[i] = offset + 1
+    return not found
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int, h1s: np.ndarray,
+              h2s: np.ndarray, offs: np.ndarray, size: int, limit: int) -> tuple[int, int, int, int]:
+    """Put the keys of one uncompressed batch's records [pos, end) into the map.
+
+    (status, new size, highest offset put or -1, keyed records). With a non-empty map, a batch whose
+    new keys would take it past ``limit`` is undone (FULL), so the map ends where the last batch that
+    fit ended, as the Python reference's ``fits_digests`` check does."""
+    cap = offs.shape[0]
+    undo_slot = np.empty(count, np.int64)
+    undo_off = np.empty(count, np.int64)
+    undone = 0
+    start_size = size
+    highest = -1
+    keyed = 0
+    for _ in range(count):
+        length, pos, ok = _varint(buf, pos, end, 5)
+        if not ok or length < 0 or length > end - pos:
+            return MALFORMED, start_size, -1, 0
+        record_end = pos + length
+        p = pos + 1  # attributes
+        _ts, p, ok = _varint(buf, p, record_end, 10)
+        if not ok:
+            return MALFORMED, start_size, -1, 0
+        delta, p, ok = _varint(buf, p, record_end, 5)
+        if not ok:
+            return MALFORMED, start_size, -1, 0
+        key_length, p, ok = _varint(buf, p, record_end, 5)
+        if not ok or key_length > record_end - p:
+            return MALFORMED, start_size, -1, 0
+        pos = record_end
+        if key_length < 0:
+            continue
+        offset = base_offset + delta
+        a, b = murmur3_128(buf, p, key_length)
+        i, found = _slot(h1s, h2s, offs, a, b)
+        undo_slot[undone] = i
+        undo_off[undone] = offs[i]
+        undone += 1
+        if not found:
+            size += 1
+            if size >= cap:  # keep one slot empty, or probing would never end
+                for u in range(undone - 1, -1, -1):
+                    offs[undo_slot[u]] = undo_off[u]
+                return OVERFLOW if start_size == 0 else FULL, start_size, -1, 0
+        h1s[i] = a
+        h2s[i] = b
+        offs[i] = offset + 1
+        keyed += 1
+        if offset > highest:
+            highest = offset
+    if pos != end:
+        for u in range(undone - 1, -1, -1):
+            offs[undo_slot[u]] = undo_off[u]
+        return MALFORMED, start_size, -1, 0
+    if start_size > 0 and size > limit:
+        # Undone newest first: each entry goes back to what it was, the new ones to empty, and
+        # since no later entry remains, every probe chain is as it was before the batch.
+        for u in range(undone - 1, -1, -1):
+            offs[undo_slot[u]] = undo_off[u]
+        return FULL, start_size, -1, 0
+    return OK, size, highest, keyed
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def retain(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
+           h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, keep_deletes: bool, attr_at: np.ndarray,
+           rest_at: np.ndarray, end_at: np.ndarray, timestamps: np.ndarray) -> tuple[int, int, int, bool]:
+    """Which records of one uncompressed data batch the cleaned log keeps (the rules of
+    ``batches.filter_batch``): a keyed record that is the latest of its key in the map, a tombstone
+    only while ``keep_deletes``. Fills, per kept record, where its attributes byte, its fields after
+    the timestamp delta, and its end are, and its timestamp. (status, kept, records, has tombstone)."""
+    kept = 0
+    records = 0
+    has_tombstone = False
+    for _ in range(count):
+        length, pos, ok = _varint(buf, pos, end, 5)
+        if not ok or length < 0 or length > end - pos:
+            return MALFORMED, 0, 0, False
+        record_end = pos + length
+        attr = pos
+        ts_delta, p, ok = _varint(buf, pos + 1, record_end, 10)
+        if not ok:
+            return MALFORMED, 0, 0, False
+        rest = p
+        delta, p, ok = _varint(buf, p, record_end, 5)
+        if not ok:
+            return MALFORMED, 0, 0, False
+        key_length, p, ok = _varint(buf, p, record_end, 5)
+        if not ok or key_length > record_end - p:
+            return MALFORMED, 0, 0, False
+        key_at = p
+        p += max(key_length, 0)
+        value_length, p, ok = _varint(buf, p, record_end, 5)
+        if not ok:
+            return MALFORMED, 0, 0, False
+        pos = record_end
+        records += 1
+        if key_length < 0:
+            continue  # a null key cannot be compacted: dropped
+        a, b = murmur3_128(buf, key_at, key_length)
+        i, found = _slot(h1s, h2s, offs, a, b)
+        latest = offs[i] - 1 if found else -1
+        if base_offset + delta < latest:
+            continue
+        if value_length < 0:
+            if not keep_deletes:
+                continue
+            has_tombstone = True
+        attr_at[kept] = attr
+        rest_at[kept] = rest
+        end_at[kept] = record_end
+        timestamps[kept] = base_timestamp + ts_delta
+        kept += 1
+    if pos != end:
+        return MALFORMED, 0, 0, False
+    return OK, kept, records, has_tombstone
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _put_varint(out: np.ndarray, pos: int, zz: Any) -> int:
+    while zz >= np.uint64(0x80):
+        out[pos] = np.uint8((zz & np.uint64(0x7F)) | np.uint64(0x80))
+        zz >>= np.uint64(7)
+        pos += 1
+    out[pos] = np.uint8(zz)
+    return pos + 1
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _varint_size(zz: Any) -> int:
+    n = 1
+    while zz >= np.uint64(0x80):
+        zz >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def write_kept(buf: np.ndarray, kept: int, attr_at: np.ndarray, rest_at: np.ndarray, end_at: np.ndarray,
+               timestamps: np.ndarray, base_timestamp: int, out: np.ndarray, out_pos: int) -> int:
+    """Write the kept records into ``out`` from ``out_pos``, their timestamp deltas against the new
+    ``base_timestamp`` and everything else as it was; returns the end position."""
+    for k in range(kept):
+        d = np.int64(timestamps[k] - base_timestamp)
+        zz_ts = np.uint64((d << np.int64(1)) ^ (d >> np.int64(63)))
+        rest_bytes = end_at[k] - rest_at[k]
+        length = 1 + _varint_size(zz_ts) + rest_bytes
+        out_pos = _put_varint(out, out_pos, np.uint64(length) << np.uint64(1))
+        out[out_pos] = buf[attr_at[k]]
+        out_pos = _put_varint(out, out_pos + 1, zz_ts)
+        out[out_pos:out_pos + rest_bytes] = buf[rest_at[k]:end_at[k]]
+        out_pos += rest_bytes
+    return out_pos

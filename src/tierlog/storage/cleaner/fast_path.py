@@ -1,0 +1,121 @@
+"""The Python side of the cleaner's compiled loops (:mod:`._fastclean`): one call per batch for the
+map pass and one for the rewrite, with the batch header packed here. Anything the compiled loops do
+not cover (control batches, compressed or LogAppendTime batches, a batch emptied but kept for its
+producer, malformed records) goes back to the Python reference in :mod:`.batches`."""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import numpy as np
+
+from tierlog._util.crc import crc32c
+from tierlog.errors import CorruptRecordError
+from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
+    CRC,
+    CRC_START,
+    CREATE_TIME,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    BatchHeader,
+)
+from tierlog.records.reader import _records_region
+from tierlog.storage.cleaner import _fastclean
+from tierlog.storage.cleaner.offset_map import OffsetMap
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_U32 = struct.Struct(">I")
+#: Most a record can grow when its timestamp delta is re-encoded: a 10-byte varlong where there was
+#: one byte, and one more byte of length.
+_GROWTH_PER_RECORD = 10
+
+
+class MapFullError(CorruptRecordError):
+    """An empty offset map cannot hold one batch's keys (log.cleaner.dedupe.buffer.size too small)."""
+
+
+class _Arrays(threading.local):
+    """numpy views of the last buffer seen (a read chunk holds many batches), and scratch arrays;
+    one set per thread (each cleaner thread has its own)."""
+
+    def __init__(self) -> None:
+        self._buf: object = None
+        self._arr = np.empty(0, np.uint8)
+        self.scratch = np.empty((4, 0), np.int64)
+
+    def of(self, buf: bytes) -> np.ndarray:
+        if buf is not self._buf:
+            self._buf = buf
+            self._arr = np.frombuffer(buf, np.uint8)
+        return self._arr
+
+    def ensure(self, records: int) -> np.ndarray:
+        if self.scratch.shape[1] < records:
+            self.scratch = np.empty((4, max(records, 2 * self.scratch.shape[1])), np.int64)
+        return self.scratch
+
+
+_ARRAYS = _Arrays()
+
+
+def map_batch(m: OffsetMap, h: BatchHeader) -> tuple[bool, int]:
+    """Put the keys of data batch ``h`` into ``m``: (fitted, keyed records). When they do not fit
+    (``m`` not empty) the map is left as before. Raises CorruptRecordError on malformed records."""
+    from tierlog.storage.cleaner.batches import batch_keys
+
+    buf, start, end = _records_region(h)
+    status, size, highest, keyed = _fastclean.map_batch(
+        _ARRAYS.of(buf), start, end, h.records_count, h.base_offset, m.h1, m.h2, m.offsets, m.size, m.slots)
+    if status == _fastclean.MALFORMED:
+        batch_keys(h)  # raises the exact error
+        raise CorruptRecordError(f"batch at offset {h.base_offset}: malformed records")
+    if status == _fastclean.OVERFLOW:
+        raise MapFullError(f"the cleaner's offset map ({m.capacity} entries) cannot hold the keys of the batch at "
+                           f"offset {h.base_offset}: raise log.cleaner.dedupe.buffer.size")
+    if status == _fastclean.FULL:
+        return False, 0
+    m.size = int(size)
+    if highest > m.latest_offset:
+        m.latest_offset = int(highest)
+    return True, int(keyed)
+
+
+def rewrite_data_batch(h: BatchHeader, m: OffsetMap, now_ms: int, delete_retention_ms: int, keep_deletes: bool,
+                       horizon: int | None, drop_if_empty: bool) -> tuple[bytes | None, int] | None:
+    """The cleaned form of uncompressed CreateTime data batch ``h`` and the records it keeps, or
+    None when the Python reference must decide (an emptied batch kept for its producer, malformed
+    records). Same bytes as ``batches.filter_batch``."""
+    if h.compression or h.timestamp_type != CREATE_TIME or h.is_control:
+        return None
+    buf, start, end = _records_region(h)
+    arr = _ARRAYS.of(buf)
+    scratch = _ARRAYS.ensure(h.records_count)
+    attr_at, rest_at, end_at, timestamps = scratch[0], scratch[1], scratch[2], scratch[3]
+    status, kept, records, has_tombstone = _fastclean.retain(
+        arr, start, end, h.records_count, h.base_offset, h.base_timestamp, m.h1, m.h2, m.offsets, keep_deletes,
+        attr_at, rest_at, end_at, timestamps)
+    if status != _fastclean.OK:
+        return None
+    new_horizon = horizon
+    if horizon is None and has_tombstone:
+        new_horizon = now_ms + delete_retention_ms
+    if kept == records and new_horizon == horizon:
+        return bytes(h.raw()), kept
+    if kept == 0:
+        return (None, 0) if drop_if_empty else None
+    base_timestamp = new_horizon if new_horizon is not None else int(timestamps[0])
+    out = np.empty(BATCH_HEADER_SIZE + (end - start) + kept * _GROWTH_PER_RECORD, np.uint8)
+    size = int(_fastclean.write_kept(arr, kept, attr_at, rest_at, end_at, timestamps, base_timestamp, out,
+                                     BATCH_HEADER_SIZE))
+    attributes = h.attributes & ~DELETE_HORIZON_MASK
+    if new_horizon is not None:
+        attributes |= DELETE_HORIZON_MASK
+    view = out.data[:size]
+    _HEADER.pack_into(view, 0, h.base_offset, size - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC_V2, 0, attributes,
+                      h.last_offset_delta, base_timestamp, int(timestamps[:kept].max()), h.producer_id,
+                      h.producer_epoch, h.base_sequence, kept)
+    _U32.pack_into(view, CRC, crc32c(view[CRC_START:]))
+    return bytes(view), kept

@@ -1,0 +1,251 @@
+"""The remote tier describing itself (issue 26, first piece): one partition's remote log metadata as
+a versioned JSON document that can live beside the data, so a reader needs neither the broker nor
+its ``remote-log-metadata/`` journal.
+
+The journal stays the broker's source of truth; a manifest is derived from it
+(:func:`build_manifest`) and compared with a rebuild to find one that is missing or behind
+(:func:`is_current`). Written whole under a temporary name and renamed (:func:`write_local`), so a
+reader never sees half of one.
+
+:class:`ManifestPublisher` wraps the broker's metadata manager: each state change goes to the
+journal first, then the partition's manifest is rewritten through the plugin (plugins with
+``write_manifest``: the local-directory one so far); a crash between leaves it behind, and
+:meth:`ManifestPublisher.sync_all` (at startup) rewrites every manifest that is missing or behind.
+
+Not yet done (see docs/operations.md, Spark jobs): the broker composing the publisher, the S3
+plugin's put with a conditional write, and the pipeline planning from manifests.
+
+Format, version 1 (bytes as standard base64)::
+
+    {"format": "tierlog-remote-manifest", "version": 1,
+     "topic": "orders", "partition": 0, "topic_id": "<base64 uuid>", "log_start_offset": 0 | null,
+     "segments": [{"id": "<base64 uuid>", "start_offset": 0, "end_offset": 99, "max_timestamp_ms": ...,
+                   "broker_id": 1, "event_timestamp_ms": ..., "size_bytes": ...,
+                   "leader_epochs": [[0, 0]], "state": "COPY_SEGMENT_FINISHED",
+                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false}, ...]}
+
+Segments are listed by start offset, every state but DELETE_SEGMENT_FINISHED (a reader reads only
+COPY_SEGMENT_FINISHED ones; the others say an upload or a deletion is under way).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tierlog._util.files import write_atomic
+from tierlog.errors import TierlogError
+from tierlog.ids import TopicIdPartition, uuid_from_base64, uuid_to_base64
+from tierlog.tiered.api import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+)
+from tierlog.tiered.backends.local import MANIFEST_NAME as LOCAL_MANIFEST_NAME
+from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+
+FORMAT = "tierlog-remote-manifest"
+VERSION = 1
+#: The manifest's object name inside a partition's directory (or key prefix) of the remote tier.
+MANIFEST_NAME = LOCAL_MANIFEST_NAME
+
+
+class ManifestError(TierlogError):
+    """A manifest that is not one, or of a version this reader does not know."""
+
+
+@dataclass(frozen=True)
+class PartitionManifest:
+    tip: TopicIdPartition
+    log_start_offset: int | None
+    segments: tuple[RemoteLogSegmentMetadata, ...]
+
+    def finished(self) -> list[RemoteLogSegmentMetadata]:
+        return [s for s in self.segments if s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def build_manifest(store: FileRemoteLogMetadataManager, tip: TopicIdPartition) -> PartitionManifest:
+    """The manifest the journal implies for ``tip`` now."""
+    # Rejected custom metadata (seed 002) is for the broker's own deletes only: not a reader's.
+    segments = sorted((replace(m, rejected_custom_metadata=None) for m in store.list_remote_log_segments(tip)
+                       if m.state is not RemoteLogSegmentState.DELETE_SEGMENT_FINISHED),
+                      key=lambda m: (m.start_offset, m.segment_id.id))
+    return PartitionManifest(tip, store.log_start_offset(tip), tuple(segments))
+
+
+def is_current(manifest: PartitionManifest | None, store: FileRemoteLogMetadataManager,
+               tip: TopicIdPartition) -> bool:
+    """Whether ``manifest`` says what the journal says (False when missing or behind: rebuild it)."""
+    return manifest is not None and manifest == build_manifest(store, tip)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def encode(manifest: PartitionManifest) -> bytes:
+    tip = manifest.tip
+    doc = {
+        "format": FORMAT, "version": VERSION, "topic": tip.topic, "partition": tip.partition,
+        "topic_id": uuid_to_base64(tip.topic_id), "log_start_offset": manifest.log_start_offset,
+        "segments": [{
+            "id": uuid_to_base64(m.segment_id.id), "start_offset": m.start_offset, "end_offset": m.end_offset,
+            "max_timestamp_ms": m.max_timestamp_ms, "broker_id": m.broker_id,
+            "event_timestamp_ms": m.event_timestamp_ms, "size_bytes": m.segment_size_in_bytes,
+            "leader_epochs": [list(e) for e in m.segment_leader_epochs], "state": m.state.name,
+            "custom_metadata": _b64(m.custom_metadata),
+            "max_timestamp_from_records": m.max_timestamp_from_records,
+        } for m in manifest.segments],
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = obj.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ManifestError(f"{where}: field {key!r} is {value!r}, not {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ManifestError(f"{where} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ManifestError(f"{where} is not a {FORMAT} document")
+    if doc.get("version") != VERSION:
+        raise ManifestError(f"{where} has version {doc.get('version')!r}; this reader knows version {VERSION}")
+    try:
+        tip = TopicIdPartition(uuid_from_base64(_field(doc, "topic_id", str, where)), _field(doc, "topic", str, where),
+                               _field(doc, "partition", int, where))
+        start = doc.get("log_start_offset")
+        if start is not None and (not isinstance(start, int) or isinstance(start, bool)):
+            raise ManifestError(f"{where}: field 'log_start_offset' is {start!r}, not int")
+        segments = []
+        for i, s in enumerate(_field(doc, "segments", list, where)):
+            at = f"{where} segment {i}"
+            if not isinstance(s, dict):
+                raise ManifestError(f"{at} is not an object")
+            custom = s.get("custom_metadata")
+            if custom is not None and not isinstance(custom, str):
+                raise ManifestError(f"{at}: field 'custom_metadata' is {custom!r}, not base64")
+            epochs = _field(s, "leader_epochs", list, at)
+            state = _field(s, "state", str, at)
+            if state not in RemoteLogSegmentState.__members__:
+                raise ManifestError(f"{at}: state {state!r} is none of {', '.join(RemoteLogSegmentState.__members__)}")
+            segments.append(RemoteLogSegmentMetadata(
+                RemoteLogSegmentId(tip, uuid_from_base64(_field(s, "id", str, at))),
+                _field(s, "start_offset", int, at), _field(s, "end_offset", int, at),
+                _field(s, "max_timestamp_ms", int, at), _field(s, "broker_id", int, at),
+                _field(s, "event_timestamp_ms", int, at), _field(s, "size_bytes", int, at),
+                tuple((int(e), int(o)) for e, o in epochs),
+                RemoteLogSegmentState[state],
+                None if custom is None else base64.b64decode(custom, validate=True),
+                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at)))
+    except (KeyError, ValueError, TypeError) as e:
+        raise ManifestError(f"{where}: {e}") from None
+    return PartitionManifest(tip, start, tuple(segments))
+
+
+def write_local(directory: Path, manifest: PartitionManifest, *, sync: bool = True) -> Path:
+    """Replace ``directory/_manifest.json`` whole (temporary name, fsync, rename)."""
+    path = directory / MANIFEST_NAME
+    write_atomic(path, encode(manifest), sync=sync)
+    return path
+
+
+def read_local(directory: Path) -> PartitionManifest | None:
+    path = directory / MANIFEST_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode(data, str(path))
+
+
+class ManifestPublisher:
+    """The broker's metadata manager, publishing each partition's manifest after every state change
+    (the journal first: it stays the source of truth). Reads go to the journal."""
+
+    def __init__(self, store: FileRemoteLogMetadataManager, rsm: object) -> None:
+        self.store = store
+        self._write = getattr(rsm, "write_manifest", None)
+        self._read = getattr(rsm, "read_manifest", None)
+
+    @property
+    def publishes(self) -> bool:
+        return callable(self._write)
+
+    def publish(self, tip: TopicIdPartition) -> None:
+        if callable(self._write):
+            self._write(tip, encode(build_manifest(self.store, tip)))
+
+    def sync_all(self) -> list[TopicIdPartition]:
+        """Rewrite every manifest that is missing or behind the journal; the partitions rewritten."""
+        if not callable(self._write) or not callable(self._read):
+            return []
+        rewritten = []
+        for tip in self.store.partitions():
+            raw = self._read(tip)
+            try:
+                current = decode(raw) if isinstance(raw, bytes) else None
+            except ManifestError:
+                current = None  # unreadable: rebuilt like a missing one
+            if not is_current(current, self.store, tip):
+                self.publish(tip)
+                rewritten.append(tip)
+        return rewritten
+
+    # -- RemoteLogMetadataManager: writes, each followed by the partition's manifest ----------------
+
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.store.add_remote_log_segment_metadata(metadata)
+        self.publish(metadata.segment_id.topic_id_partition)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        self.store.update_remote_log_segment_metadata(update)
+        self.publish(update.segment_id.topic_id_partition)
+
+    def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
+        self.store.put_remote_partition_delete_metadata(metadata)
+        self.publish(metadata.topic_id_partition)
+
+    def update_log_start_offset(self, tip: TopicIdPartition, log_start_offset: int, event_timestamp_ms: int) -> None:
+        self.store.update_log_start_offset(tip, log_start_offset, event_timestamp_ms)
+        self.publish(tip)
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def remote_log_segment_metadata(self, tip: TopicIdPartition, offset: int,
+                                    leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
+        return self.store.remote_log_segment_metadata(tip, offset, leader_epoch)
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
+        return self.store.highest_offset_for_epoch(tip, leader_epoch)
+
+    def list_remote_log_segments(self, tip: TopicIdPartition,
+                                 leader_epoch: int | None = None) -> Iterator[RemoteLogSegmentMetadata]:
+        return self.store.list_remote_log_segments(tip, leader_epoch)
+
+    def remote_partition_delete_state(self, tip: TopicIdPartition) -> RemotePartitionDeleteState | None:
+        return self.store.remote_partition_delete_state(tip)
+
+    def remote_log_size(self, tip: TopicIdPartition) -> int:
+        return self.store.remote_log_size(tip)
+
+    def partitions(self) -> Iterable[TopicIdPartition]:
+        return self.store.partitions()
+
+    def log_start_offset(self, tip: TopicIdPartition) -> int | None:
+        return self.store.log_start_offset(tip)
+
+    def close(self) -> None:
+        self.store.close()

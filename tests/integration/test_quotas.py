@@ -1,0 +1,200 @@
+"""Client quotas end to end (#19): quotas set with AlterClientQuotas, read back with
+DescribeClientQuotas, kept over a restart, and a producer over its producer_byte_rate slowed to about
+its quota while another producer on the same broker is not -- one greedy client cannot starve others."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.cli import fails, ok
+from tests.helpers.raw_client import RawClient
+from tests.integration.test_metrics import metrics_url, scrape
+
+ALTER = 49
+DESCRIBE = 48
+INVALID_REQUEST = 42
+QUOTA_BYTES_PER_S = 100_000
+RUN_S = 8.0
+
+
+@pytest.fixture
+def quota_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    # Two windows of one second: the rate reacts within ~2 s instead of Kafka's default 11.
+    b = BrokerProcess(tmp_path / "data", {"quota.window.num": "2", "quota.window.size.seconds": "1",
+                                          "metrics.listener": "http://127.0.0.1:0"}).start()
+    yield b
+    if b.alive():
+        b.stop()
+
+
+def _alter(port: int, entries: list[dict[str, Any]], validate_only: bool = False) -> Any:
+    with RawClient(port, client_id="quota-admin") as c:
+        return c.call(ALTER, 1, {"entries": entries, "validate_only": validate_only})
+
+
+def _describe(port: int, components: list[dict[str, Any]], strict: bool = False) -> Any:
+    with RawClient(port, client_id="quota-admin") as c:
+        return c.call(DESCRIBE, 1, {"components": components, "strict": strict})
+
+
+def _entries(response: Any) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+    return {tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: float(v.value) for v in entry.values}
+            for entry in response.entries}
+
+
+def _produce_flat_out(bootstrap: str, topic: str, client_id: str, stop: threading.Event,
+                      out: dict[str, Any]) -> None:
+    throttles: list[int] = []
+    delivered = [0]
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            delivered[0] += len(msg.value())
+
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                  # librdkafka also reports the end of a throttle as 0 ms: only the real ones count.
+                  "throttle_cb": lambda ev: ev.throttle_time > 0 and throttles.append(int(ev.throttle_time * 1000)),
+                  "queue.buffering.max.kbytes": 1024})
+    payload = b"x" * 1024
+    started = time.monotonic()
+    while not stop.is_set():
+        try:
+            p.produce(topic, payload, on_delivery=on_delivery)
+        except BufferError:
+            p.poll(0.05)
+            continue
+        p.poll(0)
+    # Delivered by the end of the run only: what flush() still sends afterwards is not the rate.
+    p.poll(0)
+    elapsed = time.monotonic() - started
+    out.update(bytes=delivered[0], seconds=elapsed, throttles=throttles)
+    p.flush(60)
+
+
+def test_quota_set_described_enforced_and_kept(quota_broker: BrokerProcess) -> None:
+    port = quota_broker.port
+    greedy = (("client-id", "greedy"),)
+    # Kafka's INVALID_REQUEST for an unknown entity type and for an unknown key; the good entry still applies.
+    got = _alter(port, [
+        {"entity": [{"entity_type": "group", "entity_name": "g"}], "ops": [{"key": "producer_byte_rate",
+                                                                             "value": 1.0, "remove": False}]},
+        {"entity": [{"entity_type": "client-id", "entity_name": "x"}], "ops": [{"key": "bogus", "value": 1.0,
+                                                                                "remove": False}]},
+        {"entity": [{"entity_type": "client-id", "entity_name": "greedy"}],
+         "ops": [{"key": "producer_byte_rate", "value": float(QUOTA_BYTES_PER_S), "remove": False}]},
+    ])
+    assert [int(e.error_code) for e in got.entries] == [INVALID_REQUEST, INVALID_REQUEST, 0]
+    # validate_only checks and stores nothing.
+    got = _alter(port, [{"entity": [{"entity_type": "user", "entity_name": None}],
+                         "ops": [{"key": "request_percentage", "value": 50.0, "remove": False}]}], validate_only=True)
+    assert int(got.entries[0].error_code) == 0
+    described = _entries(_describe(port, []))
+    assert described == {greedy: {"producer_byte_rate": float(QUOTA_BYTES_PER_S)}}, described
+
+    admin = AdminClient({"bootstrap.servers": quota_broker.bootstrap})
+    admin.create_topics([NewTopic("quota-t", 1, 1)])["quota-t"].result(30)
+    stop = threading.Event()
+    results: dict[str, dict[str, Any]] = {"greedy": {}, "polite": {}}
+    threads = [threading.Thread(target=_produce_flat_out, args=(quota_broker.bootstrap, "quota-t", cid, stop,
+                                                                results[cid])) for cid in results]
+    for t in threads:
+        t.start()
+    time.sleep(RUN_S)  # the measurement period itself, not a wait for a condition
+    stop.set()
+    for t in threads:
+        t.join(120)
+    rates = {cid: r["bytes"] / r["seconds"] for cid, r in results.items()}
+    print(f"producer rates (B/s) with a {QUOTA_BYTES_PER_S} B/s quota on 'greedy': {rates}; "
+          f"greedy throttled {len(results['greedy']['throttles'])} times, polite "
+          f"{len(results['polite']['throttles'])} times")
+    assert results["greedy"]["throttles"], f"greedy was never told to back off: {results}\n{quota_broker.stderr_tail()}"
+    assert not results["polite"]["throttles"], results["polite"]["throttles"]
+    # Near its quota: the first windows' burst and a batch in flight allow some excess, not 2x.
+    assert rates["greedy"] < 2 * QUOTA_BYTES_PER_S, rates
+    assert rates["polite"] > 3 * QUOTA_BYTES_PER_S, rates
+
+    samples = scrape(metrics_url(quota_broker))
+    key = frozenset({("quota_type", "producer_byte_rate")})
+    assert samples[("tierlog_quota_throttle_time_ms_total", key)] > 0, samples
+    assert samples[("tierlog_quota_throttled_responses_total", key)] >= len(results["greedy"]["throttles"]) > 0
+    assert samples[("tierlog_quota_throttle_time_ms_total", frozenset({("quota_type", "consumer_byte_rate")}))] == 0
+
+    quota_broker.restart()
+    port = quota_broker.port
+    assert _entries(_describe(port, [{"entity_type": "client-id", "match_type": 0, "match": "greedy"}],
+                              strict=True)) == {greedy: {"producer_byte_rate": float(QUOTA_BYTES_PER_S)}}
+    _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "greedy"}],
+                   "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]}])
+    assert _entries(_describe(port, [])) == {}
+
+
+def test_quotas_cli(broker: BrokerProcess) -> None:
+    bs = ["--bootstrap-server", broker.bootstrap]
+    out = ok("quotas", "alter", *bs, "--user", "alice", "--client-defaults",
+             "--add-config", "consumer_byte_rate=2048,request_percentage=25")
+    assert "Completed updating config for user-principal 'alice', client-id <default>." in out
+    assert "Invalid configuration key bogus" in fails("quotas", "alter", *bs, "--user", "alice",
+                                                     "--add-config", "bogus=1")
+    ok("quotas", "alter", *bs, "--user-defaults", "--add-config", "producer_byte_rate=1000", "--validate-only")
+    out = ok("quotas", "describe", *bs, "--user", "alice", "--client-defaults")
+    assert out.strip() == ("Quota configs for user-principal 'alice', client-id <default> are "
+                           "consumer_byte_rate=2048,request_percentage=25"), out
+    assert ok("quotas", "describe", *bs, "--user-defaults").strip() == ""
+    ok("quotas", "alter", *bs, "--user", "alice", "--client-defaults",
+       "--delete-config", "consumer_byte_rate,request_percentage")
+    assert "alice" not in ok("quotas", "describe", *bs)
+
+
+def test_consumer_byte_rate_slows_a_consumer_and_loses_nothing(quota_broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    port = quota_broker.port
+    quota = 200_000
+    admin = AdminClient({"bootstrap.servers": quota_broker.bootstrap})
+    admin.create_topics([NewTopic("quota-c", 1, 1)])["quota-c"].result(30)
+    # Batches well under the quota window: a batch larger than a window of quota can never be let through.
+    p = Producer({"bootstrap.servers": quota_broker.bootstrap, "linger.ms": 5, "batch.size": 32768})
+    total = 4000
+    for i in range(total):
+        p.produce("quota-c", b"%06d" % i + b"y" * 1018)
+        p.poll(0)
+    assert p.flush(60) == 0
+    got = _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "slow-reader"}],
+                         "ops": [{"key": "consumer_byte_rate", "value": float(quota), "remove": False}]}])
+    assert int(got.entries[0].error_code) == 0
+    throttles: list[float] = []
+    c = Consumer({"bootstrap.servers": quota_broker.bootstrap, "group.id": "quota-g", "client.id": "slow-reader",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "throttle_cb": lambda ev: ev.throttle_time > 0 and throttles.append(ev.throttle_time)})
+    c.subscribe(["quota-c"])
+    seen: list[int] = []
+    received = 0
+    started = time.monotonic()
+    while time.monotonic() - started < RUN_S:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen.append(int(msg.value()[:6]))
+            received += len(msg.value())
+    rate = received / (time.monotonic() - started)
+    print(f"consumer rate {rate:.0f} B/s under a {quota} B/s consumer_byte_rate; throttled {len(throttles)} times")
+    assert throttles, f"never throttled at {rate:.0f} B/s\n{quota_broker.stderr_tail()}"
+    assert 0 < rate < 3 * quota, rate
+    # Lift the quota: the rest arrives, in order, none lost or repeated (a throttled fetch returned nothing).
+    _alter(port, [{"entity": [{"entity_type": "client-id", "entity_name": "slow-reader"}],
+                   "ops": [{"key": "consumer_byte_rate", "value": 0.0, "remove": True}]}])
+    deadline = time.monotonic() + 120
+    while len(seen) < total and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            seen.append(int(msg.value()[:6]))
+    c.close()
+    assert seen == list(range(total)), (len(seen), seen[:5], seen[-5:])
