@@ -496,6 +496,9 @@ class KafkaConnection(asyncio.Protocol):
                     self._update_reading()
                 self.requests_served += 1
                 if self.client.throttle_ms > 0:
+                    # Kafka mutes the channel after the response is sent: deferred ones go out first.
+                    while self._deferred:
+                        await self._write_deferred()
                     await self._throttle()
         except asyncio.CancelledError:
             pass
