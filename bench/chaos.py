@@ -128,6 +128,7 @@ def power(args: argparse.Namespace, work: Path) -> Section:
             ("**duplicated**", loop.duplicated),
             ("out of order / at another offset than acknowledged", f"{loop.out_of_order} / {loop.wrong_offset}"),
             ("delivery failures / fatal producer errors", f"{loop.delivery_failures} / {loop.producer_fatal_errors}"),
+            ("delivery failures by error", dict(loop.failure_reasons) or "-"),
             ("group commits acknowledged / regressed after a cut", f"{loop.commits} / {len(loop.commit_regressions)}"),
             ("topics created (one per start) / missing after a cut", f"{r.topics_created} / {len(r.topics_missing)}"),
             ("duration", f"{loop.seconds:.0f} s"),
