@@ -239,6 +239,12 @@ class KafkaStorageError(TierlogError):
     error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
+class UnsupportedRecordFormatError(KafkaStorageError):
+    """A partition's files hold data in a format tierlog does not read (a message set of magic 0 or 1,
+    or a batch newer than v2): the partition is refused -- not loaded, not served, its bytes left as
+    they are -- rather than truncated as torn data or served up to a mark of damage."""
+
+
 class CorruptIndexError(TierlogError):
     """An offset, time or transaction index failed its sanity check."""
 

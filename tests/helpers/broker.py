@@ -24,9 +24,12 @@ TEST_OVERRIDES = {
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.overrides = {**TEST_OVERRIDES, **(overrides or {})}
+        #: Extra environment variables of the broker process (on top of this process's).
+        self.env = env
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.stdout_lines: list[str] = []
@@ -50,7 +53,9 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None
         self.stdout_lines = []
         stderr = open(self.log_path, "a")  # noqa: SIM115 - owned by the process
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1)
+        env = None if self.env is None else {**os.environ, **self.env}
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, bufsize=1,
+                                     env=env)
         stderr.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         assert self.proc.stdout is not None

@@ -106,7 +106,9 @@ def seed000(s: Session) -> list[Expectation]:
 
 
 _DESCRIBE = re.compile(r"^Feature: metadata\.version\tSupportedMinVersion: 3\.0-IV1\tSupportedMaxVersion: 3\.9-IV0\t"
-                       r"FinalizedVersionLevel: (\S+)\tEpoch: (\d+)$")
+                       r"FinalizedVersionLevel: (\S+)\tEpoch: (\d+)\n"
+                       r"Feature: transaction\.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
+                       r"FinalizedVersionLevel: 0\tEpoch: (\d+)$")
 
 
 def _feature_change() -> list[Expectation]:
@@ -118,7 +120,7 @@ def _feature_change() -> list[Expectation]:
     def describe(r: Result) -> None:
         m = _DESCRIBE.match(r.stdout.strip())
         assert m, r.stdout
-        assert m.group(1) == ["3.9-IV0", "3.8-IV0"][len(epochs)], r.stdout
+        assert m.group(1) == ["3.9-IV0", "3.8-IV0"][len(epochs)] and m.group(2) == m.group(3), r.stdout
         epochs.append(int(m.group(2)))
 
     def newest_snapshot(r: Result) -> None:

@@ -47,8 +47,9 @@ def update(broker: BrokerProcess, version: int, level: int, *, feature: str = "m
 
 
 def describe(broker: BrokerProcess) -> tuple[str, int]:
-    out = ok("features", "describe", "--bootstrap-server", broker.bootstrap).splitlines()
-    assert len(out) == 1, out
+    lines = ok("features", "describe", "--bootstrap-server", broker.bootstrap).splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["Feature: metadata.version", "Feature: transaction.version"]
+    out = [line for line in lines if line.startswith("Feature: metadata.version")]
     m = DESCRIBE.match(out[0])
     assert m, out
     return m.group(1), int(m.group(2))
@@ -67,12 +68,14 @@ def shown_level(data_dir: Path) -> tuple[str, str]:
 
 def test_api_versions_carries_the_features(broker: BrokerProcess) -> None:
     v4 = api_versions(broker, 4)
-    assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [("metadata.version", 1, 21)]
+    assert sorted((f.name, f.min_version, f.max_version) for f in v4.supported_features) == [
+        ("metadata.version", 1, 21), ("transaction.version", 0, 2)]
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v4.finalized_features}
     level = finalized["metadata.version"][0]
     assert finalized == {"metadata.version": (level, level)} and 4 <= level <= 21
     assert v4.finalized_features_epoch >= 0 and v4.zk_migration_ready is False
     v3 = api_versions(broker, 3)
+    # v3 leaves out supported features whose minimum is 0 (KAFKA-17492): transaction.version is 0-2.
     assert [f.name for f in v3.supported_features] == ["metadata.version"]
     assert v3.finalized_features_epoch == v4.finalized_features_epoch
     # kafka-python's DescribeFeatures reads the same answer.

@@ -19,6 +19,7 @@ from kafka.record.util import calc_crc32c
 
 from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
 from tierlog.config import BrokerConfig
+from tierlog.records import ControlRecordType, EndTransactionMarker, build_end_txn_marker_batch
 from tierlog.server import Broker
 from tierlog.storage.log_manager import LogManagerSettings
 from tierlog.storage.producer_state import AppendOrigin
@@ -64,6 +65,16 @@ def test_marker_batch_matches_golden_bytes() -> None:
     batch = marker_batch(5, True, 7, 1)
     assert batch[61:] == bytes.fromhex("20 00 00 00 08 00000001 0c 000000000007 00".replace(" ", ""))
     assert struct.unpack_from(">i", batch, 8)[0] == len(batch) - 12
+
+
+def test_tierlogs_marker_batches_are_the_independent_encoders_bytes() -> None:
+    # What the transaction coordinator writes, byte for byte against the hand-built batch above:
+    # header, attributes, CRC and the record, for COMMIT and ABORT.
+    for commit, pid, coordinator_epoch, ts in ((True, 5, 7, 1), (False, 123456789, 0, 1700000000123)):
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        ours = build_end_txn_marker_batch(EndTransactionMarker(kind, coordinator_epoch), producer_id=pid,
+                                          producer_epoch=0, timestamp_ms=ts)
+        assert ours == marker_batch(pid, commit, coordinator_epoch, ts), (ours.hex(), commit)
 
 
 def write_data_dir(data_dir: Path) -> None:

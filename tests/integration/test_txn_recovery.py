@@ -1,77 +1,99 @@
-"""A crash at each step of EndTxn recovers to a complete commit (or abort).
+"""A SIGKILL at each step of EndTxn recovers to the decision: a complete commit (or abort).
 
-The on-disk state a SIGKILL leaves at each step is built with an in-process broker driving its own
-coordinator up to that step -- PrepareCommit written and no marker, PrepareCommit and the marker in
-one of two partitions, every marker but no CompleteCommit -- and the process then stops without
-running the rest. ``tierlog serve`` on that directory must finish the transaction before it answers
-for the id: read_committed consumers see all of its records (or none, for an abort), the pending
-offsets become committed, and DescribeTransactions says CompleteCommit.
+A real ``tierlog serve`` is started with ``TIERLOG_TEST_CRASH_AT`` naming one of the coordinator's
+crash steps -- PrepareCommit/PrepareAbort written and no marker; the first partition's marker written
+and the others not; every marker written and no Complete* record -- and a confluent-kafka
+transactional producer writes to two partitions, adds its group's offsets and commits (or aborts).
+The broker SIGKILLs itself at that step. The files it leaves are checked to hold exactly that step
+(the last state record is Prepare*, and 0, 1 or 3 of the three partitions hold a marker). A broker
+started again on the directory must finish the transaction before it answers for the id:
+read_committed consumers see all of its records (or none, for an abort), the LSO is back at the log
+end, the pending offsets are committed (or dropped), DescribeTransactions says CompleteCommit (or
+CompleteAbort), and so does the last record of the id in ``__transaction_state``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import signal
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
+from tests.helpers.broker import BrokerProcess
 from tests.helpers.raw_client import RawClient
-from tierlog.config import BrokerConfig
 from tierlog.protocol import ApiKey
-from tierlog.records import SimpleRecord, build_batch
-from tierlog.server import Broker
+from tierlog.records import iter_batches
+from tierlog.server.broker import CRASH_AT_ENV
+from tierlog.server.groups.records import partition_for_group
 from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC
-from tierlog.server.txn.records import TxnState
-from tierlog.storage.log_manager import LogManagerSettings
-from tierlog.storage.producer_state import AppendOrigin
+from tierlog.server.txn.coordinator import CRASH_STEPS
+from tierlog.server.txn.records import (
+    TRANSACTION_STATE_TOPIC,
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    partition_for_transactional_id,
+)
 
 TOPIC, TXN_ID, GROUP = "recover", "tx-recover", "recover-group"
-OVERRIDES = {"transaction.state.log.num.partitions": "3"}
+STATE_PARTITIONS, OFFSETS_PARTITIONS = 3, 10
+OVERRIDES = {"transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+             "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}
+#: The markers on disk when the broker died at each step (of the transaction's three partitions).
+MARKERS_AT_CRASH = {"end-txn-after-prepare": 0, "end-txn-between-markers": 1, "end-txn-before-complete": 3}
 
 
-def crash_at(data_dir: Path, step: str, commit: bool) -> None:
-    async def run() -> None:
-        cfg = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(data_dir), **TEST_OVERRIDES,
-                            **OVERRIDES})
-        broker = Broker(cfg, LogManagerSettings())
-        await broker.start()
-        ctx = broker.ctx
-        assert ctx is not None and ctx.transactions is not None and ctx.groups is not None
-        txn = ctx.transactions
-        await ctx.io.run(ctx.controller.create_topic, TOPIC, 2, 1, {})
-        code, pid, epoch = await txn.init_producer_id(TXN_ID, 60000, -1, -1)
-        assert code == 0
-        codes = await txn.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
-        assert set(codes.values()) == {0}
-        assert await txn.add_offsets(TXN_ID, pid, epoch, GROUP) == 0
+def batches(partition_dir: Path) -> list[tuple[bool, list[tuple[bytes | None, bytes | None]]]]:
+    """(is control, [(key, value)]) of every batch in the partition's segment files, in order."""
+    out = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        for header, records in iter_batches(segment.read_bytes()):
+            out.append((header.is_control, [(r.key, r.value) for r in records]))
+    return out
+
+
+def markers_in(data_dir: Path, tp: tuple[str, int]) -> int:
+    return sum(1 for control, _ in batches(data_dir / f"{tp[0]}-{tp[1]}") if control)
+
+
+def last_state(data_dir: Path) -> TxnLogValue:
+    """The last value of TXN_ID in its ``__transaction_state`` partition, read from the files."""
+    partition = partition_for_transactional_id(TXN_ID, STATE_PARTITIONS)
+    values = [decode_value(v) for _, records in batches(data_dir / f"{TRANSACTION_STATE_TOPIC}-{partition}")
+              for k, v in records if k is not None and v is not None and decode_key(k) == TXN_ID]
+    assert values, "no state record of the transactional id on disk"
+    return values[-1]
+
+
+def run_transaction_into_crash(broker: BrokerProcess, commit: bool) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(TOPIC, 2, 1)]).values():
+        f.result(30)
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": TXN_ID, "linger.ms": 5,
+                  "transaction.timeout.ms": 60000})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
         for partition in (0, 1):
-            batch = build_batch([SimpleRecord(None, f"v{partition}-{i}".encode(), timestamp=int(time.time() * 1000))
-                                 for i in range(3)], producer_id=pid, producer_epoch=epoch, base_sequence=0,
-                                is_transactional=True)
-            [r] = await ctx.io.run(ctx.partitions.append_blocking, [(TOPIC, partition, batch)],
-                                   origin=AppendOrigin.CLIENT)
-            assert r.error_code == 0
-        assert await ctx.groups.txn_commit(GROUP, "", -1, pid, epoch, [(TOPIC, 0, 3, -1, "")]) == [0]
-        meta = txn.txns[TXN_ID]
-        prepare = meta.copy()
-        prepare.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        assert await txn._transition(meta, prepare) == 0
-        if step == "one-marker":
-            partial = meta.copy()
-            partial.partitions = {(TOPIC, 1)}
-            assert await txn._write_markers(partial, commit)
-        elif step == "all-markers":
-            assert await txn._write_markers(meta, commit)
-        else:
-            assert step == "prepare"
-        offsets_tp = (CONSUMER_OFFSETS_TOPIC, ctx.groups.offsets_partition(GROUP))
-        assert offsets_tp in meta.partitions
-        await broker.stop()
-
-    asyncio.run(run())
+            for i in range(3):
+                p.produce(TOPIC, f"v{partition}-{i}".encode(), partition=partition)
+        assert p.flush(30) == 0
+        p.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 3)], group.consumer_group_metadata(), 30)
+        with pytest.raises(KafkaException):
+            # The broker dies inside this call; the client's retries then time out.
+            if commit:
+                p.commit_transaction(8)
+            else:
+                p.abort_transaction(8)
+    finally:
+        group.close()
+    assert broker.proc is not None
+    assert broker.proc.wait(30) == -signal.SIGKILL, broker.stderr_tail()
 
 
 def read_committed(bootstrap: str) -> list[bytes]:
@@ -94,20 +116,34 @@ def read_committed(bootstrap: str) -> list[bytes]:
         c.close()
 
 
-@pytest.mark.parametrize("step", ["prepare", "one-marker", "all-markers"])
+@pytest.mark.parametrize("step", CRASH_STEPS)
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-def test_a_crash_during_end_txn_recovers_to_the_decision(tmp_path: Path, step: str, commit: bool) -> None:
+def test_a_sigkill_during_end_txn_recovers_to_the_decision(tmp_path: Path, step: str, commit: bool) -> None:
     data_dir = tmp_path / "data"
-    crash_at(data_dir, step, commit)
+    crashing = BrokerProcess(data_dir, OVERRIDES, env={CRASH_AT_ENV: step}).start()
+    try:
+        run_transaction_into_crash(crashing, commit)
+    finally:
+        crashing.kill()
+    assert f"SIGKILL at {step}" in crashing.stderr_tail(200)
+
+    # The files hold exactly the step the broker died at.
+    prepared = last_state(data_dir)
+    assert prepared.state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+    offsets_tp = (CONSUMER_OFFSETS_TOPIC, partition_for_group(GROUP, OFFSETS_PARTITIONS))
+    assert set(prepared.partitions.items()) == {(TOPIC, (0, 1)), (offsets_tp[0], (offsets_tp[1],))}
+    tps = [offsets_tp, (TOPIC, 0), (TOPIC, 1)]
+    assert sum(markers_in(data_dir, tp) for tp in tps) == MARKERS_AT_CRASH[step]
+
     broker = BrokerProcess(data_dir, OVERRIDES).start()
     try:
-        c = RawClient(broker.port, client_id="recover-check")
-        body = c.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [TXN_ID]})
+        with RawClient(broker.port, client_id="recover-check") as c:
+            body = c.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [TXN_ID]})
         state = body.transaction_states[0]
-        assert (state.error_code, state.transaction_state) == (0, "CompleteCommit" if commit else "CompleteAbort")
+        assert (state.error_code, state.transaction_state) == (0, "CompleteCommit" if commit else "CompleteAbort"), \
+            broker.stderr_tail()
         expected = sorted(f"v{p}-{i}".encode() for p in (0, 1) for i in range(3)) if commit else []
-        # Nothing is left open: the LSO is the log end in both partitions. (Like Kafka, recovery sends
-        # every marker again; one that ends no open transaction changes nothing.)
+        # Nothing is left open: the LSO is the log end in both partitions.
         stable = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "isolation.level": "read_committed"})
         everything = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "y"})
         try:
@@ -126,3 +162,8 @@ def test_a_crash_during_end_txn_recovers_to_the_decision(tmp_path: Path, step: s
         assert committed == (3 if commit else -1001)
     finally:
         assert broker.stop() == 0, broker.stderr_tail()
+    # Every partition of the transaction holds its marker, and the state log ends in Complete*.
+    assert all(markers_in(data_dir, tp) >= 1 for tp in tps)
+    done = last_state(data_dir)
+    assert done.state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+    assert (done.producer_id, done.partitions) == (prepared.producer_id, {})

@@ -246,3 +246,33 @@ def test_a_batch_whose_header_max_timestamp_is_minus_one_is_found_by_its_records
     create_times = re.findall(r"CreateTime: (-?\d+)", dumped.stdout)
     assert create_times == [str(base + 4000), str(base + 14_000)], dumped.stdout
     assert dumped.stdout.count("isvalid: true") == 2, dumped.stdout
+
+
+def test_an_api_kafka_has_and_tierlog_lacks_is_answered_not_hung_up(broker: BrokerProcess, topic_name: str) -> None:
+    """Sarama's ClusterAdmin sends DescribeAcls without looking at ApiVersions: Kafka without an
+    authorizer answers SECURITY_DISABLED and the connection carries on; an API Kafka's broker does
+    not serve (Vote, 52) or does not know still closes it."""
+    client = RawClient(broker.port)
+    try:
+        body = client.call(29, 1, {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 3,
+                                   "principal_filter": None, "host_filter": None, "operation": 1,
+                                   "permission_type": 1})
+        assert (body.error_code, body.error_message) == (54, "No Authorizer is configured.")
+        body = client.call(30, 3, {"creations": [
+            {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "User:a",
+             "host": "*", "operation": 3, "permission_type": 3}]})
+        assert [r.error_code for r in body.results] == [54]
+        # An API tierlog does not implement (DescribeLogDirs): Kafka's error answer, not a hang-up.
+        body = client.call(35, 4, {"topics": None})
+        assert body.error_code == 35 and not body.results
+        body = client.call(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                                 "include_topic_authorized_operations": False})
+        assert body.brokers and body.brokers[0].port == broker.port
+    finally:
+        client.close()
+    for raw in (struct.pack(">ihhi", 10, 52, 0, 80) + b"\xff\xff",  # Vote: a controller API
+                struct.pack(">ihhi", 10, 29, 9, 81) + b"\xff\xff"):  # DescribeAcls v9 does not exist
+        bad = RawClient(broker.port)
+        bad.sock.sendall(raw)
+        assert bad.closed_by_peer(), raw
+        bad.close()

@@ -44,7 +44,8 @@ def kafka(kafka_jars: None, tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="module")
 def tierlog_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One ``tierlog serve`` per test module."""
-    b = BrokerProcess(tmp_path_factory.mktemp("tierlog") / "data").start()
+    # The metrics listener shows which APIs the Java clients used (tierlog_requests_total by API).
+    b = BrokerProcess(tmp_path_factory.mktemp("tierlog") / "data", {"metrics.listener": "http://127.0.0.1:0"}).start()
     yield b
     if b.alive():
         code = b.stop()

@@ -3,7 +3,8 @@
 The jars are fetched by scripts/_env.sh (tests/jvm/pom.xml, Kafka 4.3.1) into build/kafka-jars/.
 Nothing here is mocked: tools run as ``java -cp 'build/kafka-jars/*' MAIN ARGS`` and the broker is
 ``kafka.Kafka`` with a generated server.properties on free loopback ports. When ``java`` or the jars
-are missing, :func:`require_kafka` skips the test naming what is missing.
+are missing, the ``kafka_jars`` fixture (tests/jvm/conftest.py) skips the test naming what is missing
+(:func:`java_missing`).
 """
 
 from __future__ import annotations
@@ -67,12 +68,6 @@ def java_missing() -> str | None:
         return (f"Apache Kafka {KAFKA_VERSION}'s jars are missing from {KAFKA_JARS} "
                 "(scripts/_env.sh fetches them: mvn -f tests/jvm/pom.xml dependency:copy-dependencies)")
     return None
-
-
-def require_kafka() -> None:
-    reason = java_missing()
-    if reason is not None:
-        pytest.skip(reason)
 
 
 def _log4j_tools_config() -> Path:

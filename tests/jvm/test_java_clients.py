@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import urllib.request
 import uuid
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.broker import BrokerProcess
 from tests.jvm.kafka import (
@@ -50,11 +53,29 @@ def test_java_consumer_group_kip848_protocol(kafka_jars: None, tierlog_broker: B
     assert "ok: group consumer 400" in _client(tierlog_broker, "group", "consumer").stdout
 
 
+def test_java_admin_removes_a_static_member_by_instance_id(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:
+    assert "ok: static member removed by instance id" in _client(tierlog_broker, "static").stdout
+
+
 def test_java_admin_client(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:
+    before = _requests_by_api(tierlog_broker).get("DescribeTopicPartitions", 0.0)
     out = _client(tierlog_broker, "admin").stdout
     for step in ("describeCluster", "describeTopics", "describeConfigs", "createPartitions", "listOffsets",
                  "deleteRecords", "deleteConsumerGroupOffsets", "consumer group admin", "deleteTopics"):
         assert step in out, out
+    assert "ok: describeTopics paged 8 operations" in out, out
+    # Kafka 4's Admin describes topics with DescribeTopicPartitions (three calls, the paged one two
+    # requests), not Metadata.
+    assert _requests_by_api(tierlog_broker).get("DescribeTopicPartitions", 0.0) - before >= 4
+
+
+def _requests_by_api(broker: BrokerProcess) -> dict[str, float]:
+    url = next(line.strip()[len("tierlog metrics on "):] for line in broker.stdout_lines
+               if line.startswith("tierlog metrics on "))
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {s.labels["api"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "tierlog_requests_total"}
 
 
 def test_cli_topics_configs_and_get_offsets(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:

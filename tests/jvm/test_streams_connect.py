@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.helpers.broker import BrokerProcess
 from tests.jvm.kafka import (
@@ -129,6 +130,11 @@ def test_connect_distributed_file_source_to_file_sink(kafka_jars: None, tierlog_
             "file": str(sink), "topics": topic}})
         wait_for(lambda: sink.exists() and sink.read_text().splitlines() == lines, 120,
                  "the sink file to hold every line")
+        # The worker created its internal topics compacted (what the log cleaner then compacts).
+        admin = AdminClient({"bootstrap.servers": tierlog_broker.bootstrap})
+        internal = [ConfigResource(ConfigResource.Type.TOPIC, f"{name}-{kind}") for kind in ("configs", "offsets", "status")]
+        policies = {r.name: f.result()["cleanup.policy"].value for r, f in admin.describe_configs(internal).items()}
+        assert policies == {r.name: "compact" for r in internal}, policies
     except AssertionError:
         raise AssertionError(f"{(tmp_path / 'worker.log').read_text()[-6000:]}\n{tierlog_broker.stderr_tail()}") from None
     finally:

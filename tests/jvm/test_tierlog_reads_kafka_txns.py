@@ -1,14 +1,19 @@
 """tierlog reads Kafka's transactional data (issue 24 with issue 17): a partition Apache Kafka 4.3.1
 wrote with a transactional producer -- committed and aborted transactions, their control batches and
 its ``.txnindex`` -- is served by ``tierlog serve`` read_committed with the committed records only and
-read_uncommitted with all of them; ``tierlog dump-log`` reads Kafka's ``.txnindex`` as Kafka does."""
+read_uncommitted with all of them; ``tierlog dump-log`` reads Kafka's ``.txnindex`` as Kafka does; and
+Spark's ``format("tierlog")`` reads the same files at rest with ``kafka.isolation.level=read_committed``
+as only the committed records (and all 60 without it)."""
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -61,18 +66,13 @@ def _read(bootstrap: str, isolation: str) -> list[bytes]:
     return out
 
 
-def test_kafkas_transactions_are_served_read_committed(kafka_jars: None, tmp_path: Path) -> None:
-    theirs = _write_with_kafka(tmp_path / "kafka")
-    txn_indexes = sorted(p for p in theirs.iterdir() if p.suffix == ".txnindex" and p.stat().st_size)
-    assert txn_indexes, sorted(p.name for p in theirs.iterdir())
-
-    def entries(text: str) -> list[str]:
-        return [line.strip() for line in text.splitlines() if line.startswith("version:")]
-
-    assert entries(tierlog_dump(txn_indexes)) == entries(kafka_dump(txn_indexes))
-    assert len(entries(kafka_dump(txn_indexes))) == 3
-
-    data = tmp_path / "tierlog"
+@pytest.fixture(scope="module")
+def kafka_written(kafka_jars: None, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(Kafka's partition directory, a tierlog data dir whose partition holds copies of its files),
+    built once for the module; tests copy the data dir before using it."""
+    home = tmp_path_factory.mktemp("kafka-txn")
+    theirs = _write_with_kafka(home / "kafka")
+    data = home / "tierlog"
     broker = BrokerProcess(data).start()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1, config={"retention.ms": "-1"})])[TOPIC].result(30)
@@ -84,7 +84,23 @@ def test_kafkas_transactions_are_served_read_committed(kafka_jars: None, tmp_pat
     for f in theirs.iterdir():
         if f.name != "partition.metadata":
             shutil.copy2(f, ours / f.name)
-    broker.start()
+    return theirs, data
+
+
+def test_kafkas_transactions_are_served_read_committed(kafka_written: tuple[Path, Path], tmp_path: Path) -> None:
+    theirs, prepared = kafka_written
+    txn_indexes = sorted(p for p in theirs.iterdir() if p.suffix == ".txnindex" and p.stat().st_size)
+    assert txn_indexes, sorted(p.name for p in theirs.iterdir())
+
+    def entries(text: str) -> list[str]:
+        return [line.strip() for line in text.splitlines() if line.startswith("version:")]
+
+    assert entries(tierlog_dump(txn_indexes)) == entries(kafka_dump(txn_indexes))
+    assert len(entries(kafka_dump(txn_indexes))) == 3
+
+    data = tmp_path / "tierlog"
+    shutil.copytree(prepared, data)
+    broker = BrokerProcess(data).start()
     try:
         committed = _read(broker.bootstrap, "read_committed")
         assert committed == [b"commit-%d-%d" % (r, i) for r in (0, 2, 4) for i in range(10)]
@@ -92,3 +108,33 @@ def test_kafkas_transactions_are_served_read_committed(kafka_jars: None, tmp_pat
         assert len(everything) == 60
     finally:
         assert broker.stop() == 0, broker.stderr_tail()
+
+
+@pytest.fixture
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="the Spark read needs pyspark (pip install -e '.[dev]')")
+    from tierlog.pipeline import spark_session
+
+    session = spark_session("local[1]", app_name="tierlog-kafka-txns", conf={"spark.ui.enabled": "false"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.mark.spark
+def test_spark_reads_kafkas_transactions_read_committed(kafka_written: tuple[Path, Path], tmp_path: Path,
+                                                       spark: Any) -> None:
+    data = tmp_path / "tierlog"
+    shutil.copytree(kafka_written[1], data)
+
+    def values(**options: str) -> list[bytes]:
+        r = spark.read.format("tierlog").option("path", str(data)).option("subscribe", TOPIC)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return [bytes(row[0]) for row in r.load().orderBy("offset").select("value").collect()]
+
+    committed = values(**{"kafka.isolation.level": "read_committed"})
+    assert committed == [b"commit-%d-%d" % (r, i) for r in (0, 2, 4) for i in range(10)]
+    everything = values()
+    assert len(everything) == 60 and set(everything) - set(committed) == {
+        b"abort-%d-%d" % (r, i) for r in (1, 3, 5) for i in range(10)}

@@ -24,6 +24,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.groups_cmd",
     "tierlog.cli.features_cmd",
     "tierlog.cli.transactions_cmd",
+    "tierlog.cli.acls_cmd",
     "tierlog.cli.quotas_cmd",
 )
 

@@ -18,6 +18,9 @@ L = Importance.LOW
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: The SASL mechanisms tierlog's brokers serve.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: ``authorizer.class.name`` values that turn on tierlog's authorizer (Kafka's StandardAuthorizer rules);
+#: Kafka's class name is accepted so a Kafka server.properties works unchanged.
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "tierlog.StandardAuthorizer")
 #: The prefix of a per-listener override.
 LISTENER_PREFIX = "listener.name."
 #: The per-listener key naming a mechanism's JAAS configuration.
@@ -114,6 +117,17 @@ OTHER_KEYS: list[ConfigKey] = [
          validator=one_of(*SECURITY_PROTOCOLS)),
     _key("sasl.mechanism.inter.broker.protocol", Type.STRING, "GSSAPI",
          "Accepted for Kafka compatibility; a single tierlog node has no other broker to talk to."),
+    _key("authorizer.class.name", Type.STRING, "",
+         "The authorizer checking every request against the ACLs in the metadata log, with Kafka's "
+         "StandardAuthorizer rules; empty: no authorization (every principal may do everything, and "
+         "CreateAcls/DescribeAcls/DeleteAcls answer SECURITY_DISABLED).", importance=H,
+         validator=one_of("", *AUTHORIZER_CLASS_NAMES)),
+    _key("super.users", Type.STRING, "",
+         "Principals allowed every operation whatever the ACLs say, separated by semicolons "
+         "(User:admin;User:CN=ops,O=example).", importance=H),
+    _key("allow.everyone.if.no.acl.found", Type.BOOLEAN, False,
+         "What a request on a resource that no ACL applies to gets: true allows it, false (Kafka's default) "
+         "denies it.", importance=H),
 ]
 
 SECURITY_KEYS = LISTENER_KEYS + OTHER_KEYS

@@ -549,6 +549,12 @@ class Controller:
             self._log.close()
 
 
+def legal_topic_name(name: str) -> bool:
+    """Whether Kafka's Topic.validate accepts the name."""
+    return bool(name) and name not in (".", "..") and len(name) <= MAX_TOPIC_NAME_LENGTH \
+        and _LEGAL_TOPIC.match(name) is not None
+
+
 def _validate_topic_name(name: str, image: MetadataImage) -> None:
     """Kafka's Topic.validate, plus the metadata topic and existing names."""
     if not name:

@@ -27,6 +27,7 @@ from tierlog.metadata.image import (
     quota_entity,
 )
 from tierlog.metadata.records import (
+    AccessControlEntryRecord,
     ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -36,6 +37,7 @@ from tierlog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -67,6 +69,7 @@ class MetadataDelta:
         self._configs: dict[ConfigKey, dict[str, str]] = {}
         self._producer_ids: ProducerIdsImage | None = None
         self._scram: dict[tuple[str, int], UserScramCredentialRecord] | None = None
+        self._acls: dict[bytes, AccessControlEntryRecord] | None = None
         self._provenance: MetadataProvenance | None = None
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         #: True once metadata.version moved from one level to another (not on its first setting).
@@ -87,6 +90,8 @@ class MetadataDelta:
             NoOpRecord: _ignore,
             UserScramCredentialRecord: self._replay_scram,
             RemoveUserScramCredentialRecord: self._replay_remove_scram,
+            AccessControlEntryRecord: self._replay_acl,
+            RemoveAccessControlEntryRecord: self._replay_remove_acl,
             ClientQuotaRecord: self._replay_client_quota,
         }
 
@@ -195,6 +200,19 @@ class MetadataDelta:
             self._scram = dict(self.image.scram_credentials)
         self._scram.pop((r.name, r.mechanism), None)
 
+    def _replay_acl(self, r: AccessControlEntryRecord) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if r.id in self._acls:
+            raise MetadataReplayError(f"AccessControlEntryRecord: ACL id {uuid_to_base64(r.id)} already exists")
+        self._acls[r.id] = r
+
+    def _replay_remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        if self._acls.pop(r.id, None) is None:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {uuid_to_base64(r.id)}")
+
     def _replay_client_quota(self, r: ClientQuotaRecord) -> None:
         entity = quota_entity((p.entity_type, p.entity_name) for p in r.entity)
         current = self._quotas.get(entity)
@@ -253,6 +271,10 @@ class MetadataDelta:
         return self._producer_ids is not None
 
     @property
+    def acls_changed(self) -> bool:
+        return self._acls is not None
+
+    @property
     def brokers_changed(self) -> bool:
         return self._brokers is not None
 
@@ -309,6 +331,7 @@ class MetadataDelta:
             configs=configs,
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=image.scram_credentials if self._scram is None else MappingProxyType(self._scram),
+            acls=image.acls if self._acls is None else MappingProxyType(self._acls),
             client_quotas=client_quotas,
         )
 

@@ -4,11 +4,15 @@
 Pure functions over the finalized levels; the controller applies the records they return.
 
 Which features tierlog reports. ``metadata.version`` 1-21 (3.0-IV1 … 3.9-IV0): the levels whose
-records tierlog reads and writes. Kafka's other features -- ``kraft.version``, ``transaction.version``,
-``group.version``, ``eligible.leader.replicas.version``, ``share.version``, ``streams.version`` --
-describe protocols tierlog runs at their level 0 or not at all (a static single-voter metadata log,
-classic groups only, no transactions, no ELR, no share groups, no streams groups), so tierlog supports
-each only at level 0. Kafka leaves a feature whose highest supported level is 0 out of the supported
+records tierlog reads and writes. ``transaction.version`` 0-2 (KIP-890): 1 writes the transaction log's
+flexible value (version 1), 2 adds the epoch bump per transaction (EndTxn v5, Produce v12 and
+TxnOffsetCommit v5 adding partitions implicitly). Like Kafka's ``kafka-storage format`` on a 3.9
+metadata.version (TransactionVersion's levels 1 and 2 bootstrap from 4.0-IV2), a new tierlog cluster
+starts at level 0; an UpdateFeatures (``kafka-features.sh upgrade --feature transaction.version=2``)
+raises it. Kafka's other features -- ``kraft.version``, ``group.version``,
+``eligible.leader.replicas.version``, ``share.version``, ``streams.version`` -- describe protocols
+tierlog runs at their level 0 or not at all (a static single-voter metadata log, classic groups only,
+no ELR, no share groups, no streams groups), so tierlog supports each only at level 0. Kafka leaves a feature whose highest supported level is 0 out of the supported
 features it advertises (``BrokerFeatures.defaultSupportedFeatures``), and so does tierlog; setting one
 of them to 0 is accepted, any higher level is refused, and a feature Kafka does not know is refused at
 any level -- each with Kafka's message.
@@ -57,12 +61,16 @@ LATEST_METADATA_VERSION = METADATA_VERSIONS[-1].level
 MINIMUM_BOOTSTRAP_METADATA_VERSION = 4
 
 #: Kafka's features other than metadata.version; tierlog supports each only at level 0 (see above).
-LEVEL_ZERO_FEATURES = ("kraft.version", "transaction.version", "group.version",
-                       "eligible.leader.replicas.version", "share.version", "streams.version")
+LEVEL_ZERO_FEATURES = ("kraft.version", "group.version", "eligible.leader.replicas.version", "share.version",
+                       "streams.version")
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+#: The highest transaction.version tierlog runs (TransactionVersion.TV_2).
+LATEST_TRANSACTION_VERSION = 2
 
 #: Feature → (min, max) supported level, for every feature tierlog knows.
 SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = MappingProxyType({
     METADATA_VERSION_FEATURE: (MIN_METADATA_VERSION, LATEST_METADATA_VERSION),
+    TRANSACTION_VERSION_FEATURE: (0, LATEST_TRANSACTION_VERSION),
     **{name: (0, 0) for name in LEVEL_ZERO_FEATURES},
 })
 
@@ -187,11 +195,13 @@ def _check_metadata_version(current: int, level: int, kind: UpgradeType) -> None
 
 __all__ = [
     "LATEST_METADATA_VERSION",
+    "LATEST_TRANSACTION_VERSION",
     "LEVEL_ZERO_FEATURES",
     "METADATA_VERSIONS",
     "MINIMUM_BOOTSTRAP_METADATA_VERSION",
     "MIN_METADATA_VERSION",
     "SUPPORTED_FEATURES",
+    "TRANSACTION_VERSION_FEATURE",
     "FeatureUpdate",
     "MetadataVersion",
     "UpgradeType",

@@ -14,6 +14,7 @@ from typing import NamedTuple, TypeVar
 
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerFeature,
     ClientQuotaRecord,
@@ -147,6 +148,9 @@ class MetadataImage:
     #: SCRAM credentials by (user name, mechanism id).
     scram_credentials: Mapping[tuple[str, int], UserScramCredentialRecord] = field(
         default_factory=lambda: MappingProxyType({}))
+    #: ACLs by their id (AccessControlEntryRecord.id). The same mapping object is kept while no ACL
+    #: changes, so the broker re-indexes its authorizer only when they do.
+    acls: Mapping[bytes, AccessControlEntryRecord] = field(default_factory=lambda: MappingProxyType({}))
     #: Client quotas (Kafka's ClientQuotaRecord): entity → quota key → value. Only non-empty maps.
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({}))
@@ -164,7 +168,7 @@ class MetadataImage:
     @property
     def is_empty(self) -> bool:
         return (not self.features and not self.brokers and not self.topics_by_id and not self.configs
-                and self.producer_ids.is_empty and not self.client_quotas)
+                and self.producer_ids.is_empty and not self.acls and not self.client_quotas)
 
     @property
     def num_partitions(self) -> int:
@@ -209,6 +213,8 @@ def _image_items(image: MetadataImage, partition: Callable[[bytes, PartitionImag
         yield other(ProducerIdsRecord(pids.last_broker_id, pids.last_broker_epoch, pids.next_producer_id))
     for key in sorted(image.scram_credentials):
         yield other(image.scram_credentials[key])
+    for acl_id in sorted(image.acls):
+        yield other(image.acls[acl_id])
     for entity in sorted(image.client_quotas, key=repr):
         parts = tuple(QuotaEntityPart(t, n) for t, n in entity)
         for quota_key, value in sorted(image.client_quotas[entity].items()):

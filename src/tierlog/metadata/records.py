@@ -10,6 +10,11 @@ Adding a record type (the remote-segment metadata records will be the first): su
 :func:`register`, and teach :class:`~tierlog.metadata.delta.MetadataDelta` and
 :func:`~tierlog.metadata.image.image_records` about it. Kafka's own metadata apiKeys stay below 10000;
 tierlog's own record types use 10000 and up so they can never collide with one Kafka adds later.
+
+Longer than most modules because it holds every Kafka record type tierlog stores (brokers, topics,
+partitions, configs, features, producer ids, SCRAM credentials, ACLs, client quotas), each a small
+codec beside its apiKey: one module keeps the apiKey registry and the layouts checked against Kafka's
+JSON schemas in one place.
 """
 
 from __future__ import annotations
@@ -503,6 +508,59 @@ class RemoveUserScramCredentialRecord(MetadataRecord):
     @classmethod
     def read(cls, r: Reader, version: int) -> RemoveUserScramCredentialRecord:
         rec = cls(r.string(), r.i8())
+        r.tagged_fields()
+        return rec
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord(MetadataRecord):
+    """One ACL (Kafka's AccessControlEntryRecord, apiKey 18): the enum fields hold Kafka's ids
+    (:mod:`tierlog.metadata.acls`)."""
+
+    id: bytes
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+    API_KEY: ClassVar[int] = 18
+
+    def write(self, w: Writer) -> None:
+        w.uuid(self.id)
+        w.i8(self.resource_type)
+        w.string(self.resource_name)
+        w.i8(self.pattern_type)
+        w.string(self.principal)
+        w.string(self.host)
+        w.i8(self.operation)
+        w.i8(self.permission_type)
+        w.tagged_fields()
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> AccessControlEntryRecord:
+        rec = cls(r.uuid(), r.i8(), r.string(), r.i8(), r.string(), r.string(), r.i8(), r.i8())
+        r.tagged_fields()
+        return rec
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord(MetadataRecord):
+    id: bytes
+
+    API_KEY: ClassVar[int] = 19
+
+    def write(self, w: Writer) -> None:
+        w.uuid(self.id)
+        w.tagged_fields()
+
+    @classmethod
+    def read(cls, r: Reader, version: int) -> RemoveAccessControlEntryRecord:
+        rec = cls(r.uuid())
         r.tagged_fields()
         return rec
 

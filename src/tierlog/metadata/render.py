@@ -7,6 +7,7 @@ import datetime
 from collections.abc import Sequence
 
 from tierlog.ids import uuid_to_base64
+from tierlog.metadata.acls import AclOperation, AclPermissionType, PatternType, ResourceType
 from tierlog.metadata.features import metadata_version_name
 from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage
 from tierlog.metadata.records import ConfigResourceType
@@ -31,6 +32,13 @@ def _when(ms: int) -> str:
 
 def _ints(values: Sequence[int]) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def _enum_name(kind: type[ResourceType | PatternType | AclOperation | AclPermissionType], value: int) -> str:
+    try:
+        return kind(value).name
+    except ValueError:
+        return str(value)
 
 
 def render_image(image: MetadataImage, *, topics: Sequence[str] | None = None) -> str:
@@ -82,4 +90,10 @@ def render_image(image: MetadataImage, *, topics: Sequence[str] | None = None) -
     ]
     out += ["", f"Broker configs ({len(broker_rows)})"]
     out += table(["BROKER", "NAME", "VALUE"], broker_rows)
+    out += ["", f"ACLs ({len(image.acls)})"]
+    out += table(["ID", "RESOURCE TYPE", "PATTERN", "RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"],
+                 sorted((uuid_to_base64(a.id), _enum_name(ResourceType, a.resource_type),
+                         _enum_name(PatternType, a.pattern_type), a.resource_name, a.principal, a.host,
+                         _enum_name(AclOperation, a.operation), _enum_name(AclPermissionType, a.permission_type))
+                        for a in image.acls.values()))
     return "\n".join(out) + "\n"

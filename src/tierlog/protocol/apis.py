@@ -41,6 +41,7 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 
 from tierlog.errors import ErrorCode
 from tierlog.protocol.errors import UnsupportedApiError, UnsupportedVersionError
+from tierlog.protocol.unimplemented import KAFKA_BROKER_APIS, AnsweredApi
 
 #: A kio request dataclass (``kio.schema.<api>.v<N>.request.<Api>Request``).
 RequestBody: TypeAlias = RequestPayload
@@ -74,6 +75,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
@@ -92,6 +96,7 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,9 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
     ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
     ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
+    ApiSpec(ApiKey.DESCRIBE_ACLS, "DescribeAcls", 1, 3),
+    ApiSpec(ApiKey.CREATE_ACLS, "CreateAcls", 1, 3),
+    ApiSpec(ApiKey.DELETE_ACLS, "DeleteAcls", 1, 3),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
     ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
     ApiSpec(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
@@ -151,7 +159,7 @@ _SPECS = (
     ApiSpec(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5),
     ApiSpec(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4),
     # EndTxn v5 (KIP-890 part 2: an epoch bump per transaction) is not implemented: v4 is the top.
-    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 4),
+    ApiSpec(ApiKey.END_TXN, "EndTxn", 0, 5),
     ApiSpec(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 5),
     ApiSpec(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2),
     ApiSpec(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", 0, 0),
@@ -159,9 +167,20 @@ _SPECS = (
     ApiSpec(ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2),
     ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1),
     ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1),
+    ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0),
 )
 
 SUPPORTED_APIS: Mapping[int, ApiSpec] = MappingProxyType({spec.api_key.value: spec for spec in _SPECS})
+
+#: APIs Kafka's broker serves that tierlog answers with an error (not advertised in ApiVersions);
+#: an implemented API overrides its entry.
+ANSWERED_APIS: Mapping[int, AnsweredApi] = MappingProxyType(
+    {a.api_key: a for a in KAFKA_BROKER_APIS if a.api_key not in SUPPORTED_APIS})
+
+
+def parsed_api(api_key: int) -> ApiSpec | AnsweredApi | None:
+    """The API whose requests the codec parses: implemented, or answered with an error."""
+    return SUPPORTED_APIS.get(api_key) or ANSWERED_APIS.get(api_key)
 
 
 def api_spec(api_key: int) -> ApiSpec | None:
@@ -174,7 +193,7 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 
 def _require(api_key: int, api_version: int) -> None:
-    spec = SUPPORTED_APIS.get(api_key)
+    spec = parsed_api(api_key)
     if spec is None:
         raise UnsupportedApiError(api_key, api_version, None)
     if not spec.supports(api_version):

@@ -28,9 +28,9 @@ from kio.schema.errors import ErrorCode
 
 from tierlog.protocol._decoder import field_shape, is_entity
 from tierlog.protocol.apis import (
-    SUPPORTED_APIS,
     RequestBody,
     ResponseBody,
+    parsed_api,
     request_type,
     response_type,
 )
@@ -258,7 +258,8 @@ def _implicit_default(kafka_type: str) -> Any:
 @cache
 def _family_names(api_key: int, request: bool) -> frozenset[str]:
     """Every field name of every supported version of one API's requests or responses."""
-    spec = SUPPORTED_APIS[api_key]
+    spec = parsed_api(api_key)
+    assert spec is not None, f"API {api_key} is neither implemented nor answered"
     names: set[str] = set()
     seen: set[type[Any]] = set()
 

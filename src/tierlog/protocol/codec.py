@@ -22,10 +22,10 @@ from kio.serial.errors import SerialError
 
 from tierlog.protocol._decoder import DecodeError, decode
 from tierlog.protocol.apis import (
-    SUPPORTED_APIS,
     ApiKey,
     RequestBody,
     ResponseBody,
+    parsed_api,
     request_header_version,
     request_type,
     response_header_version,
@@ -86,7 +86,7 @@ def parse_request(frame: bytes | bytearray | memoryview) -> ParsedRequest:
     if len(view) < _HEADER_PREFIX.size:
         raise MalformedRequestError(f"request of {len(view)} bytes has no header", correlation_id=None)
     api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(view, 0)
-    spec = SUPPORTED_APIS.get(api_key)
+    spec = parsed_api(api_key)
     if spec is None:
         raise UnsupportedApiError(api_key, api_version, correlation_id)
     if not spec.supports(api_version):

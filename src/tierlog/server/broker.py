@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import gc
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -48,6 +49,7 @@ from tierlog.server.metrics import BrokerMetrics
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
 from tierlog.server.remote_tier import create_remote_log_manager, guard_without_remote_tier, metadata_dir_of
+from tierlog.server.security.authz import AclGate
 from tierlog.server.security.listeners import ListenerSecurity
 from tierlog.server.settings import (
     NetworkSettings,
@@ -61,7 +63,7 @@ from tierlog.server.settings import (
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.tier_sync import TierSync
 from tierlog.server.transport import BoundListener, KafkaServer, parse_advertised_listeners, parse_listeners
-from tierlog.server.txn.coordinator import TransactionCoordinator
+from tierlog.server.txn.coordinator import CRASH_STEPS, TransactionCoordinator
 from tierlog.storage.checkpoints import (
     META_PROPERTIES,
     MetaProperties,
@@ -225,6 +227,7 @@ class Broker:
             # Never an id the logs' producer states hold, even if the metadata lost its allocation.
             producer_ids=ProducerIdManager(controller, floor=manager.max_producer_id() + 1),
             remote_log_manager=remote, log_cleaner=self._log_cleaner, settings=handler_settings,
+            acl_gate=AclGate.from_config(config, lambda: controller.image),
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
@@ -349,10 +352,32 @@ def _make_durable_dir(d: Path) -> None:
         fsync_dir(p.parent)
 
 
+#: Test-only: the name of one of the transaction coordinator's CRASH_STEPS at which the broker
+#: SIGKILLs itself (tests/integration/test_txn_recovery.py). Unset in any real deployment.
+CRASH_AT_ENV = "TIERLOG_TEST_CRASH_AT"
+
+
+def _crash_hook() -> Callable[[str], None] | None:
+    step = os.environ.get(CRASH_AT_ENV)
+    if not step:
+        return None
+    if step not in CRASH_STEPS:
+        raise ConfigError(CRASH_AT_ENV, f"{step} is none of {', '.join(CRASH_STEPS)}")
+    log.warning("%s=%s: this broker kills itself when a transaction's end reaches that step", CRASH_AT_ENV, step)
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            log.warning("%s: SIGKILL at %s", CRASH_AT_ENV, step)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
+
+
 def _transaction_coordinator(ctx: BrokerContext) -> TransactionCoordinator:
     assert ctx.groups is not None
     return TransactionCoordinator(ctx.partitions, ctx.controller, ctx.io, ctx.clock, ctx.groups,
-                                  ctx.producer_ids.next_blocking, txn_settings(ctx.config))
+                                  ctx.producer_ids.next_blocking, txn_settings(ctx.config), crash_hook=_crash_hook())
 
 
 def _quiet_accept_errors(clock: Clock = SYSTEM_CLOCK) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:

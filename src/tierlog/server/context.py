@@ -17,10 +17,12 @@ from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
 from tierlog.config.settings import broker_default_flag, broker_default_str
 from tierlog.metadata import Controller, MetadataImage
+from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
+from tierlog.server.security.authz import AclGate
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.transport import BoundListener
 from tierlog.storage.cleaner.manager import LogCleaner
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 
 #: Kafka's "authorized operations not requested" marker (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-
-
 class ProducerIdManager:
     """Hands out producer ids from blocks the controller allocates in the metadata log, so an id is
     never given twice, across restarts too (Kafka's RPCProducerIdManager, minus the RPC)."""
@@ -88,6 +88,21 @@ class BrokerContext:
     settings: RequestSettings = field(default_factory=RequestSettings)
     #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
     quotas: QuotaManager | None = None
+
+    #: ACL checks (``authorizer.class.name``); the default allows everything.
+    acl_gate: AclGate = field(default_factory=lambda: AclGate(None))
+
+    def allowed(self, client: ClientInfo, op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER,
+                name: str = CLUSTER_NAME, *, log_denied: bool = True) -> bool:
+        """Whether the client's principal may do ``op`` on the resource (always, without an authorizer)."""
+        return self.acl_gate.allowed(client.principal, client.host, op, resource_type, name, log_denied=log_denied)
+
+    def allowed_by_type(self, client: ClientInfo, op: AclOperation, resource_type: ResourceType) -> bool:
+        return self.acl_gate.allowed_by_type(client.principal, client.host, op, resource_type)
+
+    def authorized_operations(self, client: ClientInfo, resource_type: ResourceType,
+                              name: str = CLUSTER_NAME) -> int:
+        return self.acl_gate.operations(client.principal, client.host, resource_type, name)
 
     @property
     def image(self) -> MetadataImage:

@@ -6,6 +6,8 @@ import logging
 from collections.abc import Mapping
 
 from tierlog.protocol import ParsedRequest, api_spec
+from tierlog.protocol.apis import ANSWERED_APIS
+from tierlog.protocol.error_answers import error_answer
 from tierlog.server.connection import ClientInfo, CloseConnection, Reply
 from tierlog.server.context import BrokerContext, Handler
 from tierlog.server.throttling import apply_quotas
@@ -27,7 +29,7 @@ class Dispatcher:
 
     async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
         handler = self._handlers.get(request.api_key)
-        if handler is None:
+        if handler is None and request.api_key not in ANSWERED_APIS:
             # Advertised but unhandled would be a bug; the codec already refused unknown APIs.
             return CloseConnection(f"no handler for API {request.api_key} v{request.api_version}")
         if client.sasl is not None:
@@ -41,6 +43,9 @@ class Dispatcher:
             self.versions_seen.add(key)
             spec = api_spec(request.api_key)
             log.debug("client %s uses %s v%d", key[0], spec.name if spec else request.api_key, request.api_version)
+        if handler is None:
+            # An API of Kafka's broker that tierlog does not implement: Kafka's error answer.
+            return error_answer(request)
         quotas = getattr(self.ctx, "quotas", None)  # a bare test dispatcher may have no context
         if quotas is None:
             return await handler(self.ctx, request, client)

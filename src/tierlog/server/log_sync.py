@@ -152,6 +152,8 @@ class LogSync:
                             target)
         for t in image.topics_by_id.values():
             for partition in t.partitions:
+                if self.log_manager.refused_reason(t.name, partition) is not None:
+                    continue  # logged at startup; its requests get the reason (KAFKA_STORAGE_ERROR)
                 existing = self.log_manager.get_log(t.name, partition)
                 if existing is None or existing.topic_id != t.topic_id:
                     self.log_manager.get_or_create_log(t.name, partition, t.topic_id)

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 from tierlog.config.definition import HostPort
 from tierlog.metadata.policy import SnapshotReason
 from tierlog.protocol import api_spec
+from tierlog.protocol.apis import ANSWERED_APIS
 from tierlog.server.cleaner_metrics import cleaner_metrics
 from tierlog.server.throttling import quota_metrics
 from tierlog.storage.retention import DeletionReason
@@ -47,7 +48,7 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 
 
 def api_name(api_key: int) -> str:
-    spec = api_spec(api_key)
+    spec = api_spec(api_key) or ANSWERED_APIS.get(api_key)  # an answered API counts under its Kafka name
     return spec.name if spec is not None else str(api_key)
 
 

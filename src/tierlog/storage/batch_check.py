@@ -17,6 +17,7 @@ memory (a remote-tier read).
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from tierlog.records.header import (
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta
 _HEAD = struct.Struct(">qiibIhi")
 _LENGTH = struct.Struct(">i")
+_CRC32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,32 @@ class BatchProblem:
     reason: str
     #: The file ends inside a batch (a truncated file), rather than holding bytes that are wrong.
     torn: bool = False
+    #: The bytes are whole and intact data of a format tierlog does not read (see
+    #: :func:`unsupported_format`): the partition must be refused, not repaired.
+    unsupported: bool = False
+
+
+def unsupported_format(buf: Buffer, at: int, size: int) -> str | None:
+    """What a whole entry of ``size`` bytes at ``at`` whose magic is not 2 is, if it is intact data of
+    another format: a message of magic 0 or 1 (the formats before Kafka 0.11; tierlog reads only
+    record batch v2) whose CRC-32 holds, or a batch of a magic above 2 laid out as v2 whose CRC-32C
+    holds. None for anything else (a torn tail, zeros, flipped bits: damage, as before). The checksum
+    is what tells a format apart from garbage with a wrong byte where the magic goes."""
+    magic = buf[at + MAGIC]
+    if magic in (0, 1):
+        # offset(8) size(4) crc(4) magic(1) attributes(1) [timestamp(8) in v1] key(4+) value(4+)
+        if size < LOG_OVERHEAD + (22 if magic == 1 else 14):
+            return None
+        (stored,) = _CRC32.unpack_from(buf, at + LOG_OVERHEAD)
+        if zlib.crc32(memoryview(buf)[at + MAGIC : at + size]) != stored:
+            return None
+        return f"a message set of magic {magic} (the record format before Kafka 0.11; tierlog reads only record batch v2)"
+    if magic > MAGIC_V2 and size >= BATCH_HEADER_SIZE:
+        (stored,) = _CRC32.unpack_from(buf, at + CRC_START - 4)
+        if crc32c(memoryview(buf)[at + CRC_START : at + size]) != stored:
+            return None
+        return f"a record batch of magic {magic} (a record format newer than v2, which tierlog reads)"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +155,13 @@ class BatchWalk:
         self.unanchored = True
         self.done = True
 
-    def _fail(self, position: int, reason: str, *, torn: bool = False) -> None:
+    def _fail(self, position: int, reason: str, *, torn: bool = False, unsupported: bool = False) -> None:
+        if unsupported:
+            # Whatever comes before, the segment holds a format tierlog does not read.
+            self.problem = BatchProblem(position, self.segment_base if self.expected is None else self.expected,
+                                        reason, unsupported=True)
+            self.done = True
+            return
         pending = self._pending
         offset = self.expected
         if pending is not None and pending.expected is None:
@@ -200,6 +234,16 @@ class BatchWalk:
             # Kafka's order (FileLogInputStream): the length first, then whether the batch fits in
             # the file, only then the magic.
             (length,) = _LENGTH.unpack_from(buf, at + LENGTH)
+            entry_size: int = LOG_OVERHEAD + length
+            if buf[at + MAGIC] != MAGIC_V2 and length > 0 and pos + entry_size <= file_end:
+                if pos + entry_size > buf_end:
+                    self.position = pos
+                    return entry_size
+                feature = unsupported_format(buf, at, entry_size)
+                if feature is not None:
+                    self.position = pos
+                    self._fail(pos, feature, unsupported=True)
+                    return 0
             if length < MIN_BATCH_LENGTH:
                 self.position = pos
                 self._fail(pos, f"batch length {length} is below the minimum")

@@ -19,7 +19,7 @@ from tierlog._util.files import fsync_dir, sync_filesystem
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.log_config import LogConfig
 from tierlog.config.settings import broker_default, broker_default_flag
-from tierlog.errors import KafkaStorageError, TierlogError
+from tierlog.errors import KafkaStorageError, TierlogError, UnsupportedRecordFormatError
 from tierlog.ids import TopicPartition, random_uuid, uuid_to_base64
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage import files
@@ -134,6 +134,9 @@ class LogManager:
         self.clock = clock
         self.scheduler = scheduler
         self._logs: dict[TopicPartition, UnifiedLog] = {}
+        #: Partitions whose files hold a record format tierlog does not read, and why: not loaded,
+        #: never recreated, their files untouched.
+        self.refused: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._tasks: list[TaskHandle] = []
         self.startup = StartupReport()
@@ -166,7 +169,8 @@ class LogManager:
         counts_lock = threading.Lock()
         done = [0, 0, 0]  # logs, segments, recovered segments
 
-        def load_one(item: tuple[Path, TopicPartition], plan: _DirPlan) -> tuple[TopicPartition, UnifiedLog, LoadStats]:
+        def load_one(item: tuple[Path, TopicPartition],
+                     plan: _DirPlan) -> tuple[TopicPartition, UnifiedLog | str, LoadStats]:
             path, tp = item
             stats = LoadStats()
             options = LoadOptions(
@@ -178,8 +182,11 @@ class LogManager:
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
             )
             started = monotonic_s(self.clock)
-            ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock, rng=self.rng,
-                            scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, plan.manifest))
+            try:
+                ulog = load_log(path, self.config_for_topic(tp[0]), options, clock=self.clock, rng=self.rng,
+                                scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, plan.manifest))
+            except UnsupportedRecordFormatError as e:
+                return tp, str(e), stats
             if stats.recovered_segments:
                 log.info("log recovered topic=%s partition=%d recovered_segments=%d truncated_bytes=%d "
                          "segments=%d seconds=%.3f", tp[0], tp[1], stats.recovered_segments, stats.truncated_bytes,
@@ -202,7 +209,14 @@ class LogManager:
             else:
                 with ThreadPoolExecutor(threads) as pool:
                     results = list(pool.map(lambda item, plan=plan: load_one(item, plan), plan.partition_dirs))
-            for tp, ulog, stats in results:
+            for tp, loaded, stats in results:
+                if isinstance(loaded, str):
+                    # One partition's data tierlog cannot read: that partition is refused, the rest load.
+                    log.error("partition refused topic=%s partition=%d: %s", tp[0], tp[1], loaded)
+                    self.refused[tp] = loaded
+                    report.errors.append(loaded)
+                    continue
+                ulog = loaded
                 ulog.failure_channel = self.failure_channel
                 self._logs[tp] = ulog
                 report.logs += 1
@@ -324,6 +338,10 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> UnifiedLog | None:
         return self._logs.get((topic, partition))
 
+    def refused_reason(self, topic: str, partition: int) -> str | None:
+        """Why the partition was refused at startup (data in a format tierlog does not read), if it was."""
+        return self.refused.get((topic, partition))
+
     def all_logs(self) -> dict[TopicPartition, UnifiedLog]:
         with self._lock:
             return dict(self._logs)
@@ -366,6 +384,10 @@ class LogManager:
     @disk_errors
     def get_or_create_log(self, topic: str, partition: int, topic_id: bytes | None = None) -> UnifiedLog:
         with self._lock:
+            refused = self.refused.get((topic, partition))
+            if refused is not None:
+                # Never a fresh log over files tierlog could not read: every request gets the reason.
+                raise UnsupportedRecordFormatError(refused)
             existing = self._logs.get((topic, partition))
             if existing is not None:
                 if topic_id is not None and existing.topic_id != topic_id:

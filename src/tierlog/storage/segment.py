@@ -26,6 +26,7 @@ from tierlog.errors import (
     CorruptRecordError,
     IndexOffsetOverflowError,
     TierlogError,
+    UnsupportedRecordFormatError,
 )
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
@@ -494,7 +495,14 @@ class LogSegment:
 
     # -- checking batches before they are served ----------------------------------------------------
 
+    def _refuse_unsupported(self, problem: BatchProblem | None) -> None:
+        if problem is not None and problem.unsupported:
+            raise UnsupportedRecordFormatError(
+                f"{self.log.path}: byte {problem.position} (offset {problem.offset}) holds {problem.reason}; "
+                "the partition is refused and its files are left as they are")
+
     def _note_damage(self, problem: BatchProblem) -> None:
+        self._refuse_unsupported(problem)
         if self.damage is None or problem.position < self.damage.position:
             self.damage = problem
             self.damage_reported = False
@@ -779,6 +787,8 @@ class LogSegment:
                 problem = walk.problem
                 if walk.first_offset is not None and walk.next_offset is not None:
                     self.verified.add(0, valid_bytes, walk.first_offset, walk.next_offset)
+        # Before anything is truncated or marked: data of another format is not damage.
+        self._refuse_unsupported(problem)
         self.recovery_problem = problem
         if headers_lie:
             log.warning("batch headers of %s carry max timestamps their records do not (written so by an older "

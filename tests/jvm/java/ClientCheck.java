@@ -24,6 +24,7 @@ public class ClientCheck {
             case "produce" -> produceAndRead(bootstrap, prefix);
             case "group" -> group(bootstrap, prefix, args.length > 3 ? args[3] : "classic");
             case "admin" -> admin(bootstrap, prefix);
+            case "static" -> staticMember(bootstrap, prefix);
             default -> throw new IllegalArgumentException(check);
         }
     }
@@ -119,6 +120,43 @@ public class ClientCheck {
         System.out.println("ok: group " + protocol + " 400");
     }
 
+    /** A static member (group.instance.id) of a classic group, removed by the Admin by its instance id
+     *  (LeaveGroup v3+ with only the instance id), as removeMembersFromConsumerGroup does. */
+    static void staticMember(String bootstrap, String prefix) throws Exception {
+        String topic = prefix + "-static", group = prefix + "-g-static", instance = prefix + "-instance";
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all().get(60, TimeUnit.SECONDS);
+        }
+        Properties c = common(bootstrap);
+        c.put("group.id", group);
+        c.put("group.instance.id", instance);
+        c.put("session.timeout.ms", "60000");
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c, new StringDeserializer(), new StringDeserializer());
+             Admin admin = Admin.create(common(bootstrap))) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (consumer.assignment().size() < 2 && System.currentTimeMillis() < deadline) consumer.poll(Duration.ofMillis(200));
+            check(consumer.assignment().size() == 2, "static member assignment " + consumer.assignment());
+            ConsumerGroupDescription before = admin.describeConsumerGroups(List.of(group)).describedGroups().get(group).get();
+            check(before.members().size() == 1 && before.members().iterator().next().groupInstanceId().equals(Optional.of(instance)),
+                  "described members " + before.members());
+            admin.removeMembersFromConsumerGroup(group, new RemoveMembersFromConsumerGroupOptions(
+                List.of(new MemberToRemove(instance)))).all().get(60, TimeUnit.SECONDS);
+            ConsumerGroupDescription after = admin.describeConsumerGroups(List.of(group)).describedGroups().get(group).get();
+            check(after.members().stream().noneMatch(m -> m.groupInstanceId().equals(Optional.of(instance))),
+                  "after removal " + after.members());
+            boolean unknown = false;
+            try {
+                admin.removeMembersFromConsumerGroup(group, new RemoveMembersFromConsumerGroupOptions(
+                    List.of(new MemberToRemove(prefix + "-nobody")))).all().get(60, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.ExecutionException e) {
+                unknown = e.getCause() instanceof org.apache.kafka.common.errors.UnknownMemberIdException;
+            }
+            check(unknown, "removing an unknown instance id fails with UNKNOWN_MEMBER_ID");
+        }
+        System.out.println("ok: static member removed by instance id");
+    }
+
     static void admin(String bootstrap, String prefix) throws Exception {
         String topic = prefix + "-admin";
         try (Admin admin = Admin.create(common(bootstrap))) {
@@ -143,6 +181,14 @@ public class ClientCheck {
             admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
             check(admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size() == 4, "createPartitions");
             System.out.println("ok: createPartitions");
+            // describeTopics goes through DescribeTopicPartitions: two partitions per response make the
+            // admin follow the broker's cursor; the authorized operations are every topic operation.
+            TopicDescription paged = admin.describeTopics(List.of(topic), new DescribeTopicsOptions()
+                .partitionSizeLimitPerResponse(2).includeAuthorizedOperations(true)).allTopicNames().get().get(topic);
+            check(paged.partitions().size() == 4 && paged.partitions().get(3).partition() == 3, "paged " + paged.partitions());
+            check(paged.authorizedOperations() != null && paged.authorizedOperations().size() == 8,
+                  "topic authorized operations " + paged.authorizedOperations());
+            System.out.println("ok: describeTopics paged " + paged.authorizedOperations().size() + " operations");
             TopicPartition tp = new TopicPartition(topic, 0);
             try (KafkaProducer<String, String> p = producer(bootstrap, "none")) {
                 for (int i = 0; i < 10; i++) p.send(new ProducerRecord<>(topic, 0, BASE_MS + i * 1000, "k", "v" + i));

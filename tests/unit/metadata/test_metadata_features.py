@@ -96,11 +96,15 @@ def test_unknown_upgrade_type_feature_and_level_zero_features() -> None:
     assert "does not support the given upgrade type" in plan_refused_code(4)
     # Kafka's other features are supported only at level 0 here: 0 is accepted, 1 refused.
     assert plan(21, 0, UP, "group.version") == [FeatureLevelRecord("group.version", 0)]
-    assert refused(21, 1, UP, "transaction.version") == ("Invalid update version 1 for feature transaction.version. "
-                                                         "Local controller 1 does not support this feature.")
+    assert refused(21, 1, UP, "group.version") == ("Invalid update version 1 for feature group.version. "
+                                                   "Local controller 1 does not support this feature.")
+    # transaction.version runs at 0-2 (KIP-890).
+    assert plan(21, 2, UP, "transaction.version") == [FeatureLevelRecord("transaction.version", 2)]
+    assert refused(21, 3, UP, "transaction.version") == ("Invalid update version 3 for feature transaction.version. "
+                                                         "Local controller 1 only supports versions 0-2")
     assert "does not support this feature." in refused(21, 1, UP, "no.such.feature")
     assert refused(21, 0, UP, "no.such.feature").endswith("Feature no.such.feature not found.")
-    assert advertised_supported_features() == {MV: (1, LATEST_METADATA_VERSION)}
+    assert advertised_supported_features() == {MV: (1, LATEST_METADATA_VERSION), "transaction.version": (0, 2)}
 
 
 def plan_refused_code(code: int) -> str:

@@ -44,10 +44,12 @@ def test_the_table_is_the_brief() -> None:
         0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 32, 33, 37, 42, 44, 47, 57, 60,
         24, 25, 26, 27, 28, 61, 65, 66,  # transactions (#17)
         68, 69,  # KIP-848 consumer groups
+        75,  # DescribeTopicPartitions (the Java Admin's describeTopics)
         17, 36, 50, 51,  # SASL and SCRAM credentials (#19)
+        29, 30, 31,  # DescribeAcls, CreateAcls, DeleteAcls (#19)
         48, 49,  # client quotas (#19)
     }
-    assert SUPPORTED_APIS[26].max_version == 4  # EndTxn v5 is KIP-890 part 2, not implemented
+    assert SUPPORTED_APIS[26].max_version == 5  # EndTxn v5: KIP-890 part 2 (transaction.version 2)
     assert 71 not in SUPPORTED_APIS and 72 not in SUPPORTED_APIS  # never the telemetry APIs
     assert SUPPORTED_APIS[0].min_version == 3  # record batch v2 only
     assert SUPPORTED_APIS[0].advertised_versions == (0, 13)  # KAFKA-18659, see apis.py

@@ -70,7 +70,7 @@ def test_offsets_expire_by_kafka_rules_and_stay_expired_after_a_restart(tmp_path
         member, generation = await _classic_member(groups, "emptied", ("a",))
         assert await groups.commit("emptied", member, generation, [("a", 0, 4, -1, None)]) == [0]
         clock.advance(RET_MS // 2)
-        assert groups.leave("emptied", [member])[0] == 0
+        assert groups.leave("emptied", [(member, None)])[0] == 0
         assert groups.heartbeat("classic", classic, classic_generation) == 0
         assert await groups.commit("classic", classic, classic_generation, [("gone", 0, 2, -1, None)]) == [0]
         assert groups.groups["emptied"].state is GroupState.EMPTY
@@ -122,7 +122,7 @@ def test_group_metadata_record_carries_the_wall_clock_empty_since(tmp_path: Path
         member, generation = await _classic_member(groups, "g", ("a",))
         assert await groups.commit("g", member, generation, [("a", 0, 4, -1, None)]) == [0]
         clock.advance(5_000)
-        groups.leave("g", [member])
+        groups.leave("g", [(member, None)])
         await asyncio.sleep(0)
         await groups.flush_writes()
 

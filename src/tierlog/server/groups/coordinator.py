@@ -284,15 +284,16 @@ class GroupCoordinator:
             self._empty_since_ms.pop(key.group, None)
             return 0
         value = decode_group_value(raw_value)
-        # Members are not restored: after a restart they find themselves unknown and rejoin, which
-        # costs one rebalance and no committed offset.
         group = self._new_group(key.group)
-        group.protocol_type = value.protocol_type or None
-        group.generation_id = value.generation
+        now = self.now_ms()
+        group.restore(value, now)
+        if value.current_state_timestamp_ms >= 0:
+            # The record holds wall-clock time, the group a monotonic one.
+            group.state_timestamp_ms = now - max(0, self.clock.wall_ms() - value.current_state_timestamp_ms)
         self.groups[key.group] = group
         if value.members:
-            # Stored Stable: its members are gone with the restart, so it is empty from now (Kafka
-            # restores them and empties the group when their sessions time out).
+            # Stored Stable: its members are restored with fresh sessions (Kafka's load); the group is
+            # not empty while they last, and empties (stored with its time) if they time out.
             self._empty_since_ms[key.group] = self.clock.wall_ms()
         elif value.current_state_timestamp_ms >= 0:
             self._empty_since_ms[key.group] = value.current_state_timestamp_ms
@@ -370,7 +371,8 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member_id: bool) -> JoinResult:
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool,
+                   supports_skip_assignment: bool = False) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
         if not self.consumer.remove_if_empty(group_id, store=True):
@@ -388,43 +390,46 @@ class GroupCoordinator:
                    client_host=client_host, session_timeout_ms=session_timeout_ms,
                    rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=protocols,
                    require_known_member_id=require_known_member_id, now_ms=self.now_ms(),
-                   callback=_resolver(future))
+                   callback=_resolver(future), supports_skip_assignment=supports_skip_assignment)
         result = await future
         log.debug("group %s: JoinGroup from %r -> error %d, member %s, generation %d", group_id, member_id,
                   result.error_code, result.member_id, result.generation_id)
         return result
 
     async def sync(self, group_id: str, member_id: str, generation_id: int, protocol_type: str | None,
-                   protocol_name: str | None, assignments: dict[str, bytes]) -> SyncResult:
+                   protocol_name: str | None, assignments: dict[str, bytes],
+                   group_instance_id: str | None = None) -> SyncResult:
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         group.sync(member_id=member_id, generation_id=generation_id, protocol_type=protocol_type,
                    protocol_name=protocol_name, assignments=assignments, now_ms=self.now_ms(),
-                   callback=_resolver(future))
+                   callback=_resolver(future), group_instance_id=group_instance_id)
         result = await future
         log.debug("group %s: SyncGroup from %s generation %d -> error %d", group_id, member_id, generation_id,
                   result.error_code)
         return result
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> int:
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None) -> int:
         group = self.groups.get(group_id)
-        code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else group.heartbeat(member_id, generation_id, self.now_ms())
+        code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else \
+            group.heartbeat(member_id, generation_id, self.now_ms(), group_instance_id)
         log.debug("group %s: Heartbeat from %s generation %d -> error %d", group_id, member_id, generation_id, code)
         return code
 
-    def leave(self, group_id: str, member_ids: Iterable[str]) -> tuple[int, list[int]]:
-        """(group error, per-member errors)."""
+    def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        """(group error, per-member errors) for (member id, group instance id) pairs."""
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in member_ids]
+            return ErrorCode.UNKNOWN_MEMBER_ID, [ErrorCode.UNKNOWN_MEMBER_ID for _ in members]
         now = self.now_ms()
-        return ErrorCode.NONE, [group.leave(member_id, now) for member_id in member_ids]
+        return ErrorCode.NONE, [group.leave(member_id, now, instance_id) for member_id, instance_id in members]
 
     # -- offsets ---------------------------------------------------------------------------------
 
-    def _commit_error(self, group_id: str, member_id: str, generation_id: int) -> int:
+    def _commit_error(self, group_id: str, member_id: str, generation_id: int,
+                      group_instance_id: str | None = None) -> int:
         consumer_code = self.consumer.commit_error(group_id, member_id, generation_id)
         if consumer_code is not None:
             return consumer_code
@@ -437,8 +442,9 @@ class GroupCoordinator:
             return ErrorCode.NONE  # the group only stores offsets here (manual assignment)
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
-        if member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        code = group.validate_member(member_id, group_instance_id)
+        if code:
+            return code
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
@@ -466,11 +472,12 @@ class GroupCoordinator:
         return codes, records, accepted
 
     async def commit(self, group_id: str, member_id: str, generation_id: int,
-                     offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+                     offsets: list[tuple[str, int, int, int, str | None]],
+                     group_instance_id: str | None = None) -> list[int]:
         """Commit (topic, partition, offset, leader epoch, metadata) entries; an error code each."""
         if not group_id:
             return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
-        code = self._commit_error(group_id, member_id, generation_id)
+        code = self._commit_error(group_id, member_id, generation_id, group_instance_id)
         if code:
             return [code] * len(offsets)
         now = self.clock.wall_ms()
@@ -491,14 +498,15 @@ class GroupCoordinator:
         return self._partition_of(group_id)
 
     async def txn_commit(self, group_id: str, member_id: str, generation_id: int, producer_id: int,
-                         producer_epoch: int, offsets: list[tuple[str, int, int, int, str | None]]) -> list[int]:
+                         producer_epoch: int, offsets: list[tuple[str, int, int, int, str | None]],
+                         group_instance_id: str | None = None) -> list[int]:
         """TxnOffsetCommit: the offsets go to the group's partition in a transactional batch of the
         producer and stay pending until its transaction's marker lands there."""
         if not group_id:
             return [ErrorCode.INVALID_GROUP_ID] * len(offsets)
         group = self.groups.get(group_id)
         if group is not None and member_id and generation_id >= 0:
-            code = self._commit_error(group_id, member_id, generation_id)
+            code = self._commit_error(group_id, member_id, generation_id, group_instance_id)
             if code:
                 return [code] * len(offsets)
         now = self.clock.wall_ms()

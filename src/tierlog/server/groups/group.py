@@ -39,6 +39,8 @@ class JoinResult:
     leader: str = ""
     #: (member_id, group_instance_id, metadata) -- only the leader gets them, to compute assignments.
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    #: KIP-814: a static leader that rejoined a stable group gets the members but must not assign.
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     #: Member ids handed out with MEMBER_ID_REQUIRED and the deadline to come back with them.
     pending_members: dict[str, int] = field(default_factory=dict)
+    #: KIP-345: group.instance.id -> the member id that instance has now.
+    static_members: dict[str, str] = field(default_factory=dict)
     rebalance_deadline_ms: int = 0
     initial_delay_deadline_ms: int | None = None
     initial_delay_limit_ms: int = 0
@@ -146,18 +150,66 @@ class Group:
         return GroupValue(self.protocol_type or "", self.generation_id, self.protocol_name,
                           self.leader_id if members else None, self.state_timestamp_ms, members)
 
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> int:
+        """Kafka's member check of Join (known id), Sync, Heartbeat, LeaveGroup and OffsetCommit: an
+        instance id held by another member id means this one was replaced (FENCED_INSTANCE_ID)."""
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                log.info("group %s: member %s of instance %s is fenced by member %s", self.group_id, member_id,
+                         group_instance_id, current)
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
+
+    def restore(self, value: GroupValue, now_ms: int) -> None:
+        """Kafka's group load: the members of the last stored generation come back with their
+        assignments and a fresh session, so after a broker restart they go on heartbeating without a
+        rebalance, a static member that restarts meanwhile is still recognised, and members that are
+        gone expire after their session timeout."""
+        self.protocol_type = value.protocol_type or None
+        self.generation_id = value.generation
+        self.protocol_name = value.protocol
+        self.members.clear()
+        self.static_members.clear()
+        for m in value.members:
+            rebalance_timeout_ms = m.rebalance_timeout_ms if m.rebalance_timeout_ms >= 0 else m.session_timeout_ms
+            self.members[m.member_id] = Member(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, rebalance_timeout_ms,
+                m.session_timeout_ms, value.protocol_type, [(value.protocol or "", m.subscription)], now_ms,
+                assignment=m.assignment, is_new=False)
+            if m.group_instance_id is not None:
+                self.static_members[m.group_instance_id] = m.member_id
+        self.leader_id = value.leader if value.leader in self.members else next(iter(self.members), None)
+        self.state = GroupState.STABLE if self.members else GroupState.EMPTY
+        self.state_timestamp_ms = now_ms  # the caller turns the record's wall-clock time into this clock
+
     # -- transitions -----------------------------------------------------------------------------
 
     def join(self, *, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
              session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
              protocols: list[tuple[str, bytes]], require_known_member_id: bool, now_ms: int,
-             callback: JoinCallback) -> None:
+             callback: JoinCallback, supports_skip_assignment: bool = False) -> None:
         """JoinGroup. ``callback`` gets the answer, now or when the rebalance completes."""
         if self.state is GroupState.DEAD:
             callback(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id))
             return
         if not self.supports(protocol_type, protocols):
             callback(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        if not member_id and group_instance_id is not None:
+            # A static member (re)starting: never MEMBER_ID_REQUIRED, its instance id identifies it.
+            new_id = f"{group_instance_id}-{uuid.uuid4()}"
+            old_id = self.static_members.get(group_instance_id)
+            if old_id is not None and old_id in self.members:
+                self._replace_static_member(old_id, new_id, protocols, session_timeout_ms, rebalance_timeout_ms,
+                                            supports_skip_assignment, now_ms, callback)
+                return
+            self._add_member(new_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                             rebalance_timeout_ms, protocol_type, protocols, now_ms, callback)
             return
         if not member_id:
             new_id = f"{client_id}-{uuid.uuid4()}"
@@ -175,10 +227,11 @@ class Group:
             self._add_member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                              rebalance_timeout_ms, protocol_type, protocols, now_ms, callback)
             return
-        member = self.members.get(member_id)
-        if member is None:
-            callback(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+        code = self.validate_member(member_id, group_instance_id)
+        if code:
+            callback(JoinResult(code, member_id))
             return
+        member = self.members[member_id]
         member.last_heartbeat_ms = now_ms
         changed = member.protocols != protocols
         if self.state is GroupState.PREPARING_REBALANCE:
@@ -213,6 +266,54 @@ class Group:
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.awaiting_join = callback
 
+    def _replace_static_member(self, old_id: str, new_id: str, protocols: list[tuple[str, bytes]],
+                               session_timeout_ms: int, rebalance_timeout_ms: int, supports_skip_assignment: bool,
+                               now_ms: int, callback: JoinCallback) -> None:
+        """KIP-345: a static member rejoining with an unknown member id takes over its instance's
+        place under a new member id; the old id is fenced. A stable group whose protocol stays the
+        same does not rebalance: the member gets the current generation and, at SyncGroup, its
+        previous assignment (Kafka's updateStaticMemberAndRebalance)."""
+        member = self.members.pop(old_id)
+        if member.awaiting_join is not None:
+            waiting_join, member.awaiting_join = member.awaiting_join, None
+            waiting_join(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        if member.awaiting_sync is not None:
+            waiting_sync, member.awaiting_sync = member.awaiting_sync, None
+            waiting_sync(SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        current_leader = self.leader_id
+        member.member_id = new_id
+        self.members[new_id] = member
+        assert member.group_instance_id is not None
+        self.static_members[member.group_instance_id] = new_id
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        member.last_heartbeat_ms = now_ms
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        log.info("group %s: static member %s rejoined as %s (was %s)", self.group_id, member.group_instance_id,
+                 new_id, old_id)
+        if self.state is GroupState.STABLE and self.select_protocol() == self.protocol_name:
+            self._changed()  # the new member id is what a restarted broker must know
+            is_leader = self.leader_id == new_id
+            if is_leader and supports_skip_assignment:
+                # KIP-814: the leader learns the members (for its metadata) but keeps the assignment.
+                members = tuple((m.member_id, m.group_instance_id, m.metadata_for(self.protocol_name))
+                                for m in self.members.values())
+                callback(JoinResult(ErrorCode.NONE, new_id, self.generation_id, self.protocol_type,
+                                    self.protocol_name, new_id, members, skip_assignment=True))
+            else:
+                # The old leader id, so a leader that cannot skip the assignment does not compute one a
+                # stable group would never hand out.
+                callback(JoinResult(ErrorCode.NONE, new_id, self.generation_id, self.protocol_type,
+                                    self.protocol_name, current_leader or ""))
+            return
+        member.awaiting_join = callback
+        if self.state is GroupState.PREPARING_REBALANCE:
+            self.try_complete_join(now_ms)
+        else:
+            self.prepare_rebalance(now_ms, f"static member {member.group_instance_id} rejoined as {new_id}")
+
     def _add_member(self, member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
                     session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
                     protocols: list[tuple[str, bytes]], now_ms: int, callback: JoinCallback) -> None:
@@ -221,6 +322,8 @@ class Group:
         member = Member(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
                         session_timeout_ms, protocol_type, protocols, now_ms, awaiting_join=callback)
         self.members[member_id] = member
+        if group_instance_id is not None:
+            self.static_members[group_instance_id] = member_id
         if self.leader_id is None:
             self.leader_id = member_id
         if self.state is GroupState.PREPARING_REBALANCE:
@@ -258,9 +361,18 @@ class Group:
         all_joined = not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
         if not all_joined and now_ms < self.rebalance_deadline_ms:
             return
-        for member in [m for m in self.members.values() if m.awaiting_join is None]:
+        # Dynamic members that did not rejoin are gone; static ones stay until their session expires.
+        for member in [m for m in self.members.values() if m.awaiting_join is None and m.group_instance_id is None]:
             self._remove(member)
         self.pending_members.clear()
+        joined = [m.member_id for m in self.members.values() if m.awaiting_join is not None]
+        if self.members and not joined:
+            # Only static members that have not rejoined: wait for them (or for their sessions to end).
+            self.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in self.members.values())
+            return
+        if self.leader_id is not None and self.leader_id in self.members and \
+                self.members[self.leader_id].awaiting_join is None:
+            self.leader_id = joined[0]
         self.generation_id += 1
         if self.is_empty():
             self.protocol_name = None
@@ -290,11 +402,16 @@ class Group:
                           self.leader_id or "", members)
 
     def sync(self, *, member_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None,
-             assignments: dict[str, bytes], now_ms: int, callback: SyncCallback) -> None:
-        member = self.members.get(member_id)
-        if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
-            callback(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+             assignments: dict[str, bytes], now_ms: int, callback: SyncCallback,
+             group_instance_id: str | None = None) -> None:
+        if self.state is GroupState.DEAD:
+            callback(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
+        code = self.validate_member(member_id, group_instance_id)
+        if code or self.state is GroupState.EMPTY:
+            callback(SyncResult(code or ErrorCode.UNKNOWN_MEMBER_ID))
+            return
+        member = self.members[member_id]
         if generation_id != self.generation_id:
             callback(SyncResult(ErrorCode.ILLEGAL_GENERATION))
             return
@@ -321,10 +438,13 @@ class Group:
         else:
             callback(SyncResult(ErrorCode.NONE, member.assignment, self.protocol_type, self.protocol_name))
 
-    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> int:
-        member = self.members.get(member_id)
-        if self.state in (GroupState.EMPTY, GroupState.DEAD) or member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int, group_instance_id: str | None = None) -> int:
+        if self.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        code = self.validate_member(member_id, group_instance_id)
+        if code or self.state is GroupState.EMPTY:
+            return code or ErrorCode.UNKNOWN_MEMBER_ID
+        member = self.members[member_id]
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         member.last_heartbeat_ms = now_ms
@@ -332,15 +452,24 @@ class Group:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, member_id: str, now_ms: int) -> int:
+    def leave(self, member_id: str, now_ms: int, group_instance_id: str | None = None) -> int:
+        if not member_id:
+            # LeaveGroup v3+ by instance id alone: the admin removing a static member
+            # (removeMembersFromConsumerGroup).
+            current = self.static_members.get(group_instance_id) if group_instance_id is not None else None
+            if current is None or current not in self.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            self._remove_and_rebalance(self.members[current], now_ms,
+                                       f"static member {group_instance_id} removed")
+            return ErrorCode.NONE
         if member_id in self.pending_members:
             del self.pending_members[member_id]
             self.try_complete_join(now_ms)
             return ErrorCode.NONE
-        member = self.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        self._remove_and_rebalance(member, now_ms, f"member {member_id} left")
+        code = self.validate_member(member_id, group_instance_id)
+        if code:
+            return code
+        self._remove_and_rebalance(self.members[member_id], now_ms, f"member {member_id} left")
         return ErrorCode.NONE
 
     def _remove_and_rebalance(self, member: Member, now_ms: int, reason: str) -> None:
@@ -358,6 +487,9 @@ class Group:
 
     def _remove(self, member: Member) -> None:
         self.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and \
+                self.static_members.get(member.group_instance_id) == member.member_id:
+            del self.static_members[member.group_instance_id]
         if self.leader_id == member.member_id:
             self.leader_id = next(iter(self.members), None)
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from tierlog.server.context import Handler
 from tierlog.server.handlers import (
+    acls,
     api_versions,
     configs,
     consumer_groups,
@@ -19,6 +20,7 @@ from tierlog.server.handlers import (
     quotas,
     sasl,
     scram_credentials,
+    topic_partitions,
     topics,
     transactions,
 )
@@ -27,7 +29,7 @@ from tierlog.server.handlers import (
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   consumer_groups, features, transactions, sasl, scram_credentials, quotas):
+                   consumer_groups, features, transactions, sasl, scram_credentials, acls, quotas, topic_partitions):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

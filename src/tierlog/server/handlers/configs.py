@@ -16,6 +16,7 @@ from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import AlterConfigOp, AlterConfigOpType, ConfigResourceType
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -134,6 +135,16 @@ def _broker_name_error(ctx: BrokerContext, resource_name: str) -> str | None:
     return f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {resource_name}"
 
 
+def _config_refusal(ctx: BrokerContext, client: ClientInfo, op: AclOperation, rtype: int, rname: str) -> int:
+    """Kafka's check: ``op`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on the topic, or on the cluster for a
+    broker or broker logger; the error code when refused, else 0."""
+    if rtype == TOPIC:
+        return 0 if ctx.allowed(client, op, ResourceType.TOPIC, rname) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if rtype in (BROKER, BROKER_LOGGER):
+        return 0 if ctx.allowed(client, op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return 0
+
+
 async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     include_synonyms = bool(getattr(body, "include_synonyms", False))
@@ -145,6 +156,10 @@ async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, cl
         result: dict[str, Any] = {"resource_type": rtype, "resource_name": rname, "error_code": ErrorCode.NONE,
                                   "error_message": None, "configs": []}
         results.append(result)
+        refusal = _config_refusal(ctx, client, AclOperation.DESCRIBE_CONFIGS, rtype, rname)
+        if refusal:
+            result.update(error_code=refusal, error_message=None)
+            continue
         if rtype == TOPIC:
             image = ctx.image
             if rname not in image.topics_by_name:
@@ -188,6 +203,11 @@ async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, clien
         entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                                  "error_code": ErrorCode.NONE, "error_message": None}
         responses.append(entry)
+        refusal = _config_refusal(ctx, client, AclOperation.ALTER_CONFIGS, resource.resource_type,
+                                  resource.resource_name)
+        if refusal:
+            entry["error_code"] = refusal
+            continue
         try:
             rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
             configs = {c.name: c.value for c in resource.configs}
@@ -205,6 +225,11 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRe
         entry: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                                  "error_code": ErrorCode.NONE, "error_message": None}
         responses.append(entry)
+        refusal = _config_refusal(ctx, client, AclOperation.ALTER_CONFIGS, resource.resource_type,
+                                  resource.resource_name)
+        if refusal:
+            entry["error_code"] = refusal
+            continue
         try:
             rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
             try:

@@ -6,16 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
 from tierlog.server.groups.assignors import Assignment
 from tierlog.server.groups.consumer_group import HeartbeatRequest
 from tierlog.server.groups.coordinator import GroupCoordinator
-
-#: No authorizer: the group operations Kafka reports then (READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS,
-#: ALTER_CONFIGS) as a bit field of AclOperation codes.
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 8) | (1 << 6) | (1 << 10) | (1 << 11)
 
 
 def _coordinator(ctx: BrokerContext) -> GroupCoordinator:
@@ -40,6 +37,10 @@ def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
 
 async def handle_consumer_group_heartbeat(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
+    if not ctx.allowed(client, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return build_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, request.api_version, {
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": None, "member_id": None,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None})
     req = HeartbeatRequest(
         group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
         instance_id=body.instance_id, rack_id=body.rack_id, rebalance_timeout_ms=to_millis(body.rebalance_timeout),
@@ -69,6 +70,11 @@ async def handle_consumer_group_describe(ctx: BrokerContext, request: ParsedRequ
 
     out = []
     for group_id in request.body.group_ids:
+        if not ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        "error_message": None, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                        "assignor_name": "", "members": []})
+            continue
         group = coordinator.consumer.groups.get(group_id)
         if group is None:
             message = (f"Group {group_id} is not a consumer group." if group_id in coordinator.groups
@@ -89,7 +95,8 @@ async def handle_consumer_group_describe(ctx: BrokerContext, request: ParsedRequ
                 "assignment": described(m.assigned), "target_assignment": described(group.target.get(m.member_id, {})),
                 "member_type": 1,
             } for m in group.members.values()],
-            "authorized_operations": ALL_GROUP_OPERATIONS if include_ops else -(2**31),
+            "authorized_operations": ctx.authorized_operations(client, ResourceType.GROUP, group_id) if include_ops
+            else -(2**31),
         })
     return build_response(ApiKey.CONSUMER_GROUP_DESCRIBE, request.api_version, {"groups": out})
 
@@ -97,10 +104,16 @@ async def handle_consumer_group_describe(ctx: BrokerContext, request: ParsedRequ
 async def handle_offset_delete(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     image = ctx.image
-    wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    if not ctx.allowed(client, AclOperation.DELETE, ResourceType.GROUP, body.group_id):
+        return build_response(ApiKey.OFFSET_DELETE, request.api_version, {
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
+    refused = {t.name for t in body.topics if not ctx.allowed(client, AclOperation.READ, ResourceType.TOPIC, t.name)}
+    wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions if t.name not in refused]
     known = [(n, p) for n, p in wanted if n in image.topics_by_name and p in image.topics_by_name[n].partitions]
     error, codes = await _coordinator(ctx).delete_offsets(body.group_id, known)
-    by_tp = dict(zip(known, codes, strict=True)) if not error else {}
+    by_tp: dict[tuple[str, int], int] = dict(zip(known, codes, strict=True)) if not error else {}
+    by_tp.update(((t.name, p.partition_index), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                 for t in body.topics if t.name in refused for p in t.partitions)
     topics = [{"name": t.name, "partitions": [
         {"partition_index": p.partition_index,
          "error_code": by_tp.get((t.name, p.partition_index), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}

@@ -15,6 +15,7 @@ from typing import Any
 from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import FeatureUpdate, InvalidUpdateVersionError, MetadataImage, UpgradeType
 from tierlog.metadata import advertised_supported_features as _supported
+from tierlog.metadata.acls import AclOperation
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -36,6 +37,10 @@ async def handle_update_features(ctx: BrokerContext, request: ParsedRequest, cli
     version = request.api_version
     updates = [_update(key, version) for key in body.feature_updates]
     validate_only = bool(getattr(body, "validate_only", False))
+    if not ctx.allowed(client, AclOperation.ALTER):
+        return build_response(ApiKey.UPDATE_FEATURES, version, {
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results": [],
+            "error_message": ErrorCode.CLUSTER_AUTHORIZATION_FAILED.name})
     try:
         await ctx.io.run(ctx.controller.update_features, updates, validate_only=validate_only)
     except InvalidUpdateVersionError as e:

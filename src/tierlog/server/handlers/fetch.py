@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
@@ -70,10 +71,16 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
     if session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
         return encode_fetch_response(version, corr, [], error_code=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
+    replica_state = getattr(body, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state is not None else getattr(body, "replica_id", -1)
+    if replica_id >= 0 and not ctx.allowed(client, AclOperation.CLUSTER_ACTION):
+        # A follower's fetch is a cluster action (Kafka's KafkaApis.handleFetchRequest).
+        return encode_fetch_response(version, corr, [], error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     image = ctx.image
     by_id = version >= 13
     # Response layout: one TopicData per requested topic; specs for the partitions we can read.
-    layout: list[tuple[Any, list[tuple[int, int | None]]]] = []  # (topic key, [(partition, spec index)])
+    # (topic key, [(partition, spec index or the partition's error code)])
+    layout: list[tuple[Any, list[tuple[int, int | None, int]]]] = []
     specs: list[ReadSpec] = []
     unknown_code = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for t in body.topics:
@@ -84,12 +91,16 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
             name = topic.name if topic is not None else None
         else:
             key = name = t.topic
-        entries: list[tuple[int, int | None]] = []
+        entries: list[tuple[int, int | None, int]] = []
+        readable = name is not None and ctx.allowed(client, AclOperation.READ, ResourceType.TOPIC, name)
         for p in t.partitions:
             if name is None:
-                entries.append((p.partition, None))
+                entries.append((p.partition, None, unknown_code))
                 continue
-            entries.append((p.partition, len(specs)))
+            if not readable:
+                entries.append((p.partition, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            entries.append((p.partition, len(specs), 0))
             specs.append(ReadSpec(name, p.partition, p.fetch_offset, p.partition_max_bytes,
                                   getattr(p, "current_leader_epoch", -1)))
         layout.append((key, entries))
@@ -121,9 +132,9 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
     topics: list[TopicData] = []
     for key, entries in layout:
         out = TopicData(key)
-        for partition, index in entries:
+        for partition, index, code in entries:
             if index is None:
-                out.partitions.append(PartitionData(partition, unknown_code))
+                out.partitions.append(PartitionData(partition, code))
                 continue
             r = results[index]
             out.partitions.append(PartitionData(

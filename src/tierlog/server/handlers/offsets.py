@@ -4,9 +4,11 @@ offsets of a partition's log."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from tierlog.errors import ErrorCode, OffsetOutOfRangeError, UnknownTopicOrPartitionError, error_code_of
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -14,6 +16,19 @@ from tierlog.server.partitions import PartitionManager
 from tierlog.storage.log import UnifiedLog
 
 log = logging.getLogger(__name__)
+
+Q = TypeVar("Q", bound=tuple[Any, ...])
+
+
+async def _authorized(ctx: BrokerContext, client: ClientInfo, op: AclOperation, queries: Sequence[Q],
+                      blocking: Callable[[list[Q]], list[dict[str, Any]]],
+                      refused: Callable[[Q], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Answers in query order: ``blocking`` answers the queries (topic name first) whose topic the
+    principal may ``op``, ``refused`` (TOPIC_AUTHORIZATION_FAILED) the others, which are never read."""
+    ok = {t for t in {q[0] for q in queries} if ctx.allowed(client, op, ResourceType.TOPIC, t)}
+    allowed = [q for q in queries if q[0] in ok]
+    answers = iter(await ctx.io.run(blocking, allowed) if allowed else [])
+    return [next(answers) if q[0] in ok else refused(q) for q in queries]
 
 LATEST = -1
 EARLIEST = -2
@@ -102,7 +117,11 @@ async def handle_list_offsets(ctx: BrokerContext, request: ParsedRequest, client
     read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     queries = [(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
                for t in body.topics for p in t.partitions]
-    answers = iter(await ctx.io.run(_list_offsets_blocking, ctx.partitions, queries, read_committed))
+    answers = iter(await _authorized(
+        ctx, client, AclOperation.DESCRIBE, queries,
+        lambda qs: _list_offsets_blocking(ctx.partitions, qs, read_committed),
+        lambda q: {"partition_index": q[1], "timestamp": -1, "offset": -1, "leader_epoch": -1,
+                   "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}))
     topics = [{"name": t.name, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
     return build_response(ApiKey.LIST_OFFSETS, request.api_version, {"topics": topics})
 
@@ -128,8 +147,16 @@ def _end_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, in
 
 async def handle_offset_for_leader_epoch(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
+    if getattr(body, "replica_id", -1) >= 0 and not ctx.allowed(client, AclOperation.CLUSTER_ACTION):
+        return build_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version, {"topics": [
+            {"topic": t.topic, "partitions": [{"partition": p.partition, "leader_epoch": -1, "end_offset": -1,
+                                               "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+                                              for p in t.partitions]} for t in body.topics]})
     queries = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch) for t in body.topics for p in t.partitions]
-    answers = iter(await ctx.io.run(_end_offsets_blocking, ctx.partitions, queries))
+    answers = iter(await _authorized(
+        ctx, client, AclOperation.DESCRIBE, queries, lambda qs: _end_offsets_blocking(ctx.partitions, qs),
+        lambda q: {"partition": q[1], "leader_epoch": -1, "end_offset": -1,
+                   "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}))
     topics = [{"topic": t.topic, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
     return build_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version, {"topics": topics})
 
@@ -160,7 +187,9 @@ def _delete_records_blocking(pm: PartitionManager, queries: list[tuple[str, int,
 async def handle_delete_records(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     queries = [(t.name, p.partition_index, p.offset) for t in body.topics for p in t.partitions]
-    answers = iter(await ctx.io.run(_delete_records_blocking, ctx.partitions, queries))
+    answers = iter(await _authorized(
+        ctx, client, AclOperation.DELETE, queries, lambda qs: _delete_records_blocking(ctx.partitions, qs),
+        lambda q: {"partition_index": q[1], "low_watermark": -1, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}))
     topics = [{"name": t.name, "partitions": [next(answers) for _ in t.partitions]} for t in body.topics]
     return build_response(ApiKey.DELETE_RECORDS, request.api_version, {"topics": topics})
 

@@ -17,10 +17,13 @@ import struct
 from typing import Any
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, ResponseBody, build_response
 from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
+from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
+from tierlog.server.txn import rules as txn_rules
 
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
@@ -49,6 +52,9 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     results: list[AppendResult]
     if acks not in (-1, 0, 1):
         results = [AppendResult(ErrorCode.INVALID_REQUIRED_ACKS) for _ in items]
+    elif getattr(body, "transactional_id", None) and not ctx.allowed(
+            client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        results = [AppendResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for _ in items]
     elif not getattr(body, "transactional_id", None) and any(_is_transactional(records) for *_, records in items):
         # Kafka (KafkaApis.handleProduceRequest) refuses the whole request: transactional records need the
         # transactional id they are written for, which is what is authorized and verified.
@@ -57,13 +63,20 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     else:
         # Transactional batches for partitions outside the producer's ongoing transaction are refused
         # before anything is written (KIP-890 part 1 verification).
-        refused = _unverified(ctx, body, items)
+        # A topic the principal may not WRITE is refused as Kafka does, before its existence is looked at.
+        denied = {name for _, name, _, _ in items
+                  if name is not None and not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, name)}
+        refused: dict[int, int] = {i: ErrorCode.TOPIC_AUTHORIZATION_FAILED for i, it in enumerate(items) if it[1] in denied}
+        unverified = await _unverified(ctx, body, [it for i, it in enumerate(items) if i not in refused], version)
+        kept = [i for i in range(len(items)) if i not in refused]
+        refused.update((kept[j], code) for j, code in unverified.items())
         durable = durable_ack(ctx.settings.durable_acks, acks)
         if durable:
             await _room(ctx, items)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
-        results = [AppendResult(refused[i], error_message="the partition is not part of the producer's ongoing "
-                                "transaction") if i in refused else next(appended) for i in range(len(items))]
+        results = [AppendResult(refused[i], error_message=None if refused[i] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                                else "Unable to verify the partition has been added to the transaction")
+                   if i in refused else next(appended) for i in range(len(items))]
         if durable:
             # Answered once synced; meanwhile the connection appends its next requests (Deferred).
             return Deferred(_respond_synced(ctx, items, results, version))
@@ -164,9 +177,11 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]]) -> dict[int, int]:
+async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+                      version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
-    the transaction coordinator does not have in the producer's ongoing transaction."""
+    the transaction coordinator does not have in the producer's ongoing transaction. A TV2 Produce
+    (v12+, transaction.version 2) adds the partition instead of only asking (KIP-890 part 2)."""
     txn_id = getattr(body, "transactional_id", None)
     if ctx.transactions is None or not txn_id:
         return {}
@@ -176,10 +191,13 @@ def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None
             continue
         _, producer_id, producer_epoch = _FIRST_BATCH.unpack_from(records, 0)
         tp = (name, partition)
-        code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
+        if implicit_add(ctx, version, PRODUCE_TV2_SINCE):
+            code = (await ctx.transactions.add_partitions(txn_id, producer_id, producer_epoch, [tp],
+                                                          client_transaction_version=2))[tp]
+        else:
+            code = ctx.transactions.verify_partitions(txn_id, producer_id, producer_epoch, [tp])[tp]
         if code:
-            # Produce predates ErrorCode.PRODUCER_FENCED: a stale epoch is ErrorCode.INVALID_PRODUCER_EPOCH there.
-            out[i] = ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code
+            out[i] = txn_rules.produce_verification_error(code, version)
     return out
 
 

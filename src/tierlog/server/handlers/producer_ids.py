@@ -8,6 +8,7 @@ coordinator answers: the id's producer id with a bumped epoch, fencing older pro
 from __future__ import annotations
 
 from tierlog.errors import ErrorCode, TierlogError
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response, to_millis
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -17,6 +18,16 @@ from tierlog.server.handlers.transactions import client_code
 async def handle_init_producer_id(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     version = request.api_version
     body = request.body
+    def refuse(code: ErrorCode) -> Reply:
+        return build_response(ApiKey.INIT_PRODUCER_ID, version, {"error_code": code, "producer_id": -1,
+                                                                 "producer_epoch": -1})
+    if body.transactional_id is not None:
+        if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            return refuse(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not (ctx.allowed(client, AclOperation.IDEMPOTENT_WRITE, log_denied=False)
+              or ctx.allowed_by_type(client, AclOperation.WRITE, ResourceType.TOPIC)):
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+        return refuse(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if body.transactional_id is not None and ctx.transactions is not None:
         code, pid, epoch = await ctx.transactions.init_producer_id(
             body.transactional_id, to_millis(body.transaction_timeout), getattr(body, "producer_id", -1),

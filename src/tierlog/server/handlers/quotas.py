@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata.acls import AclOperation
 from tierlog.metadata.client_quotas import (
     InvalidQuotaRequest,
     QuotaFilter,
@@ -29,6 +30,11 @@ def _entity_out(entity: Any) -> list[dict[str, Any]]:
 
 async def handle_describe(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
+    if not ctx.allowed(client, AclOperation.DESCRIBE_CONFIGS):
+        # Kafka: DESCRIBE_CONFIGS on the cluster.
+        return build_response(ApiKey.DESCRIBE_CLIENT_QUOTAS, request.api_version, {
+            "throttle_time": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "Cluster authorization failed.", "entries": None})
     try:
         components = validate_filter(QuotaFilter(str(c.entity_type), int(c.match_type),
                                                  None if c.match is None else str(c.match)) for c in body.components)
@@ -45,8 +51,14 @@ async def handle_alter(ctx: BrokerContext, request: ParsedRequest, client: Clien
     body = request.body
     results: list[dict[str, Any]] = []
     planned: list[MetadataRecord] = []
+    # Kafka: ALTER_CONFIGS on the cluster, else every entry is refused and nothing changes.
+    permitted = ctx.allowed(client, AclOperation.ALTER_CONFIGS)
     for entry in body.entries:
         raw = [(str(e.entity_type), None if e.entity_name is None else str(e.entity_name)) for e in entry.entity]
+        if not permitted:
+            results.append({"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            "error_message": "Cluster authorization failed.", "entity": raw})
+            continue
         try:
             entity = validate_entity(raw)
             keys = [str(op.key) for op in entry.ops]

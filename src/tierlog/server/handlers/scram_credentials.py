@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from tierlog.errors import ErrorCode as E
+from tierlog.metadata.acls import AclOperation
 from tierlog.metadata.records import (
     MetadataRecord,
     RemoveUserScramCredentialRecord,
@@ -25,6 +26,10 @@ from tierlog.server.context import BrokerContext
 
 
 async def handle_describe(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    if not ctx.allowed(client, AclOperation.DESCRIBE):
+        return build_response(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, request.api_version, {
+            "throttle_time": 0, "error_code": E.CLUSTER_AUTHORIZATION_FAILED, "error_message": None,
+            "results": []})
     creds = ctx.image.scram_credentials
     by_user: dict[str, list[dict[str, int]]] = {}
     for (name, mechanism), record in sorted(creds.items()):
@@ -69,6 +74,11 @@ async def handle_alter(ctx: BrokerContext, request: ParsedRequest, client: Clien
     body = request.body
     image = ctx.image
     users = Counter(str(x.name) for x in [*body.deletions, *body.upsertions])
+    if not ctx.allowed(client, AclOperation.ALTER):
+        # Kafka checks ALTER on the cluster before anything else: every user gets the error, nothing changes.
+        return build_response(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request.api_version, {"throttle_time": 0, "results": [
+            {"user": name, "error_code": E.CLUSTER_AUTHORIZATION_FAILED, "error_message": None}
+            for name in users]})
     pairs = Counter((str(x.name), int(x.mechanism)) for x in [*body.deletions, *body.upsertions])
     errors: dict[str, tuple[int, str]] = {}
     records: dict[str, list[MetadataRecord]] = {}

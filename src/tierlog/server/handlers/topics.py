@@ -8,6 +8,7 @@ from typing import Any
 
 from tierlog.errors import ErrorCode, TierlogError
 from tierlog.metadata import CreateTopicResult
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext, topic_uuid, uuid_bytes
@@ -55,11 +56,15 @@ async def handle_create_topics(ctx: BrokerContext, request: ParsedRequest, clien
     for t in body.topics:
         counts[t.name] = counts.get(t.name, 0) + 1
     topics: list[dict[str, Any]] = []
+    # Kafka: CREATE on the cluster allows every topic, else CREATE on each topic is needed.
+    cluster_create = ctx.allowed(client, AclOperation.CREATE, log_denied=False)
     for t in body.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None, "num_partitions": -1,
                                  "replication_factor": -1, "configs": None}
         topics.append(entry)
         try:
+            if not cluster_create and not ctx.allowed(client, AclOperation.CREATE, ResourceType.TOPIC, t.name):
+                raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if counts[t.name] > 1:
                 raise _Refused(ErrorCode.INVALID_REQUEST, f"Create topics request from client `{client.client_id}` contains "
                                                 f"multiple entries for the following topics: {t.name}")
@@ -86,9 +91,13 @@ async def handle_create_topics(ctx: BrokerContext, request: ParsedRequest, clien
         if not body.validate_only:
             log.info("created topic %s (%d partitions, configs %s)", t.name, result.num_partitions, dict(result.configs))
         entry.update(topic_id=topic_uuid(result.topic_id) if not body.validate_only else None,
-                     num_partitions=result.num_partitions, replication_factor=result.replication_factor,
-                     configs=[{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
-                              for c in topic_config_entries(ctx, result.configs)])
+                     num_partitions=result.num_partitions, replication_factor=result.replication_factor)
+        if ctx.allowed(client, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name, log_denied=False):
+            entry["configs"] = [{k: c[k] for k in ("name", "value", "read_only", "config_source", "is_sensitive")}
+                                for c in topic_config_entries(ctx, result.configs)]
+        else:
+            # The topic is created; its configs are not shown to a principal that may not describe them.
+            entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return build_response(ApiKey.CREATE_TOPICS, request.api_version, {"topics": topics})
 
 
@@ -109,8 +118,13 @@ async def handle_delete_topics(ctx: BrokerContext, request: ParsedRequest, clien
                 topic = ctx.image.topics_by_id.get(topic_id)
                 if topic is None:
                     raise _Refused(ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+                if not ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    # Not named to a principal that may not describe it (the id is not secret).
+                    raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
                 name = topic.name
                 entry["name"] = name
+            if not ctx.allowed(client, AclOperation.DELETE, ResourceType.TOPIC, name):
+                raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             topic_image = ctx.image.topics_by_name.get(name)
             if topic_image is None:
                 raise _Refused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -137,6 +151,8 @@ async def handle_create_partitions(ctx: BrokerContext, request: ParsedRequest, c
         entry: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.NONE, "error_message": None}
         results.append(entry)
         try:
+            if not ctx.allowed(client, AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise _Refused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if t.assignments:
                 for a in t.assignments:
                     if list(a.broker_ids) != [ctx.node_id]:

@@ -13,9 +13,11 @@ import re
 from typing import Any
 
 from tierlog.errors import ErrorCode as Code
+from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
+from tierlog.server.txn import rules
 from tierlog.server.txn.coordinator import TransactionCoordinator
 from tierlog.server.txn.records import TxnState
 
@@ -42,7 +44,10 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: ParsedReques
 
     async def one(txn_id: str, pid: int, epoch: int, topics: Any, verify_only: bool) -> list[dict[str, Any]]:
         tps = [(t.name, int(p)) for t in topics for p in t.partitions]
-        if verify_only:
+        denied = _add_partitions_denied(ctx, client, txn_id, topics)
+        if denied is not None:
+            codes = denied
+        elif verify_only:
             codes = txn.verify_partitions(txn_id, pid, epoch, tps)
         else:
             codes = await txn.add_partitions(txn_id, pid, epoch, tps)
@@ -53,6 +58,10 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: ParsedReques
                     ApiKey.ADD_PARTITIONS_TO_TXN, version, codes[(t.name, int(p))])} for p in t.partitions]})
         return out
 
+    if version >= 4 and not ctx.allowed(client, AclOperation.CLUSTER_ACTION):
+        # v4+ is the brokers' batched verification (KIP-890): a cluster action.
+        return build_response(ApiKey.ADD_PARTITIONS_TO_TXN, version, {
+            "error_code": Code.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []})
     if version <= 3:
         results = await one(body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                             body.v3_and_below_producer_epoch, body.v3_and_below_topics, False)
@@ -65,20 +74,58 @@ async def handle_add_partitions_to_txn(ctx: BrokerContext, request: ParsedReques
     return build_response(ApiKey.ADD_PARTITIONS_TO_TXN, version, {"error_code": 0, "results_by_transaction": out})
 
 
+def _add_partitions_denied(ctx: BrokerContext, client: ClientInfo, txn_id: str,
+                           topics: Any) -> dict[tuple[str, int], int] | None:
+    """Kafka's AddPartitionsToTxn checks: WRITE on the transactional id (every partition
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (the refused ones
+    TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); None when all is allowed."""
+    tps = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return dict.fromkeys(tps, Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    refused = {t.name for t in topics if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TOPIC, t.name)}
+    if not refused:
+        return None
+    return {tp: Code.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused else Code.OPERATION_NOT_ATTEMPTED for tp in tps}
+
+
 async def handle_add_offsets_to_txn(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
+    if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
+            "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+    if not ctx.allowed(client, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
+            "error_code": Code.GROUP_AUTHORIZATION_FAILED})
     code = await coordinator(ctx).add_offsets(body.transactional_id, body.producer_id, body.producer_epoch,
                                               body.group_id)
     return build_response(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, {
         "error_code": client_code(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version, code)})
 
 
+#: The first versions sent by a client running transaction version 2 (KIP-890 part 2): EndTxn bumps
+#: the epoch; Produce and TxnOffsetCommit add their partition to the transaction themselves.
+END_TXN_TV2_SINCE, PRODUCE_TV2_SINCE, TXN_OFFSET_COMMIT_TV2_SINCE = 5, 12, 5
+
+
+def implicit_add(ctx: BrokerContext, version: int, since: int) -> bool:
+    """Whether a Produce/TxnOffsetCommit ``version`` adds its partition to the transaction: a TV2
+    request on a cluster whose finalized transaction.version is 2 (clients send those versions only
+    then; the check keeps a TV0/TV1 cluster's rules whatever a client sends)."""
+    return version >= since and coordinator(ctx).transaction_version() >= 2
+
+
 async def handle_end_txn(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
-    code = await coordinator(ctx).end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
-                                          body.committed)
-    return build_response(ApiKey.END_TXN, request.api_version, {
-        "error_code": client_code(ApiKey.END_TXN, request.api_version, code)})
+    version = request.api_version
+    if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        return build_response(ApiKey.END_TXN, version, {"error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+    code, producer_id, producer_epoch = await coordinator(ctx).end_txn(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+        client_transaction_version=2 if version >= END_TXN_TV2_SINCE else 0)
+    out: dict[str, Any] = {"error_code": client_code(ApiKey.END_TXN, version, code)}
+    if version >= END_TXN_TV2_SINCE:
+        out |= {"producer_id": producer_id, "producer_epoch": producer_epoch}
+    return build_response(ApiKey.END_TXN, version, out)
 
 
 async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -92,15 +139,31 @@ async def handle_txn_offset_commit(ctx: BrokerContext, request: ParsedRequest, c
     # The offsets partition must be part of the producer's ongoing transaction (AddOffsetsToTxn first).
     await groups.ensure_topic()
     offsets_tp = ("__consumer_offsets", groups.offsets_partition(body.group_id)) if body.group_id else None
-    if offsets_tp is None:
-        code: int = Code.INVALID_GROUP_ID
+    refused_topics = {t.name for t in body.topics
+                      if not ctx.allowed(client, AclOperation.READ, ResourceType.TOPIC, t.name)}
+    code: int
+    if not ctx.allowed(client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+        code = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not ctx.allowed(client, AclOperation.READ, ResourceType.GROUP, body.group_id):
+        code = Code.GROUP_AUTHORIZATION_FAILED
+    elif offsets_tp is None:
+        code = Code.INVALID_GROUP_ID
+    elif implicit_add(ctx, version, TXN_OFFSET_COMMIT_TV2_SINCE):
+        code = rules.verification_error((await txn.add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp],
+            client_transaction_version=2))[offsets_tp], abortable_known=True)
     else:
-        code = txn.verify_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                     [offsets_tp])[offsets_tp]
+        code = rules.verification_error(txn.verify_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, [offsets_tp])[offsets_tp],
+            abortable_known=version >= 4)
     if code == Code.NONE:
-        codes = await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
-                                        getattr(body, "generation_id", -1), body.producer_id, body.producer_epoch,
-                                        entries)
+        allowed = [e for e in entries if e[0] not in refused_topics]
+        done = iter(await groups.txn_commit(body.group_id, getattr(body, "member_id", ""),
+                                            getattr(body, "generation_id", -1), body.producer_id,
+                                            body.producer_epoch, allowed,
+                                            group_instance_id=getattr(body, "group_instance_id", None))
+                    if allowed else [])
+        codes = [Code.TOPIC_AUTHORIZATION_FAILED if e[0] in refused_topics else next(done) for e in entries]
     else:
         codes = [code] * len(entries)
     codes = [client_code(ApiKey.TXN_OFFSET_COMMIT, version, c) for c in codes]
@@ -119,6 +182,12 @@ async def handle_describe_transactions(ctx: BrokerContext, request: ParsedReques
     out = []
     for txn_id in request.body.transactional_ids:
         meta = txn.txns.get(txn_id)
+        if not ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            out.append({"error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": txn_id,
+                        "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
+                        "transaction_start_time": _ms_datetime(0), "producer_id": -1, "producer_epoch": -1,
+                        "topics": []})
+            continue
         if meta is None or meta.state is TxnState.DEAD:
             out.append({"error_code": Code.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": txn_id,
                         "transaction_state": "", "transaction_timeout": datetime.timedelta(0),
@@ -149,17 +218,28 @@ async def handle_list_transactions(ctx: BrokerContext, request: ParsedRequest, c
     pids = set(body.producer_id_filters)
     min_duration_ms = getattr(body, "duration_filter", -1)
     pattern = getattr(body, "transactional_id_pattern", None)
-    regex = re.compile(pattern) if pattern else None
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error:
+        return build_response(ApiKey.LIST_TRANSACTIONS, request.api_version, {
+            "error_code": Code.INVALID_REGULAR_EXPRESSION, "unknown_state_filters": [],
+            "transaction_states": []})
     now = txn.now_ms()
     out = []
     for txn_id, meta in sorted(txn.txns.items()):
+        if meta.state is TxnState.DEAD:  # being expired (Kafka leaves these out too)
+            continue
         if states and meta.state.kafka_name not in states:
             continue
         if pids and meta.producer_id not in pids:
             continue
-        if min_duration_ms >= 0 and (meta.state is not TxnState.ONGOING or now - meta.start_ms < min_duration_ms):
+        # Kafka's TransactionStateManager.listTransactionStates: a transaction is listed when it
+        # started more than DurationFilter ms ago, whatever its state (Empty has no start: -1).
+        if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
             continue
         if regex is not None and not regex.fullmatch(txn_id):
+            continue
+        if not ctx.allowed(client, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id, log_denied=False):
             continue
         out.append({"transactional_id": txn_id, "producer_id": meta.producer_id,
                     "transaction_state": meta.state.kafka_name})
@@ -167,11 +247,16 @@ async def handle_list_transactions(ctx: BrokerContext, request: ParsedRequest, c
         "error_code": 0, "unknown_state_filters": unknown, "transaction_states": out})
 
 
-def _describe_producers_blocking(ctx: BrokerContext, wanted: list[tuple[str, list[int]]]) -> list[dict[str, Any]]:
+def _describe_producers_blocking(ctx: BrokerContext, wanted: list[tuple[str, list[int]]],
+                                 refused: set[str]) -> list[dict[str, Any]]:
     out = []
     for topic, partitions in wanted:
         results: list[dict[str, Any]] = []
         for p in partitions:
+            if topic in refused:
+                results.append({"partition_index": p, "error_code": Code.TOPIC_AUTHORIZATION_FAILED,
+                                "error_message": None, "active_producers": []})
+                continue
             try:
                 ulog = ctx.partitions.get_log_blocking(topic, p)
             except Exception:
@@ -191,7 +276,8 @@ def _describe_producers_blocking(ctx: BrokerContext, wanted: list[tuple[str, lis
 
 async def handle_describe_producers(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     wanted = [(t.name, [int(p) for p in t.partition_indexes]) for t in request.body.topics]
-    topics = await ctx.io.run(_describe_producers_blocking, ctx, wanted)
+    refused = {t for t, _ in wanted if not ctx.allowed(client, AclOperation.READ, ResourceType.TOPIC, t)}
+    topics = await ctx.io.run(_describe_producers_blocking, ctx, wanted, refused)
     return build_response(ApiKey.DESCRIBE_PRODUCERS, request.api_version, {"topics": topics})
 
 
@@ -199,6 +285,13 @@ async def handle_write_txn_markers(ctx: BrokerContext, request: ParsedRequest, c
     txn = coordinator(ctx)
     image = ctx.image
     out = []
+    if not ctx.allowed(client, AclOperation.CLUSTER_ACTION):
+        # Only a broker (a principal with CLUSTER_ACTION) may write transaction markers.
+        return build_response(ApiKey.WRITE_TXN_MARKERS, request.api_version, {"markers": [
+            {"producer_id": m.producer_id, "topics": [
+                {"name": t.name, "partitions": [{"partition_index": p, "error_code": Code.CLUSTER_AUTHORIZATION_FAILED}
+                                                for p in t.partition_indexes]} for t in m.topics]}
+            for m in request.body.markers]})
     for m in request.body.markers:
         topics = []
         for t in m.topics:

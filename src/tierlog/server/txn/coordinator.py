@@ -7,7 +7,9 @@ runs Kafka's two phases in order -- PrepareCommit/PrepareAbort written, then a C
 into every partition of the transaction (the group's ``__consumer_offsets`` partition included), then
 CompleteCommit/CompleteAbort -- so a crash at any step leaves a Prepare* record that the next start
 finishes before the coordinator answers for the id. The rules (which error where) are Kafka's
-TransactionCoordinator's for transaction version 1; :mod:`.rules` holds them as pure functions.
+TransactionCoordinator's for transaction versions 0-2; :mod:`.rules` holds them as pure functions.
+State records are TransactionLogValue version 1 once the finalized ``transaction.version`` is 1 or
+more, version 0 before (Kafka's TransactionStateManager does the same).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
 from tierlog.ids import TopicPartition
 from tierlog.metadata import Controller
+from tierlog.metadata.features import TRANSACTION_VERSION_FEATURE
 from tierlog.records import (
     ControlRecordType,
     EndTransactionMarker,
@@ -59,6 +62,11 @@ TICK_INTERVAL_S = 0.1
 MARKER_ATTEMPTS = 5
 MARKER_BACKOFF_S = 0.2
 
+#: The steps of ending a transaction at which a crash hook runs (see ``TransactionCoordinator``):
+#: the Prepare* record written and no marker yet; the first partition's marker written and the rest
+#: not; every marker written and no Complete* record yet.
+CRASH_STEPS = ("end-txn-after-prepare", "end-txn-between-markers", "end-txn-before-complete")
+
 
 @dataclass(frozen=True)
 class TxnSettings:
@@ -72,7 +80,8 @@ class TxnSettings:
 
 class TransactionCoordinator:
     def __init__(self, partitions: PartitionManager, controller: Controller, io: StorageIO, clock: Clock,
-                 groups: GroupCoordinator, next_producer_id: Callable[[], int], settings: TxnSettings) -> None:
+                 groups: GroupCoordinator, next_producer_id: Callable[[], int], settings: TxnSettings,
+                 crash_hook: Callable[[str], None] | None = None) -> None:
         self.partitions = partitions
         self.controller = controller
         self.io = io
@@ -80,6 +89,10 @@ class TransactionCoordinator:
         self.groups = groups
         self._next_producer_id = next_producer_id
         self.settings = settings
+        #: Called with each of CRASH_STEPS as ending a transaction passes it; the crash tests arm it to
+        #: SIGKILL the broker right there (None in production). Armed, markers are written one
+        #: partition at a time so that "between markers" exists.
+        self._crash_hook = crash_hook
         self.txns: dict[str, TxnMetadata] = {}
         self._write_lock = asyncio.Lock()
         self._topic = InternalTopic(TRANSACTION_STATE_TOPIC, partitions, controller, io,
@@ -187,6 +200,13 @@ class TransactionCoordinator:
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, self.partition_of(transactional_id))
 
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` (0 when never set)."""
+        return int(self.partitions.image.features.get(TRANSACTION_VERSION_FEATURE, 0))
+
+    def _value_version(self) -> int:
+        return 1 if self.transaction_version() >= 1 else 0
+
     async def _store(self, transactional_id: str, value: TxnLogValue | None) -> int:
         """Write the id's new state (None: a tombstone); the error code."""
         try:
@@ -194,7 +214,7 @@ class TransactionCoordinator:
         except TierlogError as e:
             log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
             return Code.COORDINATOR_NOT_AVAILABLE
-        raw = None if value is None else encode_value(value)
+        raw = None if value is None else encode_value(value, self._value_version())
         batch = build_batch([SimpleRecord(encode_key(transactional_id), raw, timestamp=self.now_ms())])
         partition = self.partition_of(transactional_id)
         async with self._write_lock:
@@ -278,8 +298,10 @@ class TransactionCoordinator:
         return Code.NONE, meta
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """AddPartitionsToTxn (and AddOffsetsToTxn's partition): an error code per partition."""
+                             partitions: list[TopicPartition],
+                             client_transaction_version: int = 0) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's partition, and the implicit adds of TV2's Produce
+        v12+ and TxnOffsetCommit v5+): an error code per partition."""
         image = self.partitions.image
         unknown = [tp for tp in partitions
                    if (t := image.topics_by_name.get(tp[0])) is None or tp[1] not in t.partitions]
@@ -289,7 +311,7 @@ class TransactionCoordinator:
         code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
         if meta is None:
             return dict.fromkeys(partitions, code)
-        decision = rules.add_partitions(meta, partitions, self.now_ms())
+        decision = rules.add_partitions(meta, partitions, self.now_ms(), client_transaction_version)
         if isinstance(decision, int):
             return dict.fromkeys(partitions, decision)
         if decision is not None:
@@ -302,17 +324,12 @@ class TransactionCoordinator:
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """KIP-890 part 1 verification (AddPartitionsToTxn v4+ verify_only, transactional produce and
-        TxnOffsetCommit): is each partition part of this producer's ongoing transaction?"""
+        """KIP-890 part 1 verification, the coordinator's answer (AddPartitionsToTxn v4+ verify_only;
+        transactional produce and TxnOffsetCommit translate it with :func:`rules.verification_error`):
+        is each partition part of this producer's ongoing transaction?"""
         if not transactional_id:
             return dict.fromkeys(partitions, Code.INVALID_REQUEST)
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return dict.fromkeys(partitions, Code.INVALID_PRODUCER_ID_MAPPING)
-        if producer_epoch != meta.producer_epoch:
-            return dict.fromkeys(partitions, Code.PRODUCER_FENCED)
-        ongoing = meta.state is TxnState.ONGOING
-        return {tp: Code.NONE if ongoing and tp in meta.partitions else Code.INVALID_TXN_STATE for tp in partitions}
+        return rules.verify_partitions(self.txns.get(transactional_id), producer_id, producer_epoch, partitions)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
         if not group_id:
@@ -321,39 +338,52 @@ class TransactionCoordinator:
         tp = (CONSUMER_OFFSETS_TOPIC, self.groups.offsets_partition(group_id))
         return (await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp]))[tp]
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
-        code, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
-        if meta is None:
-            return code
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      client_transaction_version: int = 0) -> tuple[int, int, int]:
+        """(error code, producer id, epoch) for EndTxn; the id and epoch are what the producer goes on
+        with (EndTxn v5: under TV2 the epoch was bumped, or the id rotated)."""
+        if not transactional_id:
+            return Code.INVALID_REQUEST, -1, -1
+        meta = self.txns.get(transactional_id)
+        code = rules.check_end_txn_producer(meta, producer_id, producer_epoch)
+        if code is not None or meta is None:
+            return (code if code is not None else Code.INVALID_PRODUCER_ID_MAPPING), -1, -1
         decision = rules.end_txn(meta, commit)
         if decision is not None:
-            return decision
+            if decision == Code.NONE:  # a retry of an end that completed
+                return Code.NONE, meta.producer_id, meta.producer_epoch
+            return decision, -1, -1
         meta.pending = True
         try:
-            return await self._end(meta, commit)
+            code = await self._end(meta, commit, client_transaction_version)
         finally:
             meta.pending = False
+        return (Code.NONE, meta.producer_id, meta.producer_epoch) if code == Code.NONE else (code, -1, -1)
 
-    async def _end(self, meta: TxnMetadata, commit: bool) -> int:
+    async def _end(self, meta: TxnMetadata, commit: bool, client_transaction_version: int,
+                   fencing: bool = False) -> int:
         """Both phases of ending the ongoing transaction of ``meta`` (pending set by the caller)."""
-        prepare = meta.copy()
-        prepare.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        prepare.last_update_ms = self.now_ms()
+        next_producer_id = -1
+        if client_transaction_version >= 2 and not fencing and rules.epoch_exhausted(meta.producer_epoch):
+            next_producer_id = await self.io.run(self._next_producer_id)
+        prepare = rules.prepare_end(meta, commit, self.now_ms(), client_transaction_version, next_producer_id)
         code = await self._transition(meta, prepare)
         if code:
             return code
+        self._crash_point("end-txn-after-prepare")
         return await self._finish(meta, commit)
+
+    def _crash_point(self, step: str) -> None:
+        if self._crash_hook is not None:
+            self._crash_hook(step)
 
     async def _finish(self, meta: TxnMetadata, commit: bool) -> int:
         """Markers into every partition, then Complete*. A marker that cannot be written leaves the
         Prepare state on disk (the next start finishes it) and answers a retriable error."""
         if not await self._write_markers(meta, commit):
             return Code.COORDINATOR_NOT_AVAILABLE
-        done = meta.copy()
-        done.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        done.partitions = set()
-        done.last_update_ms = self.now_ms()
-        code = await self._transition(meta, done)
+        self._crash_point("end-txn-before-complete")
+        code = await self._transition(meta, rules.complete_end(meta, self.now_ms()))
         if code == Code.NONE:
             if commit:
                 self.committed += 1
@@ -374,9 +404,7 @@ class TransactionCoordinator:
                          if (t := image.topics_by_name.get(tp[0])) is not None and tp[1] in t.partitions]
             if not remaining:
                 break
-            results = await _synced(await self.io.run(
-                self.partitions.append_blocking, [(t, p, batch) for t, p in remaining], internal=True,
-                origin=AppendOrigin.COORDINATOR, durable=self.partitions.durable_internal))
+            results = await _synced(await self._append_markers(batch, remaining))
             failed: list[TopicPartition] = []
             for tp, result in zip(remaining, results, strict=True):
                 if result.error_code == Code.NONE:
@@ -397,13 +425,26 @@ class TransactionCoordinator:
             await asyncio.sleep(MARKER_BACKOFF_S * (attempt + 1))
         return not remaining
 
+    async def _append_markers(self, batch: bytes, partitions: list[TopicPartition]) -> list[AppendResult]:
+        durable = self.partitions.durable_internal
+        if self._crash_hook is None:
+            return await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in partitions],
+                                     internal=True, origin=AppendOrigin.COORDINATOR, durable=durable)
+        results: list[AppendResult] = []
+        for i, (t, p) in enumerate(partitions):
+            if i == 1:
+                self._crash_point("end-txn-between-markers")
+            results += await self.io.run(self.partitions.append_blocking, [(t, p, batch)], internal=True,
+                                         origin=AppendOrigin.COORDINATOR, durable=durable)
+        return results
+
     async def _fence_and_abort(self, meta: TxnMetadata) -> int:
         """Bump the epoch of an ongoing transaction (fencing its producer) and abort it with the new
         epoch (Kafka's PrepareEpochFence then an abort not from the client)."""
         fenced = rules.fenced(meta)
         if fenced is not None:
             meta.apply(fenced)  # in memory only, as Kafka: the abort's records carry the bumped epoch
-        return await self._end(meta, commit=False)
+        return await self._end(meta, False, meta.client_transaction_version, fencing=True)
 
     async def abort_timed_out(self, now_ms: int) -> int:
         """Abort every transaction open longer than its timeout; how many were."""

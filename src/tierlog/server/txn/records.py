@@ -8,7 +8,10 @@ TransactionStartTimestampMs int64. Version 1 writes compact strings and arrays (
 with tagged fields after each struct: tag 0 PreviousProducerId, 1 NextProducerId (int64, default
 -1), 2 ClientTransactionVersion (int16, default 0). A null value is a tombstone: the id expired.
 
-tierlog writes version 0 (readable by every Kafka since 0.11) and reads both.
+tierlog writes version 0 (readable by every Kafka since 0.11) while ``transaction.version`` is 0, and
+version 1 once it is 1 or more, as Kafka's TransactionLog.valueToBytes does
+(TransactionVersion.transactionLogValueVersion); it reads both. Tagged fields equal to their default
+are left out, as Kafka's generated writers do.
 """
 
 from __future__ import annotations
@@ -93,23 +96,55 @@ def decode_key(raw: bytes) -> str:
         raise CorruptRecordError(f"unreadable transaction log key: {e}") from None
 
 
-def encode_value(value: TxnLogValue) -> bytes:
-    out = bytearray(_I16.pack(VALUE_VERSION))
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_value(value: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
+    """The value at ``version`` 0 (fixed) or 1 (flexible: compact strings and arrays, tagged fields)."""
+    if version not in (0, 1):
+        raise ValueError(f"transaction log value version {version} does not exist")
+    flexible = version == 1
+
+    def length(n: int) -> bytes:  # an array length; -1 is null
+        return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+    def string(text: str) -> bytes:
+        raw = text.encode("utf-8")
+        return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+    out = bytearray(_I16.pack(version))
     out += _I64.pack(value.producer_id)
     out += _I16.pack(value.producer_epoch)
     out += _I32.pack(value.timeout_ms)
     out += _I8.pack(int(value.state))
     if value.state is TxnState.EMPTY:
-        out += _I32.pack(-1)
+        out += length(-1)
     else:
-        out += _I32.pack(len(value.partitions))
+        out += length(len(value.partitions))
         for topic, ids in sorted(value.partitions.items()):
-            out += _string(topic)
-            out += _I32.pack(len(ids))
+            out += string(topic)
+            out += length(len(ids))
             for p in sorted(ids):
                 out += _I32.pack(p)
+            if flexible:
+                out += _uvarint(0)  # the partition struct's tagged fields: none
     out += _I64.pack(value.last_update_ms)
     out += _I64.pack(value.start_ms)
+    if flexible:
+        tags = [(tag, raw) for tag, raw, default in (
+            (0, _I64.pack(value.previous_producer_id), value.previous_producer_id == -1),
+            (1, _I64.pack(value.next_producer_id), value.next_producer_id == -1),
+            (2, _I16.pack(value.client_transaction_version), value.client_transaction_version == 0),
+        ) if not default]
+        out += _uvarint(len(tags))
+        for tag, raw in tags:
+            out += _uvarint(tag) + _uvarint(len(raw)) + raw
     return bytes(out)
 
 

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""librdkafka's own test suite against one ``tierlog serve``: a standing conformance check (#27).
+
+    python scripts/librdkafka_suite.py --librdkafka-src DIR [--tests 0102,0081,...] [--timeout-s 900]
+
+DIR is a librdkafka source tree of the pinned version (never committed; docs/compatibility.md says how
+to get one). The script
+
+1. installs the build dependencies with apt-get when they are missing (``rapidjson-dev`` must be there
+   before ``configure``: without it the statistics tests are compiled out), then builds the library
+   and ``tests/test-runner`` with the system's libraries (``./configure --disable-...`` is not used:
+   the defaults find zlib, zstd, lz4, OpenSSL and Cyrus SASL);
+2. starts ``tierlog serve`` on a free loopback port with the settings the suite's own clusters use
+   (``num.partitions=4``, auto topic creation on, ``group.initial.rebalance.delay.ms=0``,
+   ``delete.topic.enable``; see SUITE_OVERRIDES) in a fresh data dir, and writes ``tests/test.conf``;
+3. runs every broker-backed test (not ``TEST_F_LOCAL``) alone (``TESTS=NNNN ./test-runner``, no quick
+   mode, ``TEST_KAFKA_VERSION=4.0.0``) with a time limit, restarting the broker if a test killed it;
+4. writes the table between the ``librdkafka-suite`` markers of docs/compatibility.md (PASS /
+   FAIL with the first error line / needs-several-brokers / skipped-by-test / TIMEOUT) with the
+   librdkafka version and commit it ran.
+
+It takes over half an hour for the whole suite, so it is not part of ``./scripts/test``; re-run it
+before resolving an issue that changes the protocol or the groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "compatibility.md"
+BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
+APT_PACKAGES = ["build-essential", "pkg-config", "rapidjson-dev", "libssl-dev", "zlib1g-dev", "libzstd-dev",
+                "liblz4-dev", "libsasl2-dev"]
+#: What the suite's own test clusters (tests/LibrdkafkaTestApp.py, trivup) configure.
+SUITE_OVERRIDES = {
+    "num.partitions": "4",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.num.partitions": "10",
+}
+KAFKA_VERSION = "4.0.0"
+#: Failures that mean the test wants more brokers than one (replication factor 3, several leaders).
+SEVERAL_BROKERS = re.compile(r"INVALID_REPLICATION_FACTOR|replication factor|at least \d+ brokers|broker_cnt|"
+                             r"Need at least|expected \d+ brokers", re.I)
+_TEST_DECL = re.compile(r"_TEST\((\d{4})_(\w+),\s*([^,)]*)")
+
+
+@dataclass
+class Outcome:
+    number: str
+    name: str
+    verdict: str  # PASS, FAIL, needs-several-brokers, skipped-by-test, TIMEOUT
+    detail: str
+    seconds: float
+
+
+def run(cmd: list[str], cwd: Path | None = None, **kw: object) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=cwd, check=True, **kw)  # type: ignore[call-overload]
+
+
+def install_build_deps() -> None:
+    missing = [p for p in APT_PACKAGES
+               if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    if not missing:
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    run([*sudo, "apt-get", "install", "-y", "--no-install-recommends", *missing],
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def build(src: Path, jobs: int) -> Path:
+    runner = src / "tests" / "test-runner"
+    if runner.exists():
+        return runner
+    install_build_deps()
+    run(["./configure"], cwd=src)
+    config_h = (src / "config.h").read_text()
+    if "#define WITH_RAPIDJSON 1" not in config_h:
+        raise SystemExit("configure did not find rapidjson (apt-get install rapidjson-dev)")
+    run(["make", f"-j{jobs}", "libs"], cwd=src)
+    run(["make", f"-j{jobs}", "build"], cwd=src / "tests")
+    return runner
+
+
+def broker_tests(src: Path) -> list[tuple[str, str]]:
+    """(number, name) of every test of tests/test.c that needs a broker (not TEST_F_LOCAL)."""
+    text = (src / "tests" / "test.c").read_text()
+    out = []
+    for number, name, flags in _TEST_DECL.findall(text):
+        if "TEST_F_LOCAL" not in flags and number != "0000":
+            out.append((number, name))
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "tierlog.cli.main", "serve",
+               "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}", "--override", f"log.dirs={self.data}"]
+        for key, value in SUITE_OVERRIDES.items():
+            cmd += ["--override", f"{key}={value}"]
+        log = open(self.data.parent / "tierlog.log", "a")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+        log.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"tierlog serve exited with {self.proc.returncode}; see {self.data.parent}/tierlog.log")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("tierlog serve did not start listening within 60 s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
+
+
+def first_error(output: str) -> str:
+    """The line that says what failed: the assertion, else the failure banner, else any error."""
+    lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
+    for pattern in (r"^Test assertion failed", r"^### Test .* failed", r"\bFAIL|\berror\b|Error"):
+        for i, line in enumerate(lines):
+            if re.search(pattern, line) and "PASSED" not in line:
+                if line.startswith("###") and i + 1 < len(lines) and lines[i + 1]:
+                    return f"{lines[i + 1]} ({line.strip('# ')})"
+                if line.endswith(":") and i + 1 < len(lines) and lines[i + 1] and not lines[i + 1].startswith("["):
+                    return f"{line} {lines[i + 1]}"
+                return line
+    return ""
+
+
+def classify(number: str, name: str, code: int | None, output: str, seconds: float) -> Outcome:
+    """The verdict of one test from the runner's summary row of it (``| NNNN_name | PASSED | ...``);
+    TESTS=NNNN also runs the local variants of the number (``NNNN_name_mock``), which do not count."""
+    output = _ANSI.sub("", output)
+    if code is None:
+        return Outcome(number, name, "TIMEOUT", "did not finish within the time limit", seconds)
+    row = re.search(rf"^\|\s*{number}_{re.escape(name)}\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*\|?\s*$",
+                    output, re.M)
+    if row is not None and not seconds:
+        seconds = float(row.group(2))
+    if row is not None and row.group(1) == "PASSED":
+        return Outcome(number, name, "PASS", "", seconds)
+    if row is not None and row.group(1) == "SKIPPED":
+        return Outcome(number, name, "skipped-by-test", row.group(3)[:200], seconds)
+    first = first_error(output) or (f"exit code {code}, no summary row" if row is None else "")
+    if SEVERAL_BROKERS.search(output):
+        return Outcome(number, name, "needs-several-brokers", first[:200], seconds)
+    return Outcome(number, name, "FAIL", first[:300], seconds)
+
+
+def run_test(runner: Path, number: str, broker: Broker, timeout_s: float) -> tuple[int | None, str, float]:
+    src = runner.parent.parent
+    # As the suite's run-test.sh: the runner links the freshly built libraries, not installed ones.
+    libs = os.pathsep.join([str(src / "src"), str(src / "src-cpp"), os.environ.get("LD_LIBRARY_PATH", "")])
+    env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "LD_LIBRARY_PATH": libs}
+    started = time.monotonic()
+    proc = subprocess.Popen([str(runner)], cwd=runner.parent, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, time.monotonic() - started
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out, time.monotonic() - started
+
+
+def write_table(outcomes: list[Outcome], version: str, commit: str, note: str) -> None:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.verdict] = counts.get(o.verdict, 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+    rows = "\n".join(f"| {o.number} | {o.name} | {o.verdict} | {o.detail.replace('|', '/')} | {o.seconds:.0f} |"
+                     for o in outcomes)
+    block = (f"{BEGIN}\nlibrdkafka {version} (commit {commit}), one `tierlog serve` with "
+             f"{', '.join(f'`{k}={v}`' for k, v in SUITE_OVERRIDES.items())}, `TEST_KAFKA_VERSION={KAFKA_VERSION}`, "
+             f"each test alone ({summary}). {note}\n\n"
+             "| test | name | result | first error line / reason | seconds |\n| --- | --- | --- | --- | --- |\n"
+             f"{rows}\n{END}")
+    text = DOC.read_text()
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    DOC.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--librdkafka-src", type=Path, required=True)
+    parser.add_argument("--tests", default="", help="comma-separated test numbers (default: every broker-backed test)")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="time limit of each test")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--commit", default="", help="the librdkafka commit, when DIR is not a git checkout")
+    parser.add_argument("--note", default="", help="a sentence added to the table's heading")
+    parser.add_argument("--no-doc", action="store_true", help="print the results only")
+    parser.add_argument("--from-logs", type=Path, help="classify the NNNN.log files of an earlier run again "
+                        "(its logs directory) instead of running the tests")
+    args = parser.parse_args()
+    src: Path = args.librdkafka_src.resolve()
+    runner = build(src, args.jobs)
+    version_h = (src / "src" / "rdkafka.h").read_text()
+    match = re.search(r"#define RD_KAFKA_VERSION\s+0x([0-9a-fA-F]{8})", version_h)
+    version = ".".join(str(int(match.group(1)[i:i + 2], 16)) for i in (0, 2, 4)) if match else "?"
+    commit = args.commit or subprocess.run(["git", "-C", str(src), "rev-parse", "--short=12", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip() or "unknown"
+    wanted = {t.strip() for t in args.tests.split(",") if t.strip()}
+    tests = [(n, name) for n, name in broker_tests(src) if not wanted or n in wanted]
+    if args.from_logs is not None:
+        outcomes = [classify(n, name, 0, (args.from_logs / f"{n}.log").read_text(errors="replace"), 0.0)
+                    for n, name in tests if (args.from_logs / f"{n}.log").exists()]
+        for o in outcomes:
+            print(f"{o.number} {o.name}: {o.verdict} {o.detail}")
+        if not args.no_doc:
+            write_table(outcomes, version, commit, args.note)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
+    broker = Broker(work / "data")
+    broker.start()
+    outcomes: list[Outcome] = []
+    try:
+        for number, name in tests:
+            if not broker.alive():
+                print(f"tierlog serve died before {number}; restarting it (see {work}/tierlog.log)", flush=True)
+                broker.start()
+            (runner.parent / "test.conf").write_text(
+                f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n")
+            code, output, seconds = run_test(runner, number, broker, args.timeout_s)
+            outcome = classify(number, name, code, output, seconds)
+            if not broker.alive():
+                outcome = Outcome(number, name, "FAIL", "tierlog serve died during the test", seconds)
+            outcomes.append(outcome)
+            (work / f"{number}.log").write_text(output)
+            print(f"{number} {name}: {outcome.verdict} {outcome.detail} ({seconds:.0f} s)", flush=True)
+    finally:
+        broker.stop()
+    if not args.no_doc:
+        write_table(outcomes, version, commit, args.note)
+    print(f"logs in {work}")
+    shutil.rmtree(work / "data", ignore_errors=True)
+    return 0 if all(o.verdict != "FAIL" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

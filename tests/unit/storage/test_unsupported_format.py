@@ -1,0 +1,97 @@
+"""A Kafka data dir with a record format tierlog does not read (a message set of magic 0 or 1, the
+format before Kafka 0.11, or a batch newer than v2) is refused for that partition, with the file and
+the format named -- never truncated as a torn tail nor served up to a mark of damage -- while the
+other partitions load and a torn tail is still truncated as before."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tierlog.config.log_config import LogConfig
+from tierlog.errors import UnsupportedRecordFormatError
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
+from tierlog.storage.log_manager import LogManager
+
+CFG = LogConfig()
+SEGMENT = "00000000000000000000.log"
+
+
+def legacy_message(offset: int, value: bytes, magic: int = 1, timestamp_ms: int = 1_700_000_000_000) -> bytes:
+    """One message of the old format: offset, size, then crc32(magic .. value), magic, attributes,
+    [timestamp in v1], a null key and the value."""
+    body = bytes([magic, 0]) + (struct.pack(">q", timestamp_ms) if magic == 1 else b"")
+    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(message)) + message
+
+
+def newer_batch(offset: int) -> bytes:
+    """A v2 batch with its magic raised to 3 (and its CRC-32C still right: only the magic, outside
+    the checksum, says it is another format)."""
+    raw = bytearray(build_batch([SimpleRecord(None, b"x", timestamp=1_700_000_000_000)], base_offset=offset))
+    raw[16] = 3
+    return bytes(raw)
+
+
+def data_dir(tmp_path: Path, old_bytes: bytes, *, clean: bool) -> Path:
+    """A log dir with a healthy partition good-0 and a partition old-0 whose segment is ``old_bytes``."""
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.get_or_create_log("good", 0).append_as_leader(
+        build_batch([SimpleRecord(None, b"fine", timestamp=1_700_000_000_000)]))
+    manager.get_or_create_log("old", 0)
+    manager.shutdown()
+    (tmp_path / "old-0" / SEGMENT).write_bytes(old_bytes)
+    if not clean:
+        (tmp_path / CLEAN_SHUTDOWN).unlink()
+    return tmp_path / "old-0" / SEGMENT
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["after-a-crash", "after-a-clean-shutdown"])
+@pytest.mark.parametrize(("old_bytes", "feature"), [
+    (legacy_message(0, b"a") + legacy_message(1, b"b"), "message set of magic 1"),
+    (legacy_message(0, b"a", magic=0), "message set of magic 0"),
+    (build_batch([SimpleRecord(None, b"v2", timestamp=1_700_000_000_000)]) + legacy_message(1, b"b"),
+     "message set of magic 1"),
+    (newer_batch(0), "record batch of magic 3"),
+], ids=["magic-1", "magic-0", "v2-then-magic-1", "magic-3"])
+def test_partition_with_an_unsupported_format_is_refused_and_left_as_it_is(
+        tmp_path: Path, old_bytes: bytes, feature: str, clean: bool) -> None:
+    segment = data_dir(tmp_path, old_bytes, clean=clean)
+    manager = LogManager([tmp_path], lambda t: CFG)
+    report = manager.startup_logs()
+    try:
+        reason = manager.refused_reason("old", 0)
+        assert reason is not None and str(segment) in reason and feature in reason, reason
+        assert any(feature in e for e in report.errors)
+        assert manager.get_log("old", 0) is None
+        with pytest.raises(UnsupportedRecordFormatError, match=feature):
+            manager.get_or_create_log("old", 0)  # never a fresh log over it
+        assert segment.read_bytes() == old_bytes  # nothing truncated
+        good = manager.get_log("good", 0)
+        assert good is not None and good.log_end_offset == 1
+    finally:
+        manager.shutdown()
+    assert segment.read_bytes() == old_bytes
+
+
+def test_garbage_where_the_magic_goes_is_still_a_torn_tail(tmp_path: Path) -> None:
+    """A tail whose magic byte is wrong but whose checksum does not hold is damage as before: after
+    a crash it is truncated, and the partition loads."""
+    good = build_batch([SimpleRecord(None, b"v2", timestamp=1_700_000_000_000)])
+    bad = bytearray(legacy_message(1, b"b"))
+    bad[-1] ^= 0xFF  # the CRC-32 no longer holds
+    segment = data_dir(tmp_path, good + bytes(bad), clean=False)
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        assert manager.refused_reason("old", 0) is None
+        old = manager.get_log("old", 0)
+        assert old is not None and old.log_end_offset == 1
+        assert segment.stat().st_size == len(good)
+    finally:
+        manager.shutdown()
