@@ -63,8 +63,9 @@ class _Producing(threading.Thread):
     producer error (which librdkafka raises when the idempotence guarantee cannot be kept) is
     counted and a new producer takes over."""
 
-    def __init__(self, bootstrap: str, partitions: int, rate: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, rate: int, config: dict[str, object] | None = None) -> None:
         super().__init__(daemon=True, name="crash-loop-producer")
+        self.config = config or {}
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.rate = rate
@@ -89,7 +90,7 @@ class _Producing(threading.Thread):
             "linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 300000,
             "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50,
             "retry.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 5000,
-            "error_cb": on_error, "log_level": 0,
+            "error_cb": on_error, "log_level": 0, **self.config,
         })
 
     def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
@@ -219,7 +220,8 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    after_kill: Callable[[], None] | None = None, stop_on_loss: bool = True,
                    broker_log: Path | None = None,
                    after_start: Callable[[ChaosBroker], bool] | None = None,
-                   topic_configs: dict[str, str] | None = None) -> CrashLoopResult:
+                   topic_configs: dict[str, str] | None = None,
+                   producer_config: dict[str, object] | None = None) -> CrashLoopResult:
     """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
     ``after_start`` after each start (once the log is verified): it may change and check more state
     (the power-loss loop creates topics there) and returns whether what it checked held;
@@ -232,7 +234,7 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
         broker.log_path = broker_log
     broker.start()
     create_topic(broker.port, TOPIC, partitions, topic_configs)
-    producing = _Producing(broker.bootstrap, partitions, rate)
+    producing = _Producing(broker.bootstrap, partitions, rate, producer_config)
     consuming = _Consuming(broker.bootstrap)
     producing.start()
     consuming.start()

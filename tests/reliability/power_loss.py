@@ -107,7 +107,9 @@ def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int 
             kill_while_starting=0.0, seed=seed, progress=progress, after_kill=cut_power,
             overrides={"log.durable.acks": durable_acks,
                        **({**TIERING, "rsm.config.dir": str(work / "remote")} if tiered else {})},
-            topic_configs=TIERED_TOPIC if tiered else None, stop_on_loss=durable_acks != "none",
+            topic_configs=TIERED_TOPIC if tiered else None,
+            # Batches below the 16 KiB segments (a batch larger than segment.bytes is refused, as in Kafka).
+            producer_config={"batch.size": 8192} if tiered else None, stop_on_loss=durable_acks != "none",
             broker_log=work / "broker.stderr.log", after_start=create_and_check_topics)
     finally:
         if fs[0].poll() is None:
