@@ -14,6 +14,10 @@ Sections (``--only`` picks some):
            clients, ``--connections`` connections at once.
   txn      a transactional consume-transform-produce application (its own process) while it and the broker
            are SIGKILLed ``--txn-kills`` times; ``--txn-inputs`` records, read_committed output exactly once.
+  power    ``--cuts`` power cuts (lazyfs: every write not fsynced undone) after SIGKILLs under an idempotent
+           acks=all librdkafka producer, a committing group and topic creations, with durable acks: nothing
+           acknowledged lost or duplicated, no commit or topic lost; then ``--cuts-none`` cuts with
+           ``log.durable.acks=none`` (Kafka's behaviour), whose losses are counted (the harness bites).
   load     ``--load-connections`` concurrent connections over ``--load-partitions`` partitions (RSS).
 
 Prints each section's figures and writes them, with the command and the date, to ``--out``
@@ -92,6 +96,63 @@ def crash(args: argparse.Namespace, work: Path) -> Section:
         ("duration", f"{r.seconds:.0f} s (seed {seed})"),
     ]
     return Section("crash", "Crash loop (SIGKILL under an idempotent producer)", table(rows), r.ok)
+
+
+def power(args: argparse.Namespace, work: Path) -> Section:
+    from tests.reliability.power_loss import fuse_available, run_power_loss
+
+    why_not = fuse_available()
+    if why_not is not None:
+        return Section("power", "Power cuts (lazyfs)", f"Not run: lazyfs cannot run here ({why_not}).", False)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    runs = {}
+    for mode, cuts in (("all", args.cuts), ("tiered", args.cuts_tiered), ("none", args.cuts_none)):
+        if cuts <= 0:
+            continue
+        print(f"-- {mode}: {cuts} cuts", flush=True)
+        (work / f"power-{mode}").mkdir()
+        runs[mode] = run_power_loss(work / f"power-{mode}", cuts=cuts, durable_acks="all" if mode == "tiered" else mode,
+                                    rate=args.power_rate, seed=seed, progress=True, tiered=mode == "tiered")
+
+    def rows(r: Any) -> list[tuple[str, object]]:
+        loop = r.loop
+        lost_bytes = sorted(r.bytes_lost_at_cuts)
+        return [
+            ("harness", r.harness),
+            ("power cuts (each after a SIGKILL)", r.cuts),
+            ("un-fsynced bytes undone per cut, median / max",
+             f"{lost_bytes[len(lost_bytes) // 2]:,} / {lost_bytes[-1]:,}" if lost_bytes else "-"),
+            ("records sent / acknowledged", f"{loop.sent:,} / {loop.acked:,}"),
+            ("records in the log at the end", loop.records_in_log),
+            ("**acknowledged lost**", loop.lost),
+            ("**duplicated**", loop.duplicated),
+            ("out of order / at another offset than acknowledged", f"{loop.out_of_order} / {loop.wrong_offset}"),
+            ("delivery failures / fatal producer errors", f"{loop.delivery_failures} / {loop.producer_fatal_errors}"),
+            ("delivery failures by error", dict(loop.failure_reasons) or "-"),
+            ("group commits acknowledged / regressed after a cut", f"{loop.commits} / {len(loop.commit_regressions)}"),
+            ("topics created (one per start) / missing after a cut", f"{r.topics_created} / {len(r.topics_missing)}"),
+            ("duration", f"{loop.seconds:.0f} s"),
+        ]
+
+    body = (f"The crash loop of `tests/reliability/crash_loop.py` (3 partitions, {args.power_rate:,} records/s, "
+            "256 KiB segments, idempotent acks=all librdkafka producer, a group committing every 300 records) "
+            "with the broker's data on `tests/reliability/lazyfs.py`: after each SIGKILL (1-3 s of uptime) the "
+            "filesystem is cut — every write not fsynced undone, every file or directory whose entry was not "
+            "fsynced removed — and remounted; the broker restarts and every partition is read back. After "
+            "each start a topic is created, and every acknowledged creation is checked after each later "
+            f"cut (the metadata log). Seed {seed}.\n\n")
+    if "all" in runs:
+        body += f"### log.durable.acks=all (tierlog's default): must lose nothing\n\n{table(rows(runs['all']))}\n\n"
+    if "tiered" in runs:
+        body += ("### log.durable.acks=all with tiering (16 KiB segments tiered as they close, local.retention.bytes=1: "
+                 "reads below the newest segment go through the remote log metadata journal, which is on lazyfs; "
+                 f"the remote directory is not): must lose nothing\n\n{table(rows(runs['tiered']))}\n\n")
+    if "none" in runs:
+        body += ("### log.durable.acks=none (Kafka's behaviour: acknowledged on append, flushed by flush.messages "
+                 f"/ flush.ms): the harness bites\n\n{table(rows(runs['none']))}\n\n")
+    durable_ok = all(runs[m].ok for m in ("all", "tiered") if m in runs)
+    bites = "none" not in runs or runs["none"].loop.lost > 0
+    return Section("power", "Power cuts (lazyfs)", body.rstrip(), durable_ok and bites)
 
 
 def summary_table(summary: dict[str, object]) -> str:
@@ -238,7 +299,7 @@ def txn(args: argparse.Namespace, work: Path) -> Section:
 
 
 def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
-    return {"crash": crash, "damage": damage, "remote": remote, "hostile": hostile, "txn": txn,
+    return {"crash": crash, "power": power, "damage": damage, "remote": remote, "hostile": hostile, "txn": txn,
             "load": load_section}
 
 
@@ -278,6 +339,10 @@ def main() -> int:
     p.add_argument("--only", default="", help="comma-separated sections (default: all)")
     p.add_argument("--kills", type=int, default=50)
     p.add_argument("--rate", type=int, default=3000, help="crash: records produced per second")
+    p.add_argument("--cuts", type=int, default=50, help="power: cuts with log.durable.acks=all")
+    p.add_argument("--cuts-none", type=int, default=5, help="power: cuts with log.durable.acks=none")
+    p.add_argument("--cuts-tiered", type=int, default=10, help="power: cuts with log.durable.acks=all and tiering")
+    p.add_argument("--power-rate", type=int, default=1000, help="power: records produced per second")
     p.add_argument("--damage-rounds", type=int, default=40)
     p.add_argument("--remote-seconds", type=float, default=120.0, help="remote: fault phase of each scenario")
     p.add_argument("--restore-rounds", type=int, default=20,

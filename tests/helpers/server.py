@@ -18,7 +18,7 @@ from tierlog.protocol import (
     request_header_version,
 )
 from tierlog.server import Broker
-from tierlog.server.connection import ClientInfo, CloseConnection, KafkaConnection, Reply
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, KafkaConnection, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.handlers import all_handlers
 from tierlog.storage.log_manager import LogManagerSettings
@@ -66,7 +66,9 @@ async def settle(conn: KafkaConnection) -> None:
 async def call(ctx: BrokerContext, api: ApiKey, version: int, values: dict[str, Any]) -> Any:
     body = build_request(api, version, values)
     request = ParsedRequest(int(api), version, 1, "unit", request_header_version(api, version), body)
-    return await HANDLERS[int(api)](ctx, request, ClientInfo("c", "127.0.0.1", 1, "unit"))
+    reply = await HANDLERS[int(api)](ctx, request, ClientInfo("c", "127.0.0.1", 1, "unit"))
+    # A durable produce answers later (after its group commit), as the connection would write it.
+    return await reply.reply if isinstance(reply, Deferred) else reply
 
 
 def with_broker(tmp_path: Path, test: Callable[[BrokerContext], Awaitable[None]], **overrides: str) -> None:

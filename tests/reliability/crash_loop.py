@@ -63,8 +63,9 @@ class _Producing(threading.Thread):
     producer error (which librdkafka raises when the idempotence guarantee cannot be kept) is
     counted and a new producer takes over."""
 
-    def __init__(self, bootstrap: str, partitions: int, rate: int) -> None:
+    def __init__(self, bootstrap: str, partitions: int, rate: int, config: dict[str, object] | None = None) -> None:
         super().__init__(daemon=True, name="crash-loop-producer")
+        self.config = config or {}
         self.bootstrap = bootstrap
         self.partitions = partitions
         self.rate = rate
@@ -89,7 +90,7 @@ class _Producing(threading.Thread):
             "linger.ms": 5, "compression.type": "lz4", "message.timeout.ms": 300000,
             "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500, "retry.backoff.ms": 50,
             "retry.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 5000,
-            "error_cb": on_error, "log_level": 0,
+            "error_cb": on_error, "log_level": 0, **self.config,
         })
 
     def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
@@ -217,8 +218,13 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    min_uptime_s: float = 0.5, max_uptime_s: float = 3.0, kill_while_starting: float = 0.15,
                    seed: int | None = None, progress: bool = False, overrides: dict[str, str] | None = None,
                    after_kill: Callable[[], None] | None = None, stop_on_loss: bool = True,
-                   broker_log: Path | None = None) -> CrashLoopResult:
+                   broker_log: Path | None = None,
+                   after_start: Callable[[ChaosBroker], bool] | None = None,
+                   topic_configs: dict[str, str] | None = None,
+                   producer_config: dict[str, object] | None = None) -> CrashLoopResult:
     """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
+    ``after_start`` after each start (once the log is verified): it may change and check more state
+    (the power-loss loop creates topics there) and returns whether what it checked held;
     ``stop_on_loss=False`` goes on after a loss (to count what Kafka's behaviour loses)."""
     rng = random.Random(seed)
     result = CrashLoopResult()
@@ -227,13 +233,14 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
     if broker_log is not None:
         broker.log_path = broker_log
     broker.start()
-    create_topic(broker.port, TOPIC, partitions)
-    producing = _Producing(broker.bootstrap, partitions, rate)
+    create_topic(broker.port, TOPIC, partitions, topic_configs)
+    producing = _Producing(broker.bootstrap, partitions, rate, producer_config)
     consuming = _Consuming(broker.bootstrap)
     producing.start()
     consuming.start()
     lost: set[int] = set()
     duplicated: set[int] = set()
+    held = after_start(broker) if after_start is not None else True
     try:
         for k in range(kills):
             time.sleep(rng.uniform(min_uptime_s, max_uptime_s))
@@ -252,11 +259,13 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
             result.restart_seconds.append(time.monotonic() - started)
             acked, committed = producing.snapshot(), consuming.snapshot()
             verify(broker, partitions, acked, committed, result, lost, duplicated)
+            if after_start is not None:
+                held = after_start(broker) and held
             if progress:
                 print(f"kill {k + 1}/{kills}: restart {result.restart_seconds[-1]:.1f} s, "
                       f"{sum(map(len, acked.values()))} acked, {result.records_in_log} in the log, "
                       f"lost {result.lost}, duplicated {result.duplicated}", flush=True)
-            if not result.ok and stop_on_loss:
+            if (not result.ok or not held) and stop_on_loss:
                 break
     finally:
         producing.stop_event.set()

@@ -8,8 +8,8 @@ parent directory was last fsynced. Commands on standard input, one per line, eac
 
 - ``cut``: power cut -- unmount, then put BACKING back as the disks would have it (un-fsynced
   writes undone, files grown since their sync cut back, entries never made durable removed), exit.
-- ``eio-fsync`` / ``enospc-write`` / ``clear``: from now on every fsync fails with EIO / every write
-  fails with ENOSPC / no more faults. After a failed fsync the un-fsynced data stays un-fsynced (a
+- ``eio-fsync`` / ``enospc-write`` / ``slow-fsync MS`` / ``clear``: from now on every fsync fails
+  with EIO / every write fails with ENOSPC / every fsync takes MS milliseconds more / no more faults. After a failed fsync the un-fsynced data stays un-fsynced (a
   later power cut loses it), as Linux marks the dirty pages clean without writing them.
 
 Modelled: file data and sizes, creation of files and directories. Not modelled: renames and
@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]
         self.pending: set[str] = set()
         self.fail_fsync = False
         self.fail_write = False
+        self.fsync_delay_s = 0.0
 
     def _full(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
@@ -159,6 +161,8 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]
     def fsync(self, path: str, datasync: int, fh: int) -> None:
         if self.fail_fsync:
             raise fuse.FuseOSError(errno.EIO)
+        if self.fsync_delay_s:
+            time.sleep(self.fsync_delay_s)  # a slow disk
         os.fdatasync(fh) if datasync else os.fsync(fh)
         with self._mutex:
             st = self._state(path, fh)
@@ -198,14 +202,16 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]
                 if not os.path.exists(full):
                     continue
                 size = os.path.getsize(full)
+                if size == st.durable_size and not st.undo:
+                    continue  # nothing written since its last sync
                 lost_bytes += max(0, size - st.durable_size)
+                # (No fsync of the repair: the backing disk itself never loses power here.)
                 fd = os.open(full, os.O_RDWR)
                 try:
                     for offset, old in reversed(st.undo):
                         os.pwrite(fd, old, offset)
                         lost_bytes += len(old)
                     os.ftruncate(fd, st.durable_size)
-                    os.fsync(fd)
                 finally:
                     os.close(fd)
             self.files.clear()
@@ -233,8 +239,11 @@ def main() -> None:
             fs.fail_fsync = True
         elif cmd == "enospc-write":
             fs.fail_write = True
+        elif cmd.startswith("slow-fsync "):
+            fs.fsync_delay_s = int(cmd.split()[1]) / 1000.0
         elif cmd == "clear":
             fs.fail_fsync = fs.fail_write = False
+            fs.fsync_delay_s = 0.0
         print("ok", flush=True)
     subprocess.run(["fusermount3", "-u", "-z", mountpoint], check=False)
 
@@ -252,7 +261,6 @@ def mount(backing: Path, mountpoint: Path) -> subprocess.Popen[str]:
     line = proc.stdout.readline()
     if not line.startswith("ok"):
         raise RuntimeError(f"lazyfs did not mount: {line!r}")
-    import time
     deadline = time.monotonic() + 30
     while not os.path.ismount(mountpoint):
         if time.monotonic() > deadline or proc.poll() is not None:

@@ -242,6 +242,13 @@ BROKER_KEYS: list[ConfigKey] = [
             "flush.messages and flush.ms -- acknowledged records then survive a process crash but not a power "
             "cut. tierlog has no replicas, so all is the default.",
             importance=H, validator=one_of("all", "1", "none"), group="log"),
+    _broker("log.dir.unflushed.max.bytes", Type.LONG, 134217728,
+            "The bytes appended to one log dir by produce requests (and internal writes) that wait for their "
+            "group commit's fsync. Past it, a durable produce waits before appending until a sync brings the "
+            "bytes under it, so a slow disk slows producers instead of growing the broker's queues and the page "
+            "cache. It can be passed by the requests let in at once (each is whole). Only requests answered "
+            "after an fsync count (log.durable.acks); with none the kernel's dirty-page limits apply.",
+            validator=at_least(1), group="log"),
     _broker("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000,
             "How often each log directory's recovery points are checkpointed.",
             validator=at_least(0), group="log"),
@@ -305,6 +312,12 @@ BROKER_KEYS: list[ConfigKey] = [
             "requests is full). tierlog's own key: clients give up on a request after 30 s (request.timeout.ms) "
             "anyway.",
             validator=at_least(1), group="network"),
+    _broker("queued.max.requests", Type.INT, 500,
+            "The requests held across all connections -- received whole and not yet answered, durable produces "
+            "waiting for their fsync included (Kafka's bound on the request queue in front of its handler "
+            "threads). At it, a connection that holds a request is not read until one is answered somewhere; one "
+            "holding none still is, so the bound can be passed by one request per connection.",
+            importance=H, validator=at_least(1), group="network"),
     _broker("queued.max.request.bytes", Type.LONG, 536870912,
             "The bytes of requests held in memory across all connections -- received, whole or in part, and not "
             "yet served. Above it, a connection holding part of a request (or more than one request) is not read "

@@ -143,6 +143,9 @@ class Controller:
         #: '.'/'_' spelling of every topic name that has one of them → the name (collision checks).
         self._collision_names = {_unify(n): n for n in load.image.topics_by_name if _has_collision_chars(n)}
         self._failure: BaseException | None = None
+        #: Called once (from the committing thread) with why the metadata log failed: the broker
+        #: stops on it (the composition root sets it), as Kafka does on a metadata log write error.
+        self.on_failure: Callable[[str], None] | None = None
         self._closed = False
         self._tasks: list[TaskHandle] = []
         if scheduler is not None:
@@ -250,7 +253,10 @@ class Controller:
             # The batch may be partly on disk: the image can no longer be trusted to match the log.
             # A restart recovers the log and replays it.
             self._failure = e
-            log.error("metadata log append failed; the controller stops accepting commands: %s", e)
+            log.error("metadata log append failed in %s; the controller stops accepting commands and the broker "
+                      "stops (a restart recovers the log up to its last whole batch): %s", self._log.dir, e)
+            if self.on_failure is not None:
+                self.on_failure(f"metadata log append in {self._log.dir} failed: {e}")
             raise NotControllerError(f"metadata log append failed: {e}") from e
         delta.set_provenance(MetadataProvenance(result.last_offset, result.epoch, now_ms))
         image = delta.apply()

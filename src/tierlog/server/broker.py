@@ -40,6 +40,7 @@ from tierlog.server.handlers import all_handlers
 from tierlog.server.limits import (
     ConnectionQuotas,
     RequestMemoryPool,
+    RequestSlots,
     parse_ip_overrides,
     raise_open_file_limit,
 )
@@ -133,6 +134,7 @@ class Broker:
         self._connections = _Connections(_connection_quotas(net, clock))
         queued_max = net.queued_max_request_bytes
         self.request_memory = RequestMemoryPool(queued_max if queued_max > 0 else -1)
+        self.request_slots = RequestSlots(net.queued_max_requests)
         self.metrics = BrokerMetrics()
         #: TLS contexts are built here, so a certificate that does not load stops the start at once.
         self.security = ListenerSecurity(config, lambda: monotonic_s(self.clock), clock=self.clock)
@@ -179,6 +181,7 @@ class Broker:
         settings = dataclasses.replace(self._log_settings, cluster_id=cluster_id, node_id=config.node_id)
         manager = LogManager(list(config.log_dirs), config_for_topic, settings, clock=self.clock, scheduler=scheduler)
         manager.failure_channel.on_all_offline = self._all_log_dirs_offline
+        controller.on_failure = self._metadata_log_failed
         report = manager.startup_logs()
         sync = LogSync(manager, lambda: controller.image)
         lost = controller.load_result.lost_records
@@ -242,7 +245,8 @@ class Broker:
         def connection(name: str) -> KafkaConnection:
             return KafkaConnection(dispatcher, max_frame_bytes=max_frame, registry=self._connections, listener=name,
                                    observer=self.metrics.requests, receive_timeout_s=receive_timeout_s,
-                                   memory_pool=self.request_memory, clock=self.clock)
+                                   memory_pool=self.request_memory, clock=self.clock,
+                                   request_slots=self.request_slots)
 
         for spec in specs:
             bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)
@@ -264,7 +268,14 @@ class Broker:
         return bound
 
     def _all_log_dirs_offline(self, reason: str) -> None:
-        self.fatal_reason = f"every log dir is offline (last: {reason})"
+        self._fatal(f"every log dir is offline (last: {reason})")
+
+    def _metadata_log_failed(self, reason: str) -> None:
+        self._fatal(reason)
+
+    def _fatal(self, reason: str) -> None:
+        if self.fatal_reason is None:
+            self.fatal_reason = reason
         if self.on_fatal is not None:
             self.on_fatal()
 

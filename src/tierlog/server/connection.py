@@ -15,6 +15,13 @@ version tierlog does not implement (except ApiVersions, which is answered so the
 a handler failure, and an acks=0 produce that failed (the client would never hear about it
 otherwise). The broker closes idle ones (``connections.max.idle.ms``): a client that stopped
 reading its responses is idle too, however many requests it left behind.
+
+One exception to one-at-a-time: a durable produce (``log.durable.acks``) is answered only after its
+group commit, and a connection that waited for that before reading its next request would give each
+fsync round one request per connection. So its handler appends and returns :class:`Deferred`; the
+connection goes on appending the next requests (in order) while up to ``MAX_DEFERRED_REPLIES`` wait,
+and writes every response in request order. (Over 600 lines: reading, memory accounting, serving
+and writing share the state of one connection and are kept together.)
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import itertools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,7 +48,7 @@ from tierlog.protocol import (
     parse_request,
     unsupported_api_versions_response,
 )
-from tierlog.server.limits import RequestMemoryPool, socket_fd
+from tierlog.server.limits import RequestMemoryPool, RequestSlots, socket_fd
 from tierlog.server.read_gate import ReadGate, Timer
 from tierlog.server.rejections import RejectionLimiter, client_id_of
 
@@ -58,6 +65,9 @@ REJECTIONS = RejectionLimiter()
 MAX_QUEUED_FRAMES = 64
 #: ... or when they hold this many bytes (one frame larger than this is still read whole).
 MAX_QUEUED_BYTES = 32 << 20
+#: Deferred responses (durable produces waiting for their fsync) one connection may have before it
+#: waits for the oldest: Kafka's clients keep at most 5 requests in flight per connection.
+MAX_DEFERRED_REPLIES = 8
 #: After closing, how long a client that does not read may keep its unsent responses before the
 #: socket is aborted (a close waits for the write buffer to drain, which such a client never lets).
 CLOSE_GRACE_S = 5.0
@@ -106,9 +116,18 @@ class CloseConnection:
         self.reason = reason
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """Reply of a request whose response is ready later: a durable produce, appended and now waiting
+    for its group commit. The connection goes on with its next requests meanwhile (their appends
+    join the same fsync round) and still writes every response in request order."""
+
+    reply: Awaitable[ResponseBody | CloseConnection | None]
+
+
 #: What a handler returns: a kio response body of the request's version, a pre-encoded response,
-#: None for no response at all (acks=0), or CloseConnection.
-Reply = ResponseBody | RawResponse | CloseConnection | None
+#: None for no response at all (acks=0), CloseConnection, or Deferred.
+Reply = ResponseBody | RawResponse | CloseConnection | Deferred | None
 
 
 @dataclass(slots=True)
@@ -163,7 +182,8 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
                  observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
-                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 memory_pool: RequestMemoryPool | None = None, clock: Clock = SYSTEM_CLOCK,
+                 request_slots: RequestSlots | None = None) -> None:
         self._clock = clock
         self._router = router
         self._registry = registry
@@ -175,11 +195,19 @@ class KafkaConnection(asyncio.Protocol):
         self._pool = memory_pool
         #: Bytes this connection has counted in the pool, and the size of the request being served.
         self._held_bytes = 0
+        self._slots = request_slots
+        #: Requests this connection has counted in the slots (queued, being served, deferred).
+        self._held_requests = 0
         self._serving_bytes = 0
         self._gate = ReadGate(MAX_QUEUED_FRAMES, MAX_QUEUED_BYTES)
         self._frames: deque[bytes] = deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
+        #: Deferred replies in request order: (the reply, its request, its start, its frame size).
+        self._deferred: deque[tuple[asyncio.Future[ResponseBody | CloseConnection | None], ParsedRequest, int,
+                                    int]] = deque()
+        #: Completed when a frame arrives while the worker waits for the oldest deferred reply.
+        self._frame_waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
         self._closed = False
         self._in_handler = False
@@ -233,6 +261,9 @@ class KafkaConnection(asyncio.Protocol):
             self._queued_bytes += sum(len(f) for f in frames)
             if self._worker is None:
                 self._worker = loop.create_task(self._serve())
+            waiter, self._frame_waiter = self._frame_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
             self._gate.queued(len(self._frames), self._queued_bytes)
             # The frame that just completed had its own deadline; the next one starts afresh.
             self._cancel_receive_timer()
@@ -243,7 +274,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _account(self) -> None:
         """Tell the pool what this connection holds now; over capacity, stop reading if it holds
-        part of a request or more than one."""
+        part of a request or more than one. The same for the request slots (queued.max.requests)."""
+        self._account_requests()
         pool = self._pool
         if pool is None:
             return
@@ -263,6 +295,28 @@ class KafkaConnection(asyncio.Protocol):
             self._gate.waiting_for_memory = False
             pool.cancel(self)
 
+    def _account_requests(self) -> None:
+        slots = self._slots
+        if slots is None:
+            return
+        held = 0 if self._closed else len(self._frames) + (1 if self._serving_bytes else 0) + len(self._deferred)
+        delta, self._held_requests = held - self._held_requests, held
+        if delta:
+            slots.add(delta)
+        if self._closed:
+            return
+        wait = slots.full and held > 0
+        if wait and not self._gate.waiting_for_slot:
+            self._gate.waiting_for_slot = True
+            slots.wait(self, self._slot_available)
+        elif not wait and self._gate.waiting_for_slot:
+            self._gate.waiting_for_slot = False
+            slots.cancel(self)
+
+    def _slot_available(self) -> None:
+        self._gate.waiting_for_slot = False
+        self._update_reading()
+
     def _memory_available(self) -> None:
         self._gate.waiting_for_memory = False
         self._update_reading()
@@ -271,6 +325,10 @@ class KafkaConnection(asyncio.Protocol):
         """Forget queued frames and what was received of the next, giving their bytes back to the pool."""
         self._frames.clear()
         self._queued_bytes = 0
+        if self._slots is not None:
+            self._slots.cancel(self)
+            self._gate.waiting_for_slot = False
+            self._account_requests()
         if self._pool is not None:
             self._pool.cancel(self)
             self._gate.waiting_for_memory = False
@@ -410,7 +468,18 @@ class KafkaConnection(asyncio.Protocol):
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while self._frames and not self._closed:
+            while (self._frames or self._deferred) and not self._closed:
+                if not self._frames:
+                    # Only deferred replies left: write the oldest once ready, unless a request comes
+                    # first (its append may join the fsync round the deferred ones wait for).
+                    self._frame_waiter = waiter = loop.create_future()
+                    await asyncio.wait((self._deferred[0][0], waiter), return_when=asyncio.FIRST_COMPLETED)
+                    self._frame_waiter = None
+                    if self._deferred and self._deferred[0][0].done():
+                        await self._write_deferred()
+                        self._account()
+                        self._update_reading()
+                    continue
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
                 if self._gate.queue_full:
@@ -427,6 +496,9 @@ class KafkaConnection(asyncio.Protocol):
                     self._update_reading()
                 self.requests_served += 1
                 if self.client.throttle_ms > 0:
+                    # Kafka mutes the channel after the response is sent: deferred ones go out first.
+                    while self._deferred:
+                        await self._write_deferred()
                     await self._throttle()
         except asyncio.CancelledError:
             pass
@@ -441,6 +513,10 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
         finally:
             self._worker = None
+            for reply, *_ in self._deferred:
+                reply.cancel()
+            self._deferred.clear()
+            self._account_requests()
 
     async def _throttle(self) -> None:
         """Kafka mutes a throttled channel after sending its response (KIP-219): no reads and no
@@ -475,21 +551,44 @@ class KafkaConnection(asyncio.Protocol):
             self.client.client_id = request.client_id
         observer = self._observer
         if observer is None:
-            await self._answer(request)
+            await self._answer(request, started_ns, len(frame))
             return
-        sent = 0
+        sent: int | None = 0
         try:
-            sent = await self._answer(request)
+            sent = await self._answer(request, started_ns, len(frame))
         finally:
-            observer.request_done(request.api_key, len(frame) + 4, sent, (self._clock.monotonic_ns() - started_ns) / 1e9)
+            if sent is not None:  # a deferred reply is observed once written
+                observer.request_done(request.api_key, len(frame) + 4, sent,
+                                      (self._clock.monotonic_ns() - started_ns) / 1e9)
 
-    async def _answer(self, request: ParsedRequest) -> int:
-        """Route the request and write its response; the response's bytes."""
+    async def _write_deferred(self) -> None:
+        """Write the oldest deferred reply (waiting for it to be ready)."""
+        future, request, started_ns, frame_bytes = self._deferred[0]
+        reply = await future
+        self._deferred.popleft()
+        sent = await self._write_reply(request, reply)
+        if self._observer is not None:
+            self._observer.request_done(request.api_key, frame_bytes + 4, sent,
+                                        (self._clock.monotonic_ns() - started_ns) / 1e9)
+
+    async def _answer(self, request: ParsedRequest, started_ns: int, frame_bytes: int) -> int | None:
+        """Route the request and write its response; the response's bytes (None: deferred)."""
         self._in_handler = True
         try:
             reply = await self._router.route(request, self.client)
         finally:
             self._in_handler = False
+        if isinstance(reply, Deferred):
+            self._deferred.append((asyncio.ensure_future(reply.reply), request, started_ns, frame_bytes))
+            while len(self._deferred) > MAX_DEFERRED_REPLIES:
+                await self._write_deferred()
+            return None
+        while self._deferred:  # responses go out in request order
+            await self._write_deferred()
+        return await self._write_reply(request, reply)
+
+    async def _write_reply(self, request: ParsedRequest, reply: Reply) -> int:
+        assert not isinstance(reply, Deferred)
         if reply is None:
             return 0
         if isinstance(reply, CloseConnection):

@@ -2,7 +2,8 @@
 of requests held in memory, connection quotas (in total, per address, and against the process's
 descriptor limit), and the descriptor limit itself.
 
-Kafka's names are kept: ``queued.max.request.bytes`` (its memory pool), ``max.connections``,
+Kafka's names are kept: ``queued.max.request.bytes`` (its memory pool), ``queued.max.requests`` (its
+request channel's bound), ``max.connections``,
 ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``.
 """
 
@@ -89,6 +90,44 @@ class RequestMemoryPool:
             resume = self._waiters.pop(owner)
             woken += 1
             resume()
+
+
+class RequestSlots:
+    """Requests held across every connection -- received whole and not yet answered, including durable
+    produces waiting for their fsync (Kafka's request channel, bounded by ``queued.max.requests``).
+
+    While ``capacity`` are held, a connection that holds at least one stops reading until one is
+    answered somewhere (oldest waiter first); one holding none is still read, so the total stays
+    below ``capacity`` plus one request per connection. A slow disk so slows producers (their
+    requests wait on the socket) instead of piling requests up in the broker.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.peak_used = 0
+        #: Times a connection was told to stop reading.
+        self.refusals = 0
+        self._waiters: dict[object, Callable[[], None]] = {}
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.capacity
+
+    def add(self, delta: int) -> None:
+        self.used += delta
+        self.peak_used = max(self.peak_used, self.used)
+        while delta < 0 and self._waiters and not self.full:
+            owner = next(iter(self._waiters))
+            self._waiters.pop(owner)()
+
+    def wait(self, owner: object, resume: Callable[[], None]) -> None:
+        if owner not in self._waiters:
+            self.refusals += 1
+            self._waiters[owner] = resume
+
+    def cancel(self, owner: object) -> None:
+        self._waiters.pop(owner, None)
 
 
 def parse_ip_overrides(value: str) -> dict[str, int]:

@@ -315,6 +315,17 @@ class BrokerCollector(Collector):
                                        "that waited for a group commit, by log dir.", labels=["dir"])
         seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
                                       "log dir.", labels=["dir"])
+        fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files fdatasynced by group "
+                                         "commit rounds (each round syncs every file written since the last), by "
+                                         "log dir.", labels=["dir"])
+        pending = GaugeMetricFamily("tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for "
+                                    "their group commit, by log dir (bounded by log.dir.unflushed.max.bytes).",
+                                    labels=["dir"])
+        peak = GaugeMetricFamily("tierlog_group_commit_pending_bytes_peak", "The most bytes that ever waited for a "
+                                 "group commit, by log dir.", labels=["dir"])
+        room_waits = CounterMetricFamily("tierlog_group_commit_room_waits", "Durable produces that waited before "
+                                         "appending because log.dir.unflushed.max.bytes was reached, by log dir.",
+                                         labels=["dir"])
         offline_dirs = manager.failure_channel.offline_dirs
         for d in manager.log_dirs:
             offline.add_metric([str(d)], 1 if d in offline_dirs else 0)
@@ -323,7 +334,11 @@ class BrokerCollector(Collector):
             rounds.add_metric([str(d)], stats.rounds)
             requests.add_metric([str(d)], stats.requests)
             seconds.add_metric([str(d)], stats.sync_seconds)
-        yield from (offline, rounds, requests, seconds)
+            fdatasyncs.add_metric([str(d)], stats.files_synced)
+            pending.add_metric([str(d)], stats.pending_bytes)
+            peak.add_metric([str(d)], stats.peak_pending_bytes)
+            room_waits.add_metric([str(d)], stats.room_waits)
+        yield from (offline, rounds, requests, seconds, fdatasyncs, pending, peak, room_waits)
 
     # -- connections ----------------------------------------------------------------------------
 

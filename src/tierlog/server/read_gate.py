@@ -9,8 +9,10 @@ The rules (Kafka's ``SocketServer`` mutes a channel the same way):
 * The queue of received, unserved requests is *full* at ``max_frames`` requests or ``max_bytes``
   bytes, and stops being full only when it is below half of both, so a connection near the bound
   does not pause and resume on every request.
-* Reading pauses while the queue is full, the connection waits for room in the request memory pool, or
-  a client quota throttles the connection (Kafka mutes a throttled channel until its throttle time is up).
+* Reading pauses while the queue is full, the connection waits for room in the request memory pool
+  or for a request slot (``queued.max.requests``: behind it the client waits on the broker, so its
+  receive clock stops as behind a full queue), or a client quota throttles the connection (Kafka
+  mutes a throttled channel until its throttle time is up).
 * The receive timer (``socket.request.receive.timeout.ms``) runs only while part of a request is in
   and the queue is not full: behind a full queue the client waits on the broker, so its clock stops;
   waiting for memory it does not, or partial requests holding the pool would wait on each other for ever.
@@ -44,6 +46,7 @@ class ReadGate:
         self.max_bytes = max_bytes
         self.queue_full = False
         self.waiting_for_memory = False
+        self.waiting_for_slot = False
         self.throttled = False
         self.reading_paused = False
         self.timer_running = False
@@ -61,13 +64,13 @@ class ReadGate:
     def decide(self, *, receiving: bool, timeout_set: bool) -> ReadActions:
         """The actions for now: ``receiving`` is whether part of a request is in, ``timeout_set``
         whether the connection has a receive timeout at all."""
-        paused = self.queue_full or self.waiting_for_memory or self.throttled
+        paused = self.queue_full or self.waiting_for_memory or self.waiting_for_slot or self.throttled
         pause: bool | None = None
         if paused != self.reading_paused:
             self.reading_paused = paused
             pause = paused
         timer = Timer.KEEP
-        if self.queue_full or not receiving:
+        if self.queue_full or self.waiting_for_slot or not receiving:
             if self.timer_running:
                 timer = Timer.CANCEL
             self.timer_running = False

@@ -33,6 +33,7 @@ def log_manager_settings(config: BrokerConfig) -> LogManagerSettings:
         producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
         producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"),
         recovery_threads_per_data_dir=config.get_int("num.recovery.threads.per.data.dir"),
+        unflushed_max_bytes=config.get_int("log.dir.unflushed.max.bytes"),
         node_id=config.node_id,
     )
 
@@ -136,6 +137,7 @@ class NetworkSettings:
     connections_max_idle_ms: int
     #: <= 0: no limit on the bytes of requests queued.
     queued_max_request_bytes: int
+    queued_max_requests: int
     max_connections: int
     max_connections_per_ip: int
     #: The raw ``max.connections.per.ip.overrides`` (``host:count,...``), parsed where it is used.
@@ -152,6 +154,7 @@ def network_settings(config: BrokerConfig) -> NetworkSettings:
         socket_request_receive_timeout_ms=config.get_int("socket.request.receive.timeout.ms"),
         connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
         queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+        queued_max_requests=config.get_int("queued.max.requests"),
         max_connections=config.get_int("max.connections"),
         max_connections_per_ip=config.get_int("max.connections.per.ip"),
         max_connections_per_ip_overrides=config.get_str("max.connections.per.ip.overrides"),

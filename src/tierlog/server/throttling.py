@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from tierlog.protocol import ApiKey, ParsedRequest
-from tierlog.server.connection import ClientInfo, CloseConnection, RawResponse, Reply
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
 from tierlog.server.fetch_response import encode_fetch_response
 from tierlog.server.quotas import QuotaManager, QuotaType
 
@@ -72,11 +72,21 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
     if throttle <= 0:
         return reply
     client.throttle_ms = throttle
+    if isinstance(reply, Deferred):
+        # A durable produce answers after its group commit: the throttle time goes in that answer.
+        return Deferred(_throttled_later(reply, throttle))
     if reply is None or isinstance(reply, RawResponse):
         return reply
     if hasattr(reply, "throttle_time"):
         return dataclasses.replace(reply, throttle_time=datetime.timedelta(milliseconds=throttle))
     return reply
+
+
+async def _throttled_later(reply: Deferred, throttle_ms: int) -> Any:
+    body: Any = await reply.reply
+    if body is not None and hasattr(body, "throttle_time"):
+        return dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
+    return body
 
 
 #: The first versions that are refused when the mutation quota is exceeded (KIP-599); older ones

@@ -63,6 +63,7 @@ class LogManagerSettings:
     producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")
     producer_id_expiration_check_interval_ms: int = broker_default("producer.id.expiration.check.interval.ms")
     recovery_threads_per_data_dir: int = broker_default("num.recovery.threads.per.data.dir")
+    unflushed_max_bytes: int = broker_default("log.dir.unflushed.max.bytes")
     node_id: int = 1
     cluster_id: str = ""
     #: Startup and the lazy checker log a progress line at most this often.
@@ -150,7 +151,9 @@ class LogManager:
         #: Disk errors take a log dir offline (log_dir_failure); durable acknowledgements wait on
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
-        self.group_commits = {d: GroupCommit(d, self.failure_channel, self.clock) for d in self.log_dirs}
+        self._unflushed_max_bytes = settings.unflushed_max_bytes
+        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock)
+                              for d in self.log_dirs}
 
     # -- startup --------------------------------------------------------------------------------------
 
@@ -348,12 +351,20 @@ class LogManager:
         log_dir = ulog.dir.parent
         commit = self.group_commits.get(log_dir)
         if commit is None:
-            commit = self.group_commits.setdefault(log_dir, GroupCommit(log_dir, self.failure_channel, self.clock))
+            commit = self.group_commits.setdefault(
+                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock))
         if info.sync_file is None:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment
             return done
-        return commit.request(info.sync_file)
+        return commit.request(info.sync_file, info.valid_bytes)
+
+    def sync_room(self, topic: str, partition: int) -> Future[None] | None:
+        """None when a durable append to the partition may go ahead, else a future completed once
+        its log dir's bytes waiting for an fsync are under ``log.dir.unflushed.max.bytes``."""
+        ulog = self._logs.get((topic, partition))
+        commit = self.group_commits.get(ulog.dir.parent) if ulog is not None else None
+        return commit.room() if commit is not None else None
 
     def _pick_log_dir(self) -> Path:
         online = [d for d in self.log_dirs if self.failure_channel.offline_reason(d) is None]

@@ -12,8 +12,8 @@ from tierlog.protocol import (
     parse_response,
 )
 from tierlog.server import connection as connection_module
-from tierlog.server.connection import MAX_QUEUED_FRAMES, KafkaConnection
-from tierlog.server.limits import RequestMemoryPool
+from tierlog.server.connection import MAX_DEFERRED_REPLIES, MAX_QUEUED_FRAMES, Deferred, KafkaConnection
+from tierlog.server.limits import RequestMemoryPool, RequestSlots
 from tierlog.testing import FakeTransport
 
 
@@ -281,5 +281,89 @@ def test_closing_a_connection_whose_client_does_not_read_aborts_it_after_a_grace
         assert transport.closed and not transport.aborted
         await asyncio.sleep(0.05)
         assert transport.aborted
+
+    asyncio.run(run())
+
+
+class DeferringRouter(Router):
+    """Correlation ids in ``deferred`` answer with Deferred replies completed by the test."""
+
+    def __init__(self, deferred: set[int]) -> None:
+        super().__init__()
+        self.deferred = deferred
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+
+    async def route(self, request: Any, client: Any) -> Any:
+        reply = await super().route(request, client)
+        if request.correlation_id not in self.deferred:
+            return reply
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[request.correlation_id] = future
+
+        async def later() -> Any:
+            await future
+            return reply
+
+        return Deferred(later())
+
+
+def test_a_deferred_reply_lets_the_next_requests_in_and_responses_keep_their_order() -> None:
+    async def run() -> None:
+        router = DeferringRouter({1, 2})
+        conn, transport = connect(router)
+        conn.data_received(api_versions(1) + api_versions(2) + api_versions(3))
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if router.seen == [1, 2, 3]:
+                break
+        # Every request was handled while the first two wait; nothing written before them.
+        assert router.seen == [1, 2, 3]
+        assert transport.frames() == []
+        router.pending[2].set_result(None)
+        await asyncio.sleep(0.01)
+        assert transport.frames() == []  # 2 is ready, but 1 goes first
+        router.pending[1].set_result(None)
+        await settle(conn)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == [1, 2, 3]
+
+    asyncio.run(run())
+
+
+def test_deferred_replies_past_the_bound_hold_the_connection() -> None:
+    async def run() -> None:
+        n = MAX_DEFERRED_REPLIES + 3
+        router = DeferringRouter(set(range(1, n + 1)))
+        conn, transport = connect(router)
+        conn.data_received(b"".join(api_versions(i) for i in range(1, n + 1)))
+        await asyncio.sleep(0.05)
+        assert len(router.seen) == MAX_DEFERRED_REPLIES + 1  # the next one waits for the oldest
+        for i in range(1, n + 1):
+            while i not in router.pending:
+                await asyncio.sleep(0.001)
+            router.pending[i].set_result(None)
+        await settle(conn)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == list(range(1, n + 1))
+
+    asyncio.run(run())
+
+
+def test_queued_max_requests_stops_reading_connections_that_hold_requests() -> None:
+    async def run() -> None:
+        slots = RequestSlots(2)
+        router = DeferringRouter({1, 2, 3})
+        first, first_transport = connect(router, request_slots=slots)
+        second, second_transport = connect(Router(), request_slots=slots)
+        first.data_received(api_versions(1) + api_versions(2))
+        await asyncio.sleep(0.02)
+        # Two requests held (deferred): the bound; the connection holding them is not read.
+        assert slots.used == 2 and not first_transport.reading
+        # One holding nothing is still read and served.
+        second.data_received(api_versions(7))
+        await settle(second)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in second_transport.frames()] == [7]
+        router.pending[1].set_result(None)
+        router.pending[2].set_result(None)
+        await settle(first)
+        assert slots.used == 0 and first_transport.reading and slots.refusals >= 1
 
     asyncio.run(run())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.errors import KafkaStorageError
 from tierlog.server.handlers.produce import durable_ack
-from tierlog.storage.log_manager import LogManager
+from tierlog.storage.log_manager import LogManager, LogManagerSettings
 
 CFG = LogConfig()
 
@@ -185,3 +186,184 @@ def test_eio_on_an_index_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ulog.flush()
     assert ulog.recovery_point == 0
     assert "EIO" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")
+
+
+def test_a_slow_disk_makes_durable_appends_wait_and_bounds_the_bytes_waiting_for_an_fsync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """log.dir.unflushed.max.bytes: with each fdatasync taking 30 ms, writers asking room() before
+    they append wait for the rounds, and the bytes waiting for a sync never pass the bound by more
+    than the writers let in at once (one request each)."""
+    bound = 8 << 10
+    mgr = LogManager([tmp_path], lambda t: CFG, LogManagerSettings(unflushed_max_bytes=bound))
+    mgr.startup_logs()
+    logs = [mgr.get_or_create_log("t", p) for p in range(3)]
+    real = os.fdatasync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.03)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    largest: list[int] = [0]
+    futures: list[Any] = []
+
+    def writer(ulog: Any) -> None:
+        for _ in range(20):
+            room = mgr.sync_room("t", ulog.partition)
+            if room is not None:
+                room.result(30)
+            info = ulog.append_as_leader(batch(value_size=1000))
+            largest[0] = max(largest[0], info.valid_bytes)
+            futures.append(mgr.sync_future(ulog, info))
+
+    threads = [threading.Thread(target=writer, args=(ulog,)) for ulog in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for f in futures:
+        f.result(30)
+    stats = mgr.group_commits[tmp_path.resolve()].stats
+    assert stats.room_waits > 0, stats
+    assert stats.peak_pending_bytes <= bound + len(logs) * largest[0], stats
+    assert stats.pending_bytes == 0
+    assert all(ulog.log_end_offset == 20 for ulog in logs)  # nothing lost while waiting
+    mgr.shutdown()
+
+
+# -- each disk error with a second dir that keeps serving, a restart, and the acknowledged records kept --
+
+
+def _two_dirs(tmp_path: Path) -> tuple[LogManager, Any, Any, Path, Path]:
+    """A manager over dirs a and b with partition t-0 in a and t-1 in b, each with 3 acknowledged
+    (appended and group-commit synced) records."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    mgr = manager(a, b)
+    first, second = mgr.get_or_create_log("t", 0), mgr.get_or_create_log("t", 1)
+    ulog_a, ulog_b = (first, second) if first.dir.parent == a.resolve() else (second, first)
+    for ulog in (ulog_a, ulog_b):
+        for _ in range(3):
+            mgr.sync_future(ulog, ulog.append_as_leader(batch(value_size=100))).result(30)
+    return mgr, ulog_a, ulog_b, a.resolve(), b.resolve()
+
+
+def _serves_then_recovers(mgr: LogManager, ulog_a: Any, ulog_b: Any, a: Path, b: Path, code: str) -> None:
+    assert code in (mgr.failure_channel.offline_reason(a) or "")
+    assert mgr.failure_channel.offline_reason(b) is None
+    with pytest.raises(KafkaStorageError):
+        ulog_a.append_as_leader(batch())
+    # The other dir keeps serving: appends, syncs, reads, and new partitions go there.
+    mgr.sync_future(ulog_b, ulog_b.append_as_leader(batch(value_size=100))).result(30)
+    assert ulog_b.log_end_offset == 4
+    assert mgr.get_or_create_log("t", 9).dir.parent == b
+    mgr.shutdown()
+    # A restart recovers the offline dir; every acknowledged record is there.
+    again = manager(a.parent / "a", b.parent / "b")
+    try:
+        assert again.failure_channel.offline_dirs == {}
+        restarted_a, restarted_b = again.get_log("t", ulog_a.partition), again.get_log("t", ulog_b.partition)
+        assert restarted_a is not None and restarted_b is not None
+        assert restarted_a.log_end_offset >= 3 and restarted_b.log_end_offset == 4
+        read = restarted_a.read(0, 1 << 20)
+        assert read.records.size > 0
+        # And the recovered dir takes appends again.
+        again.sync_future(restarted_a, restarted_a.append_as_leader(batch())).result(30)
+    finally:
+        again.shutdown()
+
+
+def _failing_pwrite(suffix: str, code: int, real: Callable[..., int] = os.pwrite) -> Callable[..., int]:
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(suffix):
+            raise OSError(code, os.strerror(code))
+        return real(fd, data, offset)
+    return pwrite
+
+
+def test_eio_writing_an_index_entry_takes_only_its_dir_offline_and_a_restart_recovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real write of the offset index (the pwrite that backs a new index page) failing in an append."""
+    mgr, ulog_a, ulog_b, a, b = _two_dirs(tmp_path)
+    monkeypatch.setattr(os, "pwrite", _failing_pwrite(".index", errno.EIO))
+    with pytest.raises(KafkaStorageError):
+        for _ in range(3):  # past index.interval.bytes: an index entry
+            ulog_a.append_as_leader(batch(value_size=5000))
+    monkeypatch.undo()
+    _serves_then_recovers(mgr, ulog_a, ulog_b, a, b, "EIO")
+
+
+def test_eio_on_a_checkpoint_rename_takes_only_its_dir_offline_and_a_restart_recovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr, ulog_a, ulog_b, a, b = _two_dirs(tmp_path)
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if str(dst).startswith(str(a)):
+            eio()
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KafkaStorageError):
+        mgr.checkpoint_recovery_points()
+    monkeypatch.undo()
+    _serves_then_recovers(mgr, ulog_a, ulog_b, a, b, "EIO")
+
+
+def test_enospc_while_rolling_takes_only_its_dir_offline_and_a_restart_recovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mgr, ulog_a, ulog_b, a, b = _two_dirs(tmp_path)
+    ulog_a.update_config(LogConfig.from_props({"segment.bytes": "1024"}, {}))
+    monkeypatch.setattr(os, "open", _failing_open(lambda p: p.startswith(str(a)) and p.endswith(".log"),
+                                                  errno.ENOSPC))
+    with pytest.raises(KafkaStorageError):
+        ulog_a.append_as_leader(batch(value_size=600))
+    monkeypatch.undo()
+    assert ulog_a.log_end_offset == 3
+    _serves_then_recovers(mgr, ulog_a, ulog_b, a, b, "ENOSPC")
+
+
+def test_produce_answers_kafka_storage_error_when_its_sync_fails(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.helpers.server import call, with_broker
+    from tierlog.errors import ErrorCode
+    from tierlog.protocol import ApiKey
+
+    async def test(ctx: Any) -> None:
+        created = await call(ctx, ApiKey.CREATE_TOPICS, 7, {"topics": [
+            {"name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+            "timeout": 30000, "validate_only": False})
+        assert created.topics[0].error_code == ErrorCode.NONE
+
+        async def produce() -> Any:
+            body = await call(ctx, ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": -1, "timeout": 30000,
+                                                       "topic_data": [{"name": "t", "partition_data": [
+                                                           {"index": 0, "records": batch()}]}]})
+            return body.responses[0].partition_responses[0]
+
+        assert (await produce()).error_code == ErrorCode.NONE
+        monkeypatch.setattr(os, "fdatasync", eio)
+        failed = await produce()
+        assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR and failed.base_offset == -1, failed
+        monkeypatch.undo()
+        # The dir is offline: later produces are refused too, never acknowledged on an unsynced disk.
+        assert (await produce()).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+
+    with_broker(tmp_path, test)
+
+
+def test_transaction_state_writes_wait_for_their_group_commit(tmp_path: Path) -> None:
+    """Under log.durable.acks=all a __transaction_state write is on disk before InitProducerId answers."""
+    from tests.helpers.server import call, with_broker
+    from tierlog.errors import ErrorCode
+    from tierlog.protocol import ApiKey
+
+    async def test(ctx: Any) -> None:
+        commits = ctx.log_manager.group_commits
+        before = sum(c.stats.requests for c in commits.values())
+        body = await call(ctx, ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 60000,
+                                                            "producer_id": -1, "producer_epoch": -1})
+        assert body.error_code == ErrorCode.NONE, body
+        synced = sum(c.stats.requests for c in commits.values()) - before
+        assert synced >= 1 and all(c.stats.pending_bytes == 0 for c in commits.values())
+
+    with_broker(tmp_path, test, **{"log.durable.acks": "all", "transaction.state.log.num.partitions": "1"})

@@ -18,8 +18,8 @@ from typing import Any
 
 from tierlog.errors import ErrorCode
 from tierlog.metadata.acls import AclOperation, ResourceType
-from tierlog.protocol import ApiKey, ParsedRequest, build_response
-from tierlog.server.connection import ClientInfo, CloseConnection, Reply
+from tierlog.protocol import ApiKey, ParsedRequest, ResponseBody, build_response
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
@@ -71,17 +71,44 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
         kept = [i for i in range(len(items)) if i not in refused]
         refused.update((kept[j], code) for j, code in unverified.items())
         durable = durable_ack(ctx.settings.durable_acks, acks)
+        if durable:
+            await _room(ctx, items)
         appended = iter(await _append(ctx, [it for i, it in enumerate(items) if i not in refused], version, durable))
         results = [AppendResult(refused[i], error_message=None if refused[i] == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                                 else "Unable to verify the partition has been added to the transaction")
                    if i in refused else next(appended) for i in range(len(items))]
         if durable:
-            results = await _synced(results)
-        ctx.partitions.waiters.notify(
-            (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
-            if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
-        )
+            # Answered once synced; meanwhile the connection appends its next requests (Deferred).
+            return Deferred(_respond_synced(ctx, items, results, version))
+        _notify(ctx, items, results)
+    return _response(items, results, acks, version)
 
+
+async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]]) -> None:
+    """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
+    waits = [w for _, name, partition, _ in items if name is not None
+             for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
+    if waits:
+        await asyncio.gather(*(asyncio.wrap_future(w) for w in waits))
+
+
+async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+                          results: list[AppendResult], version: int) -> ResponseBody | CloseConnection | None:
+    results = await _synced(results)
+    _notify(ctx, items, results)
+    return _response(items, results, -1, version)
+
+
+def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+            results: list[AppendResult]) -> None:
+    ctx.partitions.waiters.notify(
+        (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
+        if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
+    )
+
+
+def _response(items: list[tuple[Any, str | None, int, bytes | None]], results: list[AppendResult], acks: int,
+              version: int) -> ResponseBody | CloseConnection | None:
     if acks == 0:
         failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:

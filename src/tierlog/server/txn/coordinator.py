@@ -15,6 +15,7 @@ more, version 0 before (Kafka's TransactionStateManager does the same).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -218,7 +219,10 @@ class TransactionCoordinator:
         partition = self.partition_of(transactional_id)
         async with self._write_lock:
             results = await self.io.run(self.partitions.append_blocking,
-                                        [(TRANSACTION_STATE_TOPIC, partition, batch)], internal=True)
+                                        [(TRANSACTION_STATE_TOPIC, partition, batch)], internal=True,
+                                        durable=self.partitions.durable_internal)
+        # Outside the write lock: other ids' state writes share the same group commit round.
+        results = await _synced(results)
         if results[0].error_code:
             log.error("storing the state of transactional id %s failed: %s", transactional_id,
                       results[0].error_message)
@@ -400,7 +404,7 @@ class TransactionCoordinator:
                          if (t := image.topics_by_name.get(tp[0])) is not None and tp[1] in t.partitions]
             if not remaining:
                 break
-            results = await self._append_markers(batch, remaining)
+            results = await _synced(await self._append_markers(batch, remaining))
             failed: list[TopicPartition] = []
             for tp, result in zip(remaining, results, strict=True):
                 if result.error_code == Code.NONE:
@@ -422,15 +426,16 @@ class TransactionCoordinator:
         return not remaining
 
     async def _append_markers(self, batch: bytes, partitions: list[TopicPartition]) -> list[AppendResult]:
+        durable = self.partitions.durable_internal
         if self._crash_hook is None:
             return await self.io.run(self.partitions.append_blocking, [(t, p, batch) for t, p in partitions],
-                                     internal=True, origin=AppendOrigin.COORDINATOR)
+                                     internal=True, origin=AppendOrigin.COORDINATOR, durable=durable)
         results: list[AppendResult] = []
         for i, (t, p) in enumerate(partitions):
             if i == 1:
                 self._crash_point("end-txn-between-markers")
             results += await self.io.run(self.partitions.append_blocking, [(t, p, batch)], internal=True,
-                                         origin=AppendOrigin.COORDINATOR)
+                                         origin=AppendOrigin.COORDINATOR, durable=durable)
         return results
 
     async def _fence_and_abort(self, meta: TxnMetadata) -> int:
@@ -486,10 +491,25 @@ class TransactionCoordinator:
         marker = EndTransactionMarker(kind, coordinator_epoch)
         batch = build_end_txn_marker_batch(marker, producer_id=producer_id, producer_epoch=producer_epoch,
                                            timestamp_ms=self.now_ms())
-        [result] = await self.io.run(self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
-                                     origin=AppendOrigin.COORDINATOR)
+        [result] = await _synced(await self.io.run(
+            self.partitions.append_blocking, [(topic, partition, batch)], internal=True,
+            origin=AppendOrigin.COORDINATOR, durable=self.partitions.durable_internal))
         if result.error_code == Code.NONE:
             self.partitions.waiters.notify([(topic, partition)])
             if topic == CONSUMER_OFFSETS_TOPIC:
                 self.groups.complete_txn_offsets(producer_id, partition, commit)
         return result.error_code
+
+
+async def _synced(results: list[AppendResult]) -> list[AppendResult]:
+    """Each result once its group commit is done (``log.durable.acks``: a transaction's state and its
+    markers are on disk before the coordinator acts on them); a failed sync becomes the result's error."""
+    out = []
+    for r in results:
+        if r.synced is not None and not r.error_code:
+            try:
+                await asyncio.wrap_future(r.synced)
+            except TierlogError as e:
+                r = dataclasses.replace(r, error_code=e.error_code, error_message=str(e))
+        out.append(r)
+    return out
