@@ -20,8 +20,11 @@ One exception to one-at-a-time: a durable produce (``log.durable.acks``) is answ
 group commit, and a connection that waited for that before reading its next request would give each
 fsync round one request per connection. So its handler appends and returns :class:`Deferred`; the
 connection goes on appending the next requests (in order) while up to ``MAX_DEFERRED_REPLIES`` wait,
-and writes every response in request order. (Over 600 lines: reading, memory accounting, serving
-and writing share the state of one connection and are kept together.)
+and writes every response in request order.
+
+Longer than most modules (about 700 lines) because KafkaConnection is one asyncio protocol whose
+reading, memory accounting, deferred replies, throttling and writing share the state of one
+connection; its pause/resume decisions already live in :mod:`tierlog.server.read_gate`.
 """
 
 from __future__ import annotations
