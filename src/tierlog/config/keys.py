@@ -305,6 +305,9 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("socket.request.max.bytes", Type.INT, 104857600,
             "The largest request frame accepted; a larger one closes the connection.",
             validator=at_least(1), group="network"),
+    _broker("max.request.partition.size.limit", Type.INT, 2000,
+            "The most partitions one DescribeTopicPartitions response holds (Kafka's); a client asking for more "
+            "gets the rest through the response's cursor.", validator=at_least(1), group="network"),
     _broker("socket.request.receive.timeout.ms", Type.LONG, 30000,
             "How long a request may take to arrive once its first byte is in; a connection whose request is "
             "still incomplete then is closed (a client that sent half a request and stalled, or one that sends a "
