@@ -27,7 +27,34 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES = 256 << 10
 
 
-class RequestMemoryPool:
+class _WaitQueue:
+    """Connections told to stop reading, woken in the order they were told (both broker-wide bounds
+    below keep one): ``wait`` once per owner, ``cancel`` when it no longer waits."""
+
+    def __init__(self) -> None:
+        #: Times a connection was told to stop reading.
+        self.refusals = 0
+        self._waiters: dict[object, Callable[[], None]] = {}
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def wait(self, owner: object, resume: Callable[[], None]) -> None:
+        """Call ``resume`` (once) when there is room again; insertion order is the wake order."""
+        if owner not in self._waiters:
+            self.refusals += 1
+            self._waiters[owner] = resume
+
+    def cancel(self, owner: object) -> None:
+        self._waiters.pop(owner, None)
+
+    def _wake_oldest(self) -> None:
+        owner = next(iter(self._waiters))
+        self._waiters.pop(owner)()
+
+
+class RequestMemoryPool(_WaitQueue):
     """Bytes of requests held in memory across every connection -- received, whole or in part, and
     not yet served (Kafka's memory pool behind ``queued.max.request.bytes``).
 
@@ -42,13 +69,11 @@ class RequestMemoryPool:
     """
 
     def __init__(self, capacity_bytes: int) -> None:
+        super().__init__()
         #: -1: no bound (bytes are counted, nobody waits).
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
         self.peak_used_bytes = 0
-        #: Times a connection was told to stop reading.
-        self.refusals = 0
-        self._waiters: dict[object, Callable[[], None]] = {}
 
     @property
     def bounded(self) -> bool:
@@ -58,25 +83,12 @@ class RequestMemoryPool:
     def full(self) -> bool:
         return self.bounded and self.used_bytes >= self.capacity_bytes
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
     def add(self, delta_bytes: int) -> None:
         self.used_bytes += delta_bytes
         if delta_bytes > 0:
             self.peak_used_bytes = max(self.peak_used_bytes, self.used_bytes)
         elif delta_bytes < 0:
             self._wake()
-
-    def wait(self, owner: object, resume: Callable[[], None]) -> None:
-        """Call ``resume`` (once) when there is room again; insertion order is the wake order."""
-        if owner not in self._waiters:
-            self.refusals += 1
-            self._waiters[owner] = resume
-
-    def cancel(self, owner: object) -> None:
-        self._waiters.pop(owner, None)
 
     def _wake(self) -> None:
         # Each woken connection may read one more chunk before it reports; wake only as many as the
@@ -86,13 +98,11 @@ class RequestMemoryPool:
                                  or self.used_bytes + woken * READ_CHUNK_BYTES < self.capacity_bytes):
             if self.full:
                 return
-            owner = next(iter(self._waiters))
-            resume = self._waiters.pop(owner)
             woken += 1
-            resume()
+            self._wake_oldest()
 
 
-class RequestSlots:
+class RequestSlots(_WaitQueue):
     """Requests held across every connection -- received whole and not yet answered, including durable
     produces waiting for their fsync (Kafka's request channel, bounded by ``queued.max.requests``).
 
@@ -103,12 +113,10 @@ class RequestSlots:
     """
 
     def __init__(self, capacity: int) -> None:
+        super().__init__()
         self.capacity = capacity
         self.used = 0
         self.peak_used = 0
-        #: Times a connection was told to stop reading.
-        self.refusals = 0
-        self._waiters: dict[object, Callable[[], None]] = {}
 
     @property
     def full(self) -> bool:
@@ -118,16 +126,7 @@ class RequestSlots:
         self.used += delta
         self.peak_used = max(self.peak_used, self.used)
         while delta < 0 and self._waiters and not self.full:
-            owner = next(iter(self._waiters))
-            self._waiters.pop(owner)()
-
-    def wait(self, owner: object, resume: Callable[[], None]) -> None:
-        if owner not in self._waiters:
-            self.refusals += 1
-            self._waiters[owner] = resume
-
-    def cancel(self, owner: object) -> None:
-        self._waiters.pop(owner, None)
+            self._wake_oldest()
 
 
 def parse_ip_overrides(value: str) -> dict[str, int]:
