@@ -56,7 +56,23 @@ KAFKA_VERSION = "4.0.0"
 #: Failures that mean the test wants more brokers than one (replication factor 3, several leaders).
 SEVERAL_BROKERS = re.compile(r"INVALID_REPLICATION_FACTOR|replication factor|at least \d+ brokers|broker_cnt|"
                              r"Need at least|expected \d+ brokers", re.I)
-_TEST_DECL = re.compile(r"_TEST\((\d{4})_(\w+),\s*([^,)]*)")
+_TEST_NAME = re.compile(r"_TEST\((\d{4})_(\w+),")
+_SCENARIO = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
+#: Broker overrides of the suite's scenarios (tests/scenarios/*.json) beyond SUITE_OVERRIDES.
+SCENARIO_OVERRIDES = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"}}
+#: Kafka's kafka-topics.sh and kafka-run-class.sh, as the tests call them ($KAFKA_PATH/bin/...), run from
+#: Apache Kafka's jars (tests/jvm's build/kafka-jars, fetched by scripts/_env.sh).
+KAFKA_TOPICS_SH = """#!/bin/sh
+exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$KAFKA_PATH/log4j2.properties" \\
+  -cp "$KAFKA_PATH/libs/*" org.apache.kafka.tools.TopicCommand "$@"
+"""
+KAFKA_RUN_CLASS_SH = """#!/bin/sh
+exec java -Xmx256m -XX:+UseSerialGC -Dlog4j2.configurationFile="$KAFKA_PATH/log4j2.properties" \\
+  -cp "${CLASSPATH:+$CLASSPATH:}$KAFKA_PATH/libs/*" "$@"
+"""
+LOG4J2 = ("status = error\nappender.err.type = Console\nappender.err.name = STDERR\nappender.err.target = SYSTEM_ERR\n"
+          "appender.err.layout.type = PatternLayout\nappender.err.layout.pattern = [%d] %p %m (%c)%n\n"
+          "rootLogger.level = WARN\nrootLogger.appenderRef.err.ref = STDERR\n")
 
 
 @dataclass
@@ -97,14 +113,52 @@ def build(src: Path, jobs: int) -> Path:
     return runner
 
 
-def broker_tests(src: Path) -> list[tuple[str, str]]:
-    """(number, name) of every test of tests/test.c that needs a broker (not TEST_F_LOCAL)."""
+@dataclass(frozen=True)
+class SuiteTest:
+    number: str
+    name: str
+    scenario: str  # the first scenario the test runs in ("default", "noautocreate")
+
+
+def broker_tests(src: Path) -> list[SuiteTest]:
+    """Every test of tests/test.c that needs a broker (not TEST_F_LOCAL, not TEST_F_MANUAL), with its
+    scenario (a test of another scenario is skipped silently by the runner unless TEST_SCENARIO names it)."""
     text = (src / "tests" / "test.c").read_text()
+    text = text[text.index("struct test tests[]"):]
     out = []
-    for number, name, flags in _TEST_DECL.findall(text):
-        if "TEST_F_LOCAL" not in flags and number != "0000":
-            out.append((number, name))
+    for number, name, rest in _declarations(text):
+        flags = rest.split(",")[0]
+        if "TEST_F_LOCAL" in flags or "TEST_F_MANUAL" in flags or number == "0000":
+            continue
+        scenario = _SCENARIO.search(rest)
+        out.append(SuiteTest(number, name, scenario.group(1).split(",")[0] if scenario else "default"))
     return out
+
+
+def _declarations(text: str) -> list[tuple[str, str, str]]:
+    """(number, name, arguments after the name) of each ``_TEST(...)`` entry, parentheses balanced."""
+    out = []
+    for match in _TEST_NAME.finditer(text):
+        depth, i = 1, match.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out.append((match.group(1), match.group(2), text[match.end():i - 1]))
+    return out
+
+
+def kafka_path(work: Path, jars: Path) -> Path:
+    """A directory laid out as the tests expect $KAFKA_PATH (bin/kafka-topics.sh, bin/kafka-run-class.sh,
+    libs/) whose scripts run Apache Kafka's tool classes from ``jars``."""
+    path = work / "kafka"
+    (path / "bin").mkdir(parents=True, exist_ok=True)
+    if not (path / "libs").exists():
+        (path / "libs").symlink_to(jars.resolve())
+    (path / "log4j2.properties").write_text(LOG4J2)
+    for name, body in (("kafka-topics.sh", KAFKA_TOPICS_SH), ("kafka-run-class.sh", KAFKA_RUN_CLASS_SH)):
+        (path / "bin" / name).write_text(body)
+        (path / "bin" / name).chmod(0o755)
+    return path
 
 
 def free_port() -> int:
@@ -114,8 +168,9 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, overrides: dict[str, str]) -> None:
         self.data = data
+        self.overrides = overrides
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
 
@@ -123,15 +178,15 @@ class Broker:
         self.port = free_port()
         cmd = [sys.executable, "-m", "tierlog.cli.main", "serve",
                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}", "--override", f"log.dirs={self.data}"]
-        for key, value in SUITE_OVERRIDES.items():
+        for key, value in {**SUITE_OVERRIDES, **self.overrides}.items():
             cmd += ["--override", f"{key}={value}"]
-        log = open(self.data.parent / "tierlog.log", "a")  # noqa: SIM115 - owned by the process
+        log = open(self.data.parent / f"tierlog-{self.data.name}.log", "a")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
         log.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"tierlog serve exited with {self.proc.returncode}; see {self.data.parent}/tierlog.log")
+                raise SystemExit(f"tierlog serve exited with {self.proc.returncode}; see {self.data.parent}/tierlog-*.log")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
@@ -190,11 +245,15 @@ def classify(number: str, name: str, code: int | None, output: str, seconds: flo
     return Outcome(number, name, "FAIL", first[:300], seconds)
 
 
-def run_test(runner: Path, number: str, broker: Broker, timeout_s: float) -> tuple[int | None, str, float]:
+def run_test(runner: Path, number: str, scenario: str, broker: Broker, kafka: Path | None,
+             timeout_s: float) -> tuple[int | None, str, float]:
     src = runner.parent.parent
     # As the suite's run-test.sh: the runner links the freshly built libraries, not installed ones.
     libs = os.pathsep.join([str(src / "src"), str(src / "src-cpp"), os.environ.get("LD_LIBRARY_PATH", "")])
-    env = {**os.environ, "TESTS": number, "TEST_KAFKA_VERSION": KAFKA_VERSION, "LD_LIBRARY_PATH": libs}
+    env = {**os.environ, "TESTS": number, "TEST_SCENARIO": scenario, "TEST_KAFKA_VERSION": KAFKA_VERSION,
+           "LD_LIBRARY_PATH": libs, "BROKERS": f"127.0.0.1:{broker.port}"}
+    if kafka is not None:
+        env["KAFKA_PATH"] = str(kafka)
     started = time.monotonic()
     proc = subprocess.Popen([str(runner)], cwd=runner.parent, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -205,6 +264,18 @@ def run_test(runner: Path, number: str, broker: Broker, timeout_s: float) -> tup
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         return None, out, time.monotonic() - started
+
+
+def log_name(number: str, scenario: str) -> str:
+    return f"{number}.log" if scenario == "default" else f"{number}-{scenario}.log"
+
+
+def runs_of(tests: list[SuiteTest]) -> dict[tuple[str, str], list[SuiteTest]]:
+    """The tests one ``TESTS=NNNN TEST_SCENARIO=S`` run covers (e.g. 0045's three default-scenario tests)."""
+    out: dict[tuple[str, str], list[SuiteTest]] = {}
+    for test in tests:
+        out.setdefault((test.number, test.scenario), []).append(test)
+    return out
 
 
 def write_table(outcomes: list[Outcome], version: str, commit: str, note: str) -> None:
@@ -235,6 +306,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--commit", default="", help="the librdkafka commit, when DIR is not a git checkout")
     parser.add_argument("--note", default="", help="a sentence added to the table's heading")
+    parser.add_argument("--kafka-jars", type=Path, default=ROOT / "build" / "kafka-jars",
+                        help="Apache Kafka's jars (scripts/_env.sh fetches them), run as $KAFKA_PATH's "
+                        "kafka-topics.sh and kafka-run-class.sh")
     parser.add_argument("--no-doc", action="store_true", help="print the results only")
     parser.add_argument("--from-logs", type=Path, help="classify the NNNN.log files of an earlier run again "
                         "(its logs directory) instead of running the tests")
@@ -247,39 +321,53 @@ def main() -> int:
     commit = args.commit or subprocess.run(["git", "-C", str(src), "rev-parse", "--short=12", "HEAD"],
                                            capture_output=True, text=True).stdout.strip() or "unknown"
     wanted = {t.strip() for t in args.tests.split(",") if t.strip()}
-    tests = [(n, name) for n, name in broker_tests(src) if not wanted or n in wanted]
+    tests = [t for t in broker_tests(src) if not wanted or t.number in wanted]
     if args.from_logs is not None:
-        outcomes = [classify(n, name, 0, (args.from_logs / f"{n}.log").read_text(errors="replace"), 0.0)
-                    for n, name in tests if (args.from_logs / f"{n}.log").exists()]
+        outcomes = [classify(t.number, t.name, 0, (args.from_logs / log_name(t.number, t.scenario)).read_text(
+                        errors="replace"), 0.0)
+                    for t in tests if (args.from_logs / log_name(t.number, t.scenario)).exists()]
         for o in outcomes:
             print(f"{o.number} {o.name}: {o.verdict} {o.detail}")
         if not args.no_doc:
             write_table(outcomes, version, commit, args.note)
         return 0
     work = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
-    broker = Broker(work / "data")
-    broker.start()
+    jars: Path = args.kafka_jars
+    kafka = kafka_path(work, jars) if (jars / "kafka-clients-4.3.1.jar").exists() or any(jars.glob("kafka_2.13-*.jar")) \
+        else None
+    if kafka is None:
+        print(f"no Kafka jars in {jars}: tests that run kafka-topics.sh or Java programs will fail", flush=True)
+    brokers: dict[str, Broker] = {}
     outcomes: list[Outcome] = []
     try:
-        for number, name in tests:
+        for (number, scenario), group in runs_of(tests).items():
+            broker = brokers.get(scenario)
+            if broker is None:
+                broker = brokers[scenario] = Broker(work / f"data-{scenario}", SCENARIO_OVERRIDES.get(scenario, {}))
+                broker.start()
             if not broker.alive():
-                print(f"tierlog serve died before {number}; restarting it (see {work}/tierlog.log)", flush=True)
+                print(f"tierlog serve died before {number}; restarting it (see {work})", flush=True)
                 broker.start()
             (runner.parent / "test.conf").write_text(
                 f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n")
-            code, output, seconds = run_test(runner, number, broker, args.timeout_s)
-            outcome = classify(number, name, code, output, seconds)
-            if not broker.alive():
-                outcome = Outcome(number, name, "FAIL", "tierlog serve died during the test", seconds)
-            outcomes.append(outcome)
-            (work / f"{number}.log").write_text(output)
-            print(f"{number} {name}: {outcome.verdict} {outcome.detail} ({seconds:.0f} s)", flush=True)
+            code, output, seconds = run_test(runner, number, scenario, broker, kafka, args.timeout_s)
+            (work / log_name(number, scenario)).write_text(output)
+            died = not broker.alive()
+            for test in group:
+                outcome = classify(number, test.name, code, output, seconds if len(group) == 1 else 0.0)
+                if died:
+                    outcome = Outcome(number, test.name, "FAIL", "tierlog serve died during the test", seconds)
+                outcomes.append(outcome)
+                print(f"{number} {test.name} [{scenario}]: {outcome.verdict} {outcome.detail} "
+                      f"({outcome.seconds:.0f} s)", flush=True)
     finally:
-        broker.stop()
+        for broker in brokers.values():
+            broker.stop()
     if not args.no_doc:
         write_table(outcomes, version, commit, args.note)
     print(f"logs in {work}")
-    shutil.rmtree(work / "data", ignore_errors=True)
+    for scenario in brokers:
+        shutil.rmtree(work / f"data-{scenario}", ignore_errors=True)
     return 0 if all(o.verdict != "FAIL" for o in outcomes) else 1
 
 
