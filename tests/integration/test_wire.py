@@ -276,3 +276,19 @@ def test_an_api_kafka_has_and_tierlog_lacks_is_answered_not_hung_up(broker: Brok
         bad.sock.sendall(raw)
         assert bad.closed_by_peer(), raw
         bad.close()
+
+
+def test_a_burst_of_bad_requests_logs_one_line_with_the_client_id(own_broker: BrokerProcess) -> None:
+    """A client's reconnect loop sending the same refused request (Vote, a controller API) 40 times:
+    one WARNING line for the address and reason within the minute, naming the request header's client
+    id; the connections are all closed as Kafka closes them."""
+    client_id = b"burst-client"
+    raw = struct.pack(">ihhih", 10 + len(client_id), 52, 0, 90, len(client_id)) + client_id
+    for _ in range(40):
+        bad = _RawClient(own_broker.port)
+        bad.sock.sendall(raw)
+        assert bad.closed_by_peer()
+        bad.close()
+    lines = [line for line in own_broker.stderr_tail().splitlines() if "closing connection" in line]
+    assert len(lines) == 1, lines
+    assert "(client 'burst-client')" in lines[0], lines[0]
