@@ -58,13 +58,23 @@ SEVERAL_BROKERS = re.compile(r"INVALID_REPLICATION_FACTOR|replication factor|at 
                              r"Need at least|expected \d+ brokers", re.I)
 _TEST_NAME = re.compile(r"_TEST\((\d{4})_(\w+),")
 _SCENARIO = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
-#: Broker overrides of the suite's scenarios (tests/scenarios/*.json) beyond SUITE_OVERRIDES.
-SCENARIO_OVERRIDES = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"}}
+#: Broker overrides of the suite's scenarios (tests/scenarios/*.json) beyond SUITE_OVERRIDES, and of the
+#: "authorizer" broker the ACL tests get (their own broker: the ACLs they add must not reach other tests).
+SCENARIO_OVERRIDES = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"},
+                      "authorizer": {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                     "allow.everyone.if.no.acl.found": "true"}}
+#: Tests that add ACLs with kafka-acls.sh and expect them enforced (the suite's clusters run an authorizer
+#: that allows everyone where no ACL is found).
+AUTHORIZER_TESTS = {"0115", "0119"}
+#: Kafka's bin/ scripts the tests run ($KAFKA_PATH/bin/...), as the main class each runs.
+KAFKA_SCRIPTS = {"kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
+                 "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
+                 "kafka-configs.sh": "kafka.admin.ConfigCommand"}
 #: Kafka's kafka-topics.sh and kafka-run-class.sh, as the tests call them ($KAFKA_PATH/bin/...), run from
 #: Apache Kafka's jars (tests/jvm's build/kafka-jars, fetched by scripts/_env.sh).
-KAFKA_TOPICS_SH = """#!/bin/sh
+KAFKA_TOOL_SH = """#!/bin/sh
 exec java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$KAFKA_PATH/log4j2.properties" \\
-  -cp "$KAFKA_PATH/libs/*" org.apache.kafka.tools.TopicCommand "$@"
+  -cp "$KAFKA_PATH/libs/*" {main} "$@"
 """
 KAFKA_RUN_CLASS_SH = """#!/bin/sh
 exec java -Xmx256m -XX:+UseSerialGC -Dlog4j2.configurationFile="$KAFKA_PATH/log4j2.properties" \\
@@ -148,14 +158,16 @@ def _declarations(text: str) -> list[tuple[str, str, str]]:
 
 
 def kafka_path(work: Path, jars: Path) -> Path:
-    """A directory laid out as the tests expect $KAFKA_PATH (bin/kafka-topics.sh, bin/kafka-run-class.sh,
-    libs/) whose scripts run Apache Kafka's tool classes from ``jars``."""
+    """A directory laid out as the tests expect $KAFKA_PATH (bin/kafka-topics.sh, kafka-acls.sh,
+    kafka-configs.sh, kafka-run-class.sh, libs/) whose scripts run Apache Kafka's tool classes from
+    ``jars``."""
     path = work / "kafka"
     (path / "bin").mkdir(parents=True, exist_ok=True)
     if not (path / "libs").exists():
         (path / "libs").symlink_to(jars.resolve())
     (path / "log4j2.properties").write_text(LOG4J2)
-    for name, body in (("kafka-topics.sh", KAFKA_TOPICS_SH), ("kafka-run-class.sh", KAFKA_RUN_CLASS_SH)):
+    scripts = {name: KAFKA_TOOL_SH.format(main=main) for name, main in KAFKA_SCRIPTS.items()}
+    for name, body in {**scripts, "kafka-run-class.sh": KAFKA_RUN_CLASS_SH}.items():
         (path / "bin" / name).write_text(body)
         (path / "bin" / name).chmod(0o755)
     return path
@@ -341,9 +353,10 @@ def main() -> int:
     outcomes: list[Outcome] = []
     try:
         for (number, scenario), group in runs_of(tests).items():
-            broker = brokers.get(scenario)
+            profile = "authorizer" if number in AUTHORIZER_TESTS else scenario
+            broker = brokers.get(profile)
             if broker is None:
-                broker = brokers[scenario] = Broker(work / f"data-{scenario}", SCENARIO_OVERRIDES.get(scenario, {}))
+                broker = brokers[profile] = Broker(work / f"data-{profile}", SCENARIO_OVERRIDES.get(profile, {}))
                 broker.start()
             if not broker.alive():
                 print(f"tierlog serve died before {number}; restarting it (see {work})", flush=True)
@@ -366,8 +379,8 @@ def main() -> int:
     if not args.no_doc:
         write_table(outcomes, version, commit, args.note)
     print(f"logs in {work}")
-    for scenario in brokers:
-        shutil.rmtree(work / f"data-{scenario}", ignore_errors=True)
+    for profile in brokers:
+        shutil.rmtree(work / f"data-{profile}", ignore_errors=True)
     return 0 if all(o.verdict != "FAIL" for o in outcomes) else 1
 
 
