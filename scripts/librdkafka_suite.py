@@ -13,6 +13,10 @@ to get one). The script
 2. starts ``tierlog serve`` on a free loopback port with the settings the suite's own clusters use
    (``num.partitions=4``, auto topic creation on, ``group.initial.rebalance.delay.ms=0``,
    ``delete.topic.enable``; see SUITE_OVERRIDES) in a fresh data dir, and writes ``tests/test.conf``;
+   the ``noautocreate`` scenario's tests get a broker without auto topic creation, the ACL tests
+   (0115, 0119) one with Kafka's StandardAuthorizer, the SASL tests (0135, 0142) a SASL_PLAINTEXT PLAIN
+   listener; ``$KAFKA_PATH`` is laid out from Apache Kafka's jars (``--kafka-jars``, tests/jvm's) so the
+   tests that run ``kafka-topics.sh``, ``kafka-acls.sh`` or the Java helpers can;
 3. runs every broker-backed test (not ``TEST_F_LOCAL``) alone (``TESTS=NNNN ./test-runner``, no quick
    mode, ``TEST_KAFKA_VERSION=4.0.0``) with a time limit, restarting the broker if a test killed it;
 4. writes the table between the ``librdkafka-suite`` markers of docs/compatibility.md (PASS /
@@ -63,6 +67,19 @@ _SCENARIO = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
 SCENARIO_OVERRIDES = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"},
                       "authorizer": {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                                      "allow.everyone.if.no.acl.found": "true"}}
+#: The SASL tests (0135 needs PLAIN or SCRAM credentials, 0142 SASL with connections.max.reauth.ms) get a
+#: SASL_PLAINTEXT PLAIN listener of their own and a test.conf naming its user.
+SASL_USER, SASL_PASSWORD = "librdkafka", "librdkafka-secret"
+SCENARIO_OVERRIDES["sasl"] = {
+    "sasl.enabled.mechanisms": "PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{SASL_USER}="{SASL_PASSWORD}";',
+    "connections.max.reauth.ms": "10000",
+}
+SASL_TESTS = {"0135", "0142"}
+#: test.conf lines of each broker profile beyond bootstrap.servers.
+PROFILE_CLIENT_CONF = {"sasl": f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={SASL_USER}\n"
+                               f"sasl.password={SASL_PASSWORD}\n"}
 #: Tests that add ACLs with kafka-acls.sh and expect them enforced (the suite's clusters run an authorizer
 #: that allows everyone where no ACL is found).
 AUTHORIZER_TESTS = {"0115", "0119"}
@@ -188,8 +205,9 @@ class Broker:
 
     def start(self) -> None:
         self.port = free_port()
+        protocol = "SASL_PLAINTEXT" if "sasl.enabled.mechanisms" in self.overrides else "PLAINTEXT"
         cmd = [sys.executable, "-m", "tierlog.cli.main", "serve",
-               "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}", "--override", f"log.dirs={self.data}"]
+               "--override", f"listeners={protocol}://127.0.0.1:{self.port}", "--override", f"log.dirs={self.data}"]
         for key, value in {**SUITE_OVERRIDES, **self.overrides}.items():
             cmd += ["--override", f"{key}={value}"]
         log = open(self.data.parent / f"tierlog-{self.data.name}.log", "a")  # noqa: SIM115 - owned by the process
@@ -353,7 +371,8 @@ def main() -> int:
     outcomes: list[Outcome] = []
     try:
         for (number, scenario), group in runs_of(tests).items():
-            profile = "authorizer" if number in AUTHORIZER_TESTS else scenario
+            profile = ("authorizer" if number in AUTHORIZER_TESTS else "sasl" if number in SASL_TESTS
+                       else scenario)
             broker = brokers.get(profile)
             if broker is None:
                 broker = brokers[profile] = Broker(work / f"data-{profile}", SCENARIO_OVERRIDES.get(profile, {}))
@@ -362,7 +381,8 @@ def main() -> int:
                 print(f"tierlog serve died before {number}; restarting it (see {work})", flush=True)
                 broker.start()
             (runner.parent / "test.conf").write_text(
-                f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n")
+                f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n"
+                + PROFILE_CLIENT_CONF.get(profile, ""))
             code, output, seconds = run_test(runner, number, scenario, broker, kafka, args.timeout_s)
             (work / log_name(number, scenario)).write_text(output)
             died = not broker.alive()
