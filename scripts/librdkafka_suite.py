@@ -238,6 +238,8 @@ class Broker:
                 self.proc.wait()
 
 
+#: The line a log ends with when the test timed out or the broker died (read back by --from-logs).
+MARKER = "### librdkafka_suite.py:"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 
 
@@ -259,8 +261,12 @@ def classify(number: str, name: str, code: int | None, output: str, seconds: flo
     """The verdict of one test from the runner's summary row of it (``| NNNN_name | PASSED | ...``);
     TESTS=NNNN also runs the local variants of the number (``NNNN_name_mock``), which do not count."""
     output = _ANSI.sub("", output)
-    if code is None:
-        return Outcome(number, name, "TIMEOUT", "did not finish within the time limit", seconds)
+    marker = re.search(rf"^{re.escape(MARKER)} (TIMEOUT|DIED) after ([\d.]+) s$", output, re.M)
+    if code is None or (marker is not None and marker.group(1) == "TIMEOUT"):
+        return Outcome(number, name, "TIMEOUT", "did not finish within the time limit",
+                       seconds or (float(marker.group(2)) if marker else 0.0))
+    if marker is not None:
+        return Outcome(number, name, "FAIL", "tierlog serve died during the test", seconds or float(marker.group(2)))
     row = re.search(rf"^\|\s*{number}_{re.escape(name)}\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s*(.*?)\s*\|?\s*$",
                     output, re.M)
     if row is not None and not seconds:
@@ -352,6 +358,7 @@ def main() -> int:
                                            capture_output=True, text=True).stdout.strip() or "unknown"
     wanted = {t.strip() for t in args.tests.split(",") if t.strip()}
     tests = [t for t in broker_tests(src) if not wanted or t.number in wanted]
+    outcomes: list[Outcome] = []
     if args.from_logs is not None:
         outcomes = [classify(t.number, t.name, 0, (args.from_logs / log_name(t.number, t.scenario)).read_text(
                         errors="replace"), 0.0)
@@ -363,12 +370,10 @@ def main() -> int:
         return 0
     work = Path(tempfile.mkdtemp(prefix="librdkafka-suite-"))
     jars: Path = args.kafka_jars
-    kafka = kafka_path(work, jars) if (jars / "kafka-clients-4.3.1.jar").exists() or any(jars.glob("kafka_2.13-*.jar")) \
-        else None
+    kafka = kafka_path(work, jars) if any(jars.glob("kafka-tools-*.jar")) else None
     if kafka is None:
         print(f"no Kafka jars in {jars}: tests that run kafka-topics.sh or Java programs will fail", flush=True)
     brokers: dict[str, Broker] = {}
-    outcomes: list[Outcome] = []
     try:
         for (number, scenario), group in runs_of(tests).items():
             profile = ("authorizer" if number in AUTHORIZER_TESTS else "sasl" if number in SASL_TESTS
@@ -384,8 +389,11 @@ def main() -> int:
                 f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n"
                 + PROFILE_CLIENT_CONF.get(profile, ""))
             code, output, seconds = run_test(runner, number, scenario, broker, kafka, args.timeout_s)
-            (work / log_name(number, scenario)).write_text(output)
             died = not broker.alive()
+            if code is None or died:
+                # So that --from-logs tells these apart from a test's own failure.
+                output += f"\n{MARKER} {'TIMEOUT' if code is None else 'DIED'} after {seconds:.1f} s\n"
+            (work / log_name(number, scenario)).write_text(output)
             for test in group:
                 outcome = classify(number, test.name, code, output, seconds if len(group) == 1 else 0.0)
                 if died:
