@@ -70,6 +70,32 @@ def test_group_commit_shares_one_round_among_requests_waiting_for_the_previous(t
     assert all(ulog.recovery_point == 0 for ulog in logs)
 
 
+def test_a_waiter_that_gave_up_does_not_stop_the_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A produce whose client disconnects while its fsync is under way cancels its future (asyncio's
+    wrap_future passes the cancel on). Before, the group-commit thread then died on set_result and no
+    durable append was ever answered again (librdkafka's 0088, which drops connections mid-produce,
+    left the broker unable to answer acks=all)."""
+    mgr = manager(tmp_path)
+    ulog = mgr.get_or_create_log("t", 0)
+    real = os.fdatasync
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(fd: int) -> None:
+        entered.set()
+        assert release.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    gone = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    assert entered.wait(30)
+    assert gone.cancel()  # the waiter gave up during the round
+    release.set()
+    monkeypatch.setattr(os, "fdatasync", real)
+    later = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    later.result(30)  # the next round still runs and answers
+    assert mgr.group_commits[tmp_path.resolve()].stats.rounds == 2
+
+
 def test_eio_on_fdatasync_takes_the_dir_offline_and_is_never_retried(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
