@@ -80,10 +80,10 @@ SASL_TESTS = {"0135", "0142"}
 #: test.conf lines of each broker profile beyond bootstrap.servers.
 PROFILE_CLIENT_CONF = {"sasl": f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username={SASL_USER}\n"
                                f"sasl.password={SASL_PASSWORD}\n"}
-#: Tests that create ACLs (0081 through the Admin API, 0115/0119 with kafka-acls.sh) and expect them
+#: Tests that create ACLs (0081 through the Admin API, 0109/0115/0119 with kafka-acls.sh) and expect them
 #: enforced (the suite's clusters run an authorizer
 #: that allows everyone where no ACL is found).
-AUTHORIZER_TESTS = {"0081", "0115", "0119"}
+AUTHORIZER_TESTS = {"0081", "0109", "0115", "0119"}
 #: Kafka's bin/ scripts the tests run ($KAFKA_PATH/bin/...), as the main class each runs.
 KAFKA_SCRIPTS = {"kafka-topics.sh": "org.apache.kafka.tools.TopicCommand",
                  "kafka-acls.sh": "org.apache.kafka.tools.AclCommand",
