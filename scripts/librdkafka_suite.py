@@ -290,11 +290,11 @@ def classify(number: str, name: str, code: int | None, output: str, seconds: flo
 
 
 def run_test(runner: Path, number: str, scenario: str, broker: Broker, kafka: Path | None,
-             timeout_s: float) -> tuple[int | None, str, float]:
+             timeout_s: float, kafka_version: str = KAFKA_VERSION) -> tuple[int | None, str, float]:
     src = runner.parent.parent
     # As the suite's run-test.sh: the runner links the freshly built libraries, not installed ones.
     libs = os.pathsep.join([str(src / "src"), str(src / "src-cpp"), os.environ.get("LD_LIBRARY_PATH", "")])
-    env = {**os.environ, "TESTS": number, "TEST_SCENARIO": scenario, "TEST_KAFKA_VERSION": KAFKA_VERSION,
+    env = {**os.environ, "TESTS": number, "TEST_SCENARIO": scenario, "TEST_KAFKA_VERSION": kafka_version,
            "LD_LIBRARY_PATH": libs, "BROKERS": f"127.0.0.1:{broker.port}"}
     if kafka is not None:
         env["KAFKA_PATH"] = str(kafka)
@@ -353,6 +353,9 @@ def main() -> int:
     parser.add_argument("--kafka-jars", type=Path, default=ROOT / "build" / "kafka-jars",
                         help="Apache Kafka's jars (scripts/_env.sh fetches them), run as $KAFKA_PATH's "
                         "kafka-topics.sh and kafka-run-class.sh")
+    parser.add_argument("--kafka-version", default=KAFKA_VERSION,
+                        help="TEST_KAFKA_VERSION (the table is always run with the default; 4.2.0 runs the "
+                        "share-consumer tests, to see how they fail)")
     parser.add_argument("--no-doc", action="store_true", help="print the results only")
     parser.add_argument("--from-logs", type=Path, help="classify the NNNN.log files of an earlier run again "
                         "(its logs directory) instead of running the tests")
@@ -396,7 +399,8 @@ def main() -> int:
             (runner.parent / "test.conf").write_text(
                 f"bootstrap.servers=127.0.0.1:{broker.port}\ntest.timeout.multiplier=3\n"
                 + PROFILE_CLIENT_CONF.get(profile, ""))
-            code, output, seconds = run_test(runner, number, scenario, broker, kafka, args.timeout_s)
+            code, output, seconds = run_test(runner, number, scenario, broker, kafka, args.timeout_s,
+                                             args.kafka_version)
             died = not broker.alive()
             if code is None or died:
                 # So that --from-logs tells these apart from a test's own failure.
