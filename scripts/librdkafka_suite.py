@@ -247,7 +247,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
 def first_error(output: str) -> str:
     """The line that says what failed: the assertion, else the failure banner, else any error."""
     lines = [_ANSI.sub("", line).strip() for line in output.splitlines()]
-    for pattern in (r"^Test assertion failed", r"^### Test .* failed", r"\bFAIL|\berror\b|Error"):
+    for pattern in (r"^### Test .* failed", r"^Test assertion failed", r"\bFAIL|\berror\b|Error"):
         for i, line in enumerate(lines):
             if re.search(pattern, line) and "PASSED" not in line:
                 if line.startswith("###") and i + 1 < len(lines) and lines[i + 1]:
@@ -285,6 +285,12 @@ def classify(number: str, name: str, code: int | None, output: str, seconds: flo
                        seconds or (float(done.group(1)) if done else 0.0))
     first = first_error(output) or (f"exit code {code}, no summary row" if row is None else "")
     if SEVERAL_BROKERS.search(output):
+        factor = re.search(r"The target replication factor of \d+ cannot be reached because only \d+ broker\(s\) "
+                           r"are registered", output)
+        topic = re.search(r'Creating topic "[^"]*" \(partitions=\d+, replication_factor=(\d+)', output)
+        if factor is not None:
+            first = (f"creates a topic with replication factor {topic.group(1) if topic else '>1'}: "
+                     f"{factor.group(0)}")
         return Outcome(number, name, "needs-several-brokers", first[:200], seconds)
     return Outcome(number, name, "FAIL", first[:300], seconds)
 
