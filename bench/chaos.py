@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import random
 import re
 import sys
@@ -238,6 +239,7 @@ def handshake(args: argparse.Namespace, work: Path) -> Section:
     from tests.security.conftest import SecureBroker
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    load_before = os.getloadavg()[0]
     (work / "handshake").mkdir()
     overrides, _, ca_file = secured_overrides(work / "handshake")
     broker = SecureBroker(work / "handshake" / "data", overrides).start()
@@ -257,7 +259,8 @@ def handshake(args: argparse.Namespace, work: Path) -> Section:
             "(then the connection closed) or the close alone; between batches a SCRAM-SHA-512 client logs in, "
             "produces and fetches. Stalled connections (half a ClientHello, a SaslHandshake and then nothing, "
             "nothing at all) must be closed by the broker.\n\n"
-            f"{summary_table(result.summary())}\n\nBroker stopped cleanly: {stopped}.")
+            f"{summary_table(result.summary())}\n\nBroker stopped cleanly: {stopped}. Load average (1 min) "
+            f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared).")
     return Section("handshake", "Fuzzed TLS and SASL handshakes", body, result.ok and stopped)
 
 
