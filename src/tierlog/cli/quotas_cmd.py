@@ -81,17 +81,22 @@ def parse_ops(add: str, delete: str) -> list[dict[str, Any]]:
     return ops
 
 
+def _error_text(code: int, message: str | None) -> str:
+    name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else f"error {code}"
+    return f"{message} [{name}]" if message else name
+
+
 @command
 def run_describe(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
     entity = entity_of(args)
     components = [{"entity_type": t, "match_type": 1 if n is None else 0, "match": n} for t, n in entity]
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         response = client.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": components, "strict": bool(entity)})
     if int(response.error_code) != ErrorCode.NONE:
-        return fail(response.error_message or f"error {int(response.error_code)}")
+        return fail(_error_text(int(response.error_code), response.error_message))
     for entry in response.entries or ():
         parts = [(str(e.entity_type), e.entity_name) for e in entry.entity]
         values = ",".join(f"{v.key}={float(v.value):g}" for v in entry.values)
@@ -101,19 +106,19 @@ def run_describe(args: argparse.Namespace) -> int:
 
 @command
 def run_alter(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
     entity = entity_of(args)
     if not entity:
         raise CliError("name the entity: --user/--user-defaults and/or --client-id/--client-defaults")
     ops = parse_ops(args.add_config, args.delete_config)
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         response = client.call(ApiKey.ALTER_CLIENT_QUOTAS, {"validate_only": args.validate_only, "entries": [
             {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity], "ops": ops}]})
     for entry in response.entries:
         if int(entry.error_code) != ErrorCode.NONE:
-            return fail(entry.error_message or f"error {int(entry.error_code)}")
+            return fail(_error_text(int(entry.error_code), entry.error_message))
     verb = "can be altered" if args.validate_only else "Completed updating config"
     print(f"{verb} for {entity_text(entity)}.")
     return 0

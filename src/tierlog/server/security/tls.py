@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from tierlog._util.pem import load_pem_cert_chain
 from tierlog.config import BrokerConfig
 from tierlog.errors import ConfigError
 
@@ -111,14 +110,7 @@ def _load_keystore(ctx: ssl.SSLContext, s: TlsSettings) -> None:
             raise ConfigError(where, "set ssl.keystore.location, or both ssl.keystore.certificate.chain and "
                                      "ssl.keystore.key")
         where = s.key("ssl.keystore.certificate.chain")
-        # The ssl module loads keys from files only: a private directory that lives for the call.
-        with tempfile.TemporaryDirectory(prefix="tierlog-tls-") as tmp:
-            chain, key = Path(tmp, "chain.pem"), Path(tmp, "key.pem")
-            for path, data in ((chain, s.certificate_chain), (key, s.private_key)):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w", encoding="ascii") as f:
-                    f.write(data)
-            ctx.load_cert_chain(chain, key, password=s.key_password)
+        load_pem_cert_chain(ctx, s.certificate_chain, s.private_key, s.key_password)
     except (ssl.SSLError, OSError, ValueError) as e:
         raise ConfigError(where, f"cannot load the certificate and key: {e}") from None
 
