@@ -3,8 +3,9 @@
 does for quotas. librdkafka has no client quota admin API, so this speaks the protocol itself.
 
 An entity is ``--user NAME`` or ``--user-defaults``, ``--client-id NAME`` or ``--client-defaults``,
-or one of each (a user's quota for one client id). Keys: producer_byte_rate, consumer_byte_rate,
-request_percentage, controller_mutation_rate.
+or one of each (a user's quota for one client id); or ``--ip ADDRESS`` or ``--ip-defaults`` alone.
+Keys: producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate; for an
+ip, connection_creation_rate.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def _add_entity_options(p: argparse.ArgumentParser) -> None:
     client = p.add_mutually_exclusive_group()
     client.add_argument("--client-id", metavar="ID", help="the client id the quota is for")
     client.add_argument("--client-defaults", action="store_true", help="the default quota of every client id")
+    ip = p.add_mutually_exclusive_group()
+    ip.add_argument("--ip", metavar="ADDRESS", help="the client address the quota is for (connection_creation_rate)")
+    ip.add_argument("--ip-defaults", action="store_true", help="the default quota of every client address")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,12 +58,16 @@ def entity_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         entity.append(("user", args.user))
     if args.client_id is not None or args.client_defaults:
         entity.append(("client-id", args.client_id))
+    if args.ip is not None or args.ip_defaults:
+        if entity:
+            raise CliError("--ip/--ip-defaults cannot be combined with a user or client id (Kafka's rule)")
+        entity.append(("ip", args.ip))
     return entity
 
 
 def entity_text(entity: list[tuple[str, str | None]]) -> str:
     """Kafka's ClientQuotaEntity names: user-principal 'alice', client-id 'c', the default as <default>."""
-    names = {"user": "user-principal", "client-id": "client-id"}
+    names = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
     ordered = sorted(entity, key=lambda part: part[0] != "user")  # the user first, as Kafka prints it
     return ", ".join(f"{names.get(t, t)} {'<default>' if n is None else repr(n)}" for t, n in ordered)
 
@@ -111,7 +119,8 @@ def run_alter(args: argparse.Namespace) -> int:
 
     entity = entity_of(args)
     if not entity:
-        raise CliError("name the entity: --user/--user-defaults and/or --client-id/--client-defaults")
+        raise CliError("name the entity: --user/--user-defaults and/or --client-id/--client-defaults, or "
+                       "--ip/--ip-defaults")
     ops = parse_ops(args.add_config, args.delete_config)
     with wire_client(args) as client:
         response = client.call(ApiKey.ALTER_CLIENT_QUOTAS, {"validate_only": args.validate_only, "entries": [
