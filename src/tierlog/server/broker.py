@@ -239,6 +239,12 @@ class Broker:
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.security.image = lambda: controller.image
+        # Dynamic keystore updates (AlterConfigs on this broker): checked by the handlers before they are
+        # recorded, applied after each commit and, at start, from what the metadata log holds.
+        ctx.tls_check = self.security.check_dynamic
+        own = str(config.node_id)
+        self.security.apply_dynamic(controller.image.broker_configs(own))
+        controller.add_listener(lambda image, _delta: self.security.apply_dynamic(image.broker_configs(own)))
         await asyncio.to_thread(self.security.start)
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +91,9 @@ class BrokerContext:
 
     #: ACL checks (``authorizer.class.name``); the default allows everything.
     acl_gate: AclGate = field(default_factory=lambda: AclGate(None))
+    #: Checks this broker's dynamic configs after a change would give its TLS listeners keystores that
+    #: load and fit (raises ConfigError); None: no TLS listener to check (unit tests' contexts).
+    tls_check: Callable[[Mapping[str, str]], None] | None = None
 
     def allowed(self, client: ClientInfo, op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER,
                 name: str = CLUSTER_NAME, *, log_denied: bool = True) -> bool:
