@@ -259,3 +259,6 @@ def test_ip_connection_creation_rate_throttles_new_connections(quota_broker: Bro
     ok("quotas", "alter", *bs, "--ip-defaults", "--delete-config", "connection_creation_rate")
     assert _burst(port, "127.0.0.1", 20)[1] == 0
     assert "throttling new connections from 127.0.0.1" in quota_broker.log_path.read_text()
+    samples = scrape(metrics_url(quota_broker))
+    assert samples[("tierlog_ip_connections_throttled_total", frozenset())] >= refused
+    assert samples[("tierlog_ip_connection_throttle_time_ms_total", frozenset())] > 0

@@ -232,8 +232,8 @@ class Broker:
             acl_gate=AclGate.from_config(config, lambda: controller.image),
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
-        self._rate_gate = ConnectionRateGate(
-            IpConnectionRates(lambda: controller.image.client_quotas, quota_window(config)), self.clock)
+        ctx.connection_rates = IpConnectionRates(lambda: controller.image.client_quotas, quota_window(config))
+        self._rate_gate = ConnectionRateGate(ctx.connection_rates, self.clock)
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
