@@ -159,7 +159,7 @@ def test_every_family_over_mutual_tls(broker: SecureBroker, pki: Pki, tmp_path: 
     assert "User:bob" in ok("acls", "list", *conn)
     ok("quotas", "alter", "--client-id", "c1", "--add-config", "consumer_byte_rate=2048", *conn)
     assert "consumer_byte_rate=2048" in ok("quotas", "describe", *conn)
-    ok("users", "scram", "set", "--user", "carol", "--password", "carol-pw", *conn)
+    ok("users", "scram", "set", "--user", "carol", *conn, stdin="carol-pw\n")  # the password on stdin
     assert "'carol' are SCRAM-SHA-512=iterations=4096" in ok("users", "scram", "list", *conn)
     assert "metadata.version" in ok("features", "describe", *conn)
     ok("transactions", "list", *conn)

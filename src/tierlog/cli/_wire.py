@@ -67,11 +67,15 @@ class WireClient:
                 sock.close()
                 raise CliError(f"TLS handshake with {bootstrap_server} failed: {getattr(e, 'reason', None) or e} "
                                f"(is it a {self.security.protocol} listener?)") from None
-        #: The broker's ApiVersions answer: its API ranges and its features.
-        self.api_versions = self._api_versions()
-        self._ranges = {k.api_key: (k.min_version, k.max_version) for k in self.api_versions.api_keys}
-        if self.security.sasl:
-            self._authenticate()
+        try:
+            #: The broker's ApiVersions answer: its API ranges and its features.
+            self.api_versions = self._api_versions()
+            self._ranges = {k.api_key: (k.min_version, k.max_version) for k in self.api_versions.api_keys}
+            if self.security.sasl:
+                self._authenticate()
+        except BaseException:
+            self._sock.close()
+            raise
 
     def _authenticate(self) -> None:
         sec = self.security
