@@ -340,12 +340,16 @@ class ManifestPublisher:
     # -- RemoteLogMetadataManager: writes, each followed by the partition's manifest ----------------
 
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        # COPY_SEGMENT_STARTED changes nothing a reader reads: it rides along with the next write.
         self.store.add_remote_log_segment_metadata(metadata)
-        self.publish(metadata.segment_id.topic_id_partition)
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
         self.store.update_remote_log_segment_metadata(update)
-        self.publish(update.segment_id.topic_id_partition)
+        # Readers must see a segment become readable and a deletion begin (before the data goes);
+        # DELETE_SEGMENT_FINISHED only drops an entry they already skip: it rides along too, which
+        # spares a write per deleted segment.
+        if update.state in (RemoteLogSegmentState.COPY_SEGMENT_FINISHED, RemoteLogSegmentState.DELETE_SEGMENT_STARTED):
+            self.publish(update.segment_id.topic_id_partition)
 
     def put_remote_partition_delete_metadata(self, metadata: RemotePartitionDeleteMetadata) -> None:
         self.store.put_remote_partition_delete_metadata(metadata)
