@@ -21,6 +21,10 @@ topic *id* rather than its name keeps the key short: the key base goes into the 
 metadata (KIP-917, limit 128 bytes by default) together with the total uploaded size, so fetch and
 delete read the key back from the metadata and a later change of ``s3.prefix`` does not orphan the
 segments written before it.
+
+Each partition's manifest (tiered/manifest.py) is ``<prefix><topicId>-<partition>/_manifest.json``,
+written with conditional PUTs (``If-Match`` / ``If-None-Match``); readers list the prefix with a
+delimiter to find them.
 """
 
 from __future__ import annotations
