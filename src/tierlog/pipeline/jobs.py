@@ -393,7 +393,7 @@ def _logs(paths: Sequence[str], spec: RemoteSpec | None,
     missing = sorted(set(topics or ()) - {t for t, _ in logs})
     if missing:
         raise TierlogError(f"topic {', '.join(map(repr, missing))} not found in {', '.join(paths)}"
-                           + (f" or the remote log metadata in {spec.metadata_dir}" if spec is not None else ""))
+                           + (" or the remote tier" if spec is not None else ""))
     return logs
 
 
