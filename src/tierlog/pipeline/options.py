@@ -284,8 +284,9 @@ TAILS = ("broker", "local", "none")
 
 
 def _tail(options: Mapping[str, str], paths: tuple[str, ...], master: str | None) -> str:
-    """``tail``: given, else local where the log dir is on this machine and Spark runs here (a local
-    master), else broker."""
+    """``tail``: given, else local where Spark runs here (a local master) with a path that is a log
+    dir here -- or any path when no broker is named, so a mistyped one is reported as such -- and
+    broker otherwise."""
     raw = options.get("tail")
     if raw is not None:
         tail = raw.strip().lower()
@@ -293,7 +294,8 @@ def _tail(options: Mapping[str, str], paths: tuple[str, ...], master: str | None
             raise TierlogOptionError(f"option 'tail' must be one of {', '.join(TAILS)}, got {raw!r}")
         return tail
     local_master = master is None or master.strip().lower().startswith("local")
-    return "local" if paths and local_master and Path(paths[0]).is_dir() else "broker"
+    here = bool(paths) and (Path(paths[0]).is_dir() or not options.get("kafka.bootstrap.servers", "").strip())
+    return "local" if local_master and here else "broker"
 
 
 def _broker_spec(raw: Mapping[str, str], options: Mapping[str, str], tail: str, read_committed: bool,
@@ -303,8 +305,8 @@ def _broker_spec(raw: Mapping[str, str], options: Mapping[str, str], tail: str, 
     bootstrap = options.get("kafka.bootstrap.servers", "").strip()
     if not bootstrap:
         raise TierlogOptionError(
-            "option 'tail' is broker (the default unless the path is a log dir on this machine and the master is "
-            "local): give option 'kafka.bootstrap.servers' to read the offsets not in the remote tier through the "
+            "option 'tail' is broker (the default unless the master is local and the path a log dir here): "
+            "give option 'kafka.bootstrap.servers' to read the offsets not in the remote tier through the "
             "broker, or tail=local (every node sees the log dirs) or tail=none (only the remote tier)")
     props = {"bootstrap.servers": bootstrap, **consumer_options(raw, _INTERPRETED_KAFKA)}
     return BrokerSpec(props_tuple(props), read_committed)
