@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +118,7 @@ class GroupCommit:
             thread = self._thread
             room, self._room_waiters = self._room_waiters, []
         for fut in room:
-            fut.set_result(None)
+            _settle(fut, None)
         if thread is not None:
             thread.join()
         if self._pool is not None:
@@ -141,12 +141,9 @@ class GroupCommit:
                 if self.stats.pending_bytes < self.max_pending_bytes or error is not None:
                     room, self._room_waiters = self._room_waiters, []
             for fut in room:
-                fut.set_result(None)
+                _settle(fut, None)
             for fut in waiters:
-                if error is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(error)
+                _settle(fut, error)
 
     def _sync(self, batch: list[FileRecords]) -> KafkaStorageError | None:
         reason = self._channel.offline_reason(self.log_dir)
@@ -193,3 +190,16 @@ class GroupCommit:
         except OSError as e:
             return e, f"fdatasync of {records.path}"
         return None
+
+
+def _settle(fut: Future[None], error: BaseException | None) -> None:
+    """Complete a waiter's future, unless its waiter gave up: a produce whose client disconnected
+    cancels it (asyncio.wrap_future passes the cancel on), and setting a cancelled future raises --
+    which killed this thread and left every later durable append waiting for ever."""
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:
+        pass  # cancelled between the round's start and now: nobody is waiting
