@@ -11,7 +11,7 @@ to get one). The script
    and ``tests/test-runner`` with the system's libraries (``./configure --disable-...`` is not used:
    the defaults find zlib, zstd, lz4, OpenSSL and Cyrus SASL);
 2. starts ``tierlog serve`` on a free loopback port with the settings the suite's own clusters use
-   (``num.partitions=4``, auto topic creation on, ``group.initial.rebalance.delay.ms=0``,
+   (``num.partitions=4``, auto topic creation on, ``group.initial.rebalance.delay.ms`` at its 3000 ms,
    ``delete.topic.enable``; see SUITE_OVERRIDES) in a fresh data dir, and writes ``tests/test.conf``;
    the ``noautocreate`` scenario's tests get a broker without auto topic creation, the ACL tests
    (0115, 0119) one with Kafka's StandardAuthorizer, the SASL tests (0135, 0142) a SASL_PLAINTEXT PLAIN
@@ -47,12 +47,13 @@ DOC = ROOT / "docs" / "compatibility.md"
 BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
 APT_PACKAGES = ["build-essential", "pkg-config", "rapidjson-dev", "libssl-dev", "zlib1g-dev", "libzstd-dev",
                 "liblz4-dev", "libsasl2-dev"]
-#: What the suite's own test clusters (tests/LibrdkafkaTestApp.py, trivup) configure.
+#: What the suite's own test clusters configure (tests/scenarios/*.json, tests/cluster_testing.py and
+#: trivup's KafkaBrokerApp): `group.initial.rebalance.delay.ms` is left at Kafka's 3000 ms, which 0113's
+#: l_unsubscribe relies on (two consumers subscribing 1 ms apart join the same first generation).
 SUITE_OVERRIDES = {
     "num.partitions": "4",
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
-    "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "10",
     "transaction.state.log.num.partitions": "10",
 }
