@@ -117,6 +117,9 @@ def remote_log_manager_settings(config: BrokerConfig) -> RemoteLogManagerSetting
         broker_id=config.node_id,
         delete_retry_max_attempts=config.get_int("remote.log.manager.delete.retry.max.attempts"),
         delete_retry_backoff_max_ms=config.get_int("remote.log.manager.delete.retry.backoff.max.ms"),
+        compaction_enable=config.get_bool("log.cleaner.enable"),
+        compaction_map_bytes=config.get_int("log.cleaner.dedupe.buffer.size"),
+        compaction_io_buffer_bytes=config.get_int("log.cleaner.io.buffer.size"),
     )
 
 

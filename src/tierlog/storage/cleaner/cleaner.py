@@ -215,9 +215,13 @@ class Cleaner:
                             for pid, e in ulog.producer_state.producers.items()}
             log_start = ulog.log_start_offset
             config = ulog.config
+            # A tiered log's segments already in the remote tier stay as they were uploaded: the remote
+            # tier is compacted by its own job (tiered/remote_compaction.py), and a local rewrite across
+            # the remote end would let the copy task meet segments it half holds.
+            tiered_end = ulog.remote_end_offset if ulog.remote_log_enabled else -1
         txn = TxnTracker(ulog.collect_aborted_transactions(log_start, end))
         ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records)
-        to_clean = [v for v in views[:-1] if v.base_offset < end]
+        to_clean = [v for v in views[:-1] if tiered_end < v.base_offset < end]
         groups = group_segments(to_clean, config.segment_bytes, config.segment_index_bytes)
         horizon: int | None = None
         for n, group in enumerate(groups):
