@@ -325,3 +325,18 @@ def test_the_copy_task_runs_remote_compaction_when_due(env: Env) -> None:
     assert all(m.replaces for m in finished(rlm))
     assert as_table(read_remote(rlm, remote_end)) == expected_after(ulog, remote_end)
 
+
+
+def test_a_restart_after_remote_compaction_keeps_the_partition_online(env: Env) -> None:
+    """The restart's comparison of the local log with the remote tier at the remote end (restore) must
+    not take a compacted remote tier for different data: the local log still holds the uncompacted
+    copies until local retention deletes them."""
+    ulog, rlm, remote_end = setup_two_rounds(env)
+    put_round(ulog, 3, T0 + 5000, keys=range(0, KEYS, 2))  # the remote end's key is superseded locally
+    assert rlm.compact_partition("t", 0, force=True) is not None
+    rlm.rlmm.close()
+    rlm2 = env.rlm(local_rsm(env))
+    rlm2.sync_partitions()
+    rlm2.copy_partition("t", 0)
+    assert ulog.offline_reason is None
+    assert read_remote(rlm2, remote_end) == expected_records(ulog, remote_end)
