@@ -61,6 +61,9 @@ class PartitionState:
     boundary_unchecked: bool = False
     #: Seed 001: producer snapshots this process rebuilt before uploading a segment.
     producer_snapshots_rebuilt: int = 0
+    #: Remote compaction (issue 18): the earliest delete horizon of a tombstone or marker its last run
+    #: kept, when the next run is due whatever the dirty ratio (None: none known to this process).
+    remote_delete_horizon_ms: int | None = None
 
 
 def is_tierable(ulog: UnifiedLog, system_enable: bool) -> bool:

@@ -45,7 +45,13 @@ from pathlib import Path
 from tierlog.clock import monotonic_s
 from tierlog.records.builder import build_batch
 from tierlog.records.header import BatchHeader
-from tierlog.storage.cleaner.batches import FilterContext, LastRecord, filter_batch, read_batches
+from tierlog.storage.cleaner.batches import (
+    FilterContext,
+    LastRecord,
+    delete_horizon_of,
+    filter_batch,
+    read_batches,
+)
 from tierlog.storage.cleaner.fast_path import map_batch
 from tierlog.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
@@ -114,6 +120,8 @@ class RemoteCompactionResult:
     records_read: int = 0
     records_kept: int = 0
     abandoned: str | None = None
+    #: The earliest delete horizon of the tombstones and markers kept, or None.
+    next_delete_horizon_ms: int | None = None
 
 
 class RemoteCompactor:
@@ -142,10 +150,16 @@ class RemoteCompactor:
             return None
         segments = list(ctx.rlmm.list_remote_log_segments(state.tip))
         finished = any(m.state is S.COPY_SEGMENT_FINISHED for m in segments)
-        if not (force and finished) and not remote_compaction_due(segments, ulog.config.min_cleanable_dirty_ratio):
+        now = ctx.now_ms()
+        horizon = state.remote_delete_horizon_ms
+        # Due by the dirty ratio, or once a kept tombstone's horizon has passed (Kafka's cleaner also
+        # picks a log for its expired tombstones), or when asked.
+        expired = horizon is not None and now >= horizon
+        if not ((force or expired) and finished) and not remote_compaction_due(
+                segments, ulog.config.min_cleanable_dirty_ratio):
             return None
         try:
-            result = self.compact(state, ulog, ctx.now_ms())
+            result = self.compact(state, ulog, now)
         except Exception as e:
             self.errors += 1
             log.error("remote compaction of %s-%d failed: %s: %s", *state.tp, type(e).__name__, e,
@@ -153,6 +167,8 @@ class RemoteCompactor:
             ctx.record_error(state, f"remote compaction: {type(e).__name__}: {e}")
             return None
         self.last_result = result
+        if result.abandoned is None:
+            state.remote_delete_horizon_ms = result.next_delete_horizon_ms
         return result
 
     # -- one run ----------------------------------------------------------------------------------
@@ -293,7 +309,12 @@ class RemoteCompactor:
                 for h in self._batches(md, scratch, result):
                     out = filter_batch(h, fctx)
                     if out is not None:
-                        seg.append(out, [BatchHeader(out, 0)])
+                        kept = BatchHeader(out, 0)
+                        seg.append(out, [kept])
+                        horizon = delete_horizon_of(kept)
+                        if horizon is not None:
+                            known = result.next_delete_horizon_ms
+                            result.next_delete_horizon_ms = horizon if known is None else min(known, horizon)
             if seg.size_bytes == 0:
                 # Nothing left: an empty batch at the range's last offset keeps the segment non-empty.
                 empty = build_batch([], base_offset=last.end_offset, last_offset_delta=0,
