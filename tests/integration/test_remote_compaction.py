@@ -163,6 +163,8 @@ def _check_table(broker: BrokerProcess, topic: str, model: dict[bytes, bytes | N
 
 
 def _objects_named_by_metadata(broker: BrokerProcess, backend: dict[str, str]) -> None:
+    """Every object belongs to a segment the metadata names (read before and after the listing: a run
+    may start or finish a segment meanwhile)."""
     live = {sid for *_, sid in _segments(broker)}
     if backend:
         import boto3
@@ -173,6 +175,7 @@ def _objects_named_by_metadata(broker: BrokerProcess, backend: dict[str, str]) -
     else:
         remote = broker.data_dir.parent / f"{broker.data_dir.name}-remote"
         names = [str(p) for p in remote.rglob("*") if p.is_file()]
+    live |= {sid for *_, sid in _segments(broker)}
     orphans = [n for n in names if not any(sid in n for sid in live)]
     assert names and not orphans, orphans[:5]
 

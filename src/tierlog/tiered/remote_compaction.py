@@ -48,6 +48,7 @@ from tierlog.records.header import BatchHeader
 from tierlog.storage.cleaner.batches import (
     FilterContext,
     LastRecord,
+    batch_keys,
     delete_horizon_of,
     filter_batch,
     read_batches,
@@ -312,7 +313,10 @@ class RemoteCompactor:
                         kept = BatchHeader(out, 0)
                         seg.append(out, [kept])
                         horizon = delete_horizon_of(kept)
-                        if horizon is not None:
+                        # A batch keeps its horizon bit after its tombstones went: only one still
+                        # holding a tombstone or a marker makes a later run due.
+                        if horizon is not None and (kept.is_control or any(
+                                not has_value for _, _, has_value in batch_keys(kept))):
                             known = result.next_delete_horizon_ms
                             result.next_delete_horizon_ms = horizon if known is None else min(known, horizon)
             if seg.size_bytes == 0:

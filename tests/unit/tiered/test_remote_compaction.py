@@ -343,3 +343,23 @@ def test_a_restart_after_remote_compaction_keeps_the_partition_online(env: Env) 
     rlm2.copy_partition("t", 0)
     assert ulog.offline_reason is None
     assert read_remote(rlm2, remote_end) == expected_records(ulog, remote_end)
+
+
+def test_no_run_is_due_once_the_tombstones_are_gone(env: Env) -> None:
+    """A batch keeps its delete-horizon bit after its tombstone was dropped: that alone must not make
+    every later copy run compact the remote tier again."""
+    ulog, rlm, _ = setup_two_rounds(env)
+    # One batch holding a tombstone and a live record: after the tombstone goes, the batch stays
+    # (with its horizon bit).
+    ulog.append_as_leader(build_batch([SimpleRecord(b"gone", None, timestamp=T0 + 3000),
+                                       SimpleRecord(b"kept", b"v", timestamp=T0 + 3001)]))
+    put_round(ulog, 4, T0 + 4000, keys=range(KEYS, KEYS + 30))  # fills the segment, so it is tiered
+    clean_and_checkpoint(ulog, T0 + 4000)
+    assert rlm.copy_partition("t", 0) > 0
+    assert rlm.compact_partition("t", 0, force=True) is not None
+    env.clock.advance(3_600_000)
+    assert rlm.compact_partition("t", 0) is not None  # the tombstone's horizon passed: due
+    keys = {k for _, k, _ in read_remote(rlm, ulog.remote_end_offset)}
+    assert b"kept" in keys and b"gone" not in keys
+    env.clock.advance(3_600_000)
+    assert rlm.compact_partition("t", 0) is None
