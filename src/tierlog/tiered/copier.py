@@ -98,7 +98,12 @@ class SegmentCopier:
                 for base, next_base in backlog:
                     if state.copy_stopped or state.released or ctx.closed():
                         break
-                    self.copy_segment(state, ulog, base, next_base)
+                    if not ulog.begin_copy(base, next_base):
+                        break  # the cleaner swapped it meanwhile: the next run lists the segments again
+                    try:
+                        self.copy_segment(state, ulog, base, next_base)
+                    finally:
+                        ulog.end_copy()
                     copied += 1
                     state.segments_copied += 1
                     if monotonic_s(ctx.clock) >= progress_at and copied < len(backlog):

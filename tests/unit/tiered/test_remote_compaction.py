@@ -363,3 +363,51 @@ def test_no_run_is_due_once_the_tombstones_are_gone(env: Env) -> None:
     assert b"kept" in keys and b"gone" not in keys
     env.clock.advance(3_600_000)
     assert rlm.compact_partition("t", 0) is None
+
+
+def _disjoint(rlm: RemoteLogManager) -> bool:
+    ranges = [(m.start_offset, m.end_offset) for m in finished(rlm)]
+    return all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_a_segment_copied_while_the_cleaner_rewrites_it_stays_as_uploaded(env: Env) -> None:
+    """The cleaner read a group, the copy task uploaded part of it meanwhile: the swap is abandoned,
+    else the merged segment would be copied again over offsets the remote tier holds."""
+    ulog = env.open_log("t-0", compact_config())
+    rlm = env.rlm(local_rsm(env))
+    rlm.sync_partitions()
+    put_round(ulog, 1, T0)
+    clean_and_checkpoint(ulog, T0)
+    put_round(ulog, 2, T0 + 1000)
+    ulog.roll()
+    copied: list[int] = []
+
+    def copy_meanwhile(step: str) -> None:
+        if step == "cleaned-written" and not copied:
+            copied.append(rlm.copy_partition("t", 0))
+
+    result = clean_log(ulog, Cleaner(OffsetMap(10_000), io_buffer_bytes=4096, swap_hook=copy_meanwhile), None, T0)
+    assert copied and copied[0] > 0
+    assert result.aborted
+    CleanerCheckpoint(ulog.dir.parent).write({(ulog.topic, ulog.partition): result.end_offset})
+    clean_and_checkpoint(ulog, T0 + 2000)  # cleans what is above the remote end
+    rlm.copy_partition("t", 0)
+    assert _disjoint(rlm), [(m.start_offset, m.end_offset) for m in finished(rlm)]
+    assert rlm.compact_partition("t", 0, force=True) is not None
+    assert read_remote(rlm, ulog.remote_end_offset) == expected_records(ulog, ulog.remote_end_offset)
+
+
+def test_the_cleaner_leaves_a_segment_being_copied_alone(env: Env) -> None:
+    ulog = env.open_log("t-0", compact_config())
+    rlm = env.rlm(local_rsm(env))
+    rlm.sync_partitions()
+    put_round(ulog, 1, T0)
+    put_round(ulog, 2, T0 + 1000)
+    ulog.roll()
+    bases = ulog.segments.base_offsets
+    assert ulog.begin_copy(bases[0], bases[1])
+    before = ulog.segments.get(bases[0]).log_path.read_bytes()
+    clean_log(ulog, Cleaner(OffsetMap(10_000), io_buffer_bytes=4096), None, T0)
+    assert ulog.segments.get(bases[0]).log_path.read_bytes() == before
+    ulog.end_copy()
+    assert not ulog.begin_copy(bases[0], bases[0] + 10**6)  # not the segment it listed
