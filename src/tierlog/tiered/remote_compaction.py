@@ -36,6 +36,7 @@ deleted by the expiration pass. A re-run starts from the metadata as it is.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 from collections.abc import Callable, Iterator
@@ -184,6 +185,13 @@ class RemoteCompactor:
         result = RemoteCompactionResult()
         if not sources:
             return result
+        overlap = next(((a, b) for a, b in itertools.pairwise(sources) if b.start_offset <= a.end_offset),
+                       None)
+        if overlap is not None:
+            # Never expected (readers assume it never happens): compacting would only spread it.
+            a, b = overlap
+            raise RemoteStorageError(f"remote segments {a.segment_id} [{a.start_offset}, {a.end_offset}] and "
+                                     f"{b.segment_id} [{b.start_offset}, {b.end_offset}] overlap; not compacting")
         scratch = self.work_dir / f"{state.tp[0]}-{state.tp[1]}"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)

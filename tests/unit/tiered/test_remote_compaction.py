@@ -411,3 +411,40 @@ def test_the_cleaner_leaves_a_segment_being_copied_alone(env: Env) -> None:
     assert ulog.segments.get(bases[0]).log_path.read_bytes() == before
     ulog.end_copy()
     assert not ulog.begin_copy(bases[0], bases[0] + 10**6)  # not the segment it listed
+
+
+def test_transactions_in_the_remote_tier(env: Env) -> None:
+    """Committed transactional records are compacted like any; an aborted transaction's records never
+    come back, and its ABORT marker and the emptied transactions' markers go once their horizon passed
+    (the producer's last batch stays: idempotence survives)."""
+    from tierlog.records.control import ControlRecordType, EndTransactionMarker, build_end_txn_marker_batch
+    from tierlog.storage.producer_state import AppendOrigin
+
+    ulog = env.open_log("t-0", compact_config())
+    rlm = env.rlm(local_rsm(env))
+    rlm.sync_partitions()
+    model = MODEL.setdefault(ulog.dir, {})
+
+    def txn(pid: int, key: bytes, value: bytes, commit: bool, ts: int) -> None:
+        offset = ulog.append_as_leader(build_batch([SimpleRecord(key, value, timestamp=ts)], producer_id=pid,
+                                                   producer_epoch=0, base_sequence=0, is_transactional=True)).first_offset
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        ulog.append_as_leader(build_end_txn_marker_batch(EndTransactionMarker(kind, 0), producer_id=pid,
+                                                         producer_epoch=0, timestamp_ms=ts), origin=AppendOrigin.COORDINATOR)
+        if commit:
+            model[key] = (offset, value)
+
+    txn(100, b"key-00", b"committed-old", True, T0)
+    txn(101, b"key-01", b"aborted", False, T0 + 1)
+    put_round(ulog, 1, T0 + 10)
+    txn(102, b"key-02", b"committed-new", True, T0 + 20)
+    put_round(ulog, 2, T0 + 30, keys=range(3, KEYS))
+    clean_and_checkpoint(ulog, T0 + 40)
+    assert rlm.copy_partition("t", 0) > 0
+    end = ulog.remote_end_offset
+    env.clock.advance(3_600_000)
+    assert rlm.compact_partition("t", 0, force=True) is not None
+    seen = read_remote(rlm, end)
+    assert seen == expected_records(ulog, end)
+    assert (b"key-01", b"aborted") not in {(k, v) for _, k, v in seen}
+    assert as_table(seen)[b"key-02"] == b"committed-new"
