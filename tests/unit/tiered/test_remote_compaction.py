@@ -448,3 +448,43 @@ def test_transactions_in_the_remote_tier(env: Env) -> None:
     assert seen == expected_records(ulog, end)
     assert (b"key-01", b"aborted") not in {(k, v) for _, k, v in seen}
     assert as_table(seen)[b"key-02"] == b"committed-new"
+
+
+def _local_records_above(ulog: UnifiedLog, offset: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    out = []
+    for base in ulog.segments.base_offsets:
+        seg = ulog.segments.get(base)
+        for h in iter_headers(seg.log.read(0, seg.size_bytes)):
+            if not h.is_control:
+                out.extend((r.offset, r.key, r.value) for r in decode_batch(h) if r.offset > offset)
+    return out
+
+
+def test_a_tombstone_is_never_dropped_locally_while_the_remote_tier_holds_the_key(env: Env) -> None:
+    """The local cleaner of a tiered log keeps tombstones past their horizon: the key's older records
+    are in the remote tier, which it does not rewrite, so dropping the tombstone would bring them back.
+    Remote compaction drops the tombstone once it is tiered, together with the older records."""
+    ulog = env.open_log("t-0", compact_config())
+    rlm = env.rlm(local_rsm(env))
+    rlm.sync_partitions()
+    put_round(ulog, 1, T0)
+    clean_and_checkpoint(ulog, T0)
+    assert rlm.copy_partition("t", 0) > 0
+    remote_end = ulog.remote_end_offset
+    put_round(ulog, 2, T0 + 1000, keys=range(0, 1), tombstones=(0,))  # key-00 deleted, locally
+    put_round(ulog, 3, T0 + 2000, keys=range(KEYS, KEYS + 12))
+    clean_and_checkpoint(ulog, env.clock.wall_ms())  # the tombstone's horizon: a minute from now
+    env.clock.advance(3_600_000)
+    clean_and_checkpoint(ulog, env.clock.wall_ms())  # past it
+    rlm.compact_partition("t", 0, force=True)
+    table = as_table(read_remote(rlm, remote_end) + _local_records_above(ulog, remote_end))
+    assert table.get(b"key-00") is None, "a deleted key came back"
+    # Tiered, the tombstone goes with the next remote compaction, and with it every older record.
+    clean_and_checkpoint(ulog, env.clock.wall_ms())
+    rlm.copy_partition("t", 0)
+    env.clock.advance(3_600_000)
+    rlm.compact_partition("t", 0, force=True)
+    end = ulog.remote_end_offset
+    assert end > remote_end
+    seen = read_remote(rlm, end)
+    assert b"key-00" not in {k for _, k, _ in seen}

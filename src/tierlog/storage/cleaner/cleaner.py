@@ -219,8 +219,10 @@ class Cleaner:
             # tier is compacted by its own job (tiered/remote_compaction.py), and a local rewrite across
             # the remote end would let the copy task meet segments it half holds.
             tiered_end = ulog.cleaner_floor
+            tiered = ulog.remote_log_enabled
         txn = TxnTracker(ulog.collect_aborted_transactions(log_start, end))
-        ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records)
+        ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records,
+                            keep_deletes=tiered)
         to_clean = [v for v in views[:-1] if tiered_end < v.base_offset < end]
         groups = group_segments(to_clean, config.segment_bytes, config.segment_index_bytes)
         horizon: int | None = None
