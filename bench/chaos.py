@@ -12,6 +12,9 @@ Sections (``--only`` picks some):
            seed 002 uploads whose plugin deletes fail (retried, or given up and settled).
   hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
            clients, ``--connections`` connections at once.
+  handshake ``--handshake-attempts`` hostile connections on SASL_PLAINTEXT, SASL_SSL and SSL listeners:
+           fuzzed ClientHellos, SASL requests out of order, garbled/oversized/replayed SCRAM and PLAIN
+           messages, stalled handshakes; Kafka's error or a close each time, a good client served.
   txn      a transactional consume-transform-produce application (its own process) while it and the broker
            are SIGKILLed ``--txn-kills`` times; ``--txn-inputs`` records, read_committed output exactly once.
   power    ``--cuts`` power cuts (lazyfs: every write not fsynced undone) after SIGKILLs under an idempotent
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import random
 import re
 import sys
@@ -228,6 +232,38 @@ def hostile(args: argparse.Namespace, work: Path) -> Section:
     return Section("hostile", "Hostile clients", body, fuzzed.ok and slow.ok and flood.ok and limits.ok and stopped)
 
 
+def handshake(args: argparse.Namespace, work: Path) -> Section:
+    import ssl
+
+    from tests.reliability.sasl_fuzz import handshake_fuzz, prepare, secured_overrides
+    from tests.security.conftest import SecureBroker
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    load_before = os.getloadavg()[0]
+    (work / "handshake").mkdir()
+    overrides, _, ca_file = secured_overrides(work / "handshake")
+    broker = SecureBroker(work / "handshake" / "data", overrides).start()
+    try:
+        prepare(broker)
+        result = handshake_fuzz(broker, ssl.create_default_context(cafile=str(ca_file)), args.handshake_attempts,
+                                seed=seed, concurrency=48, batch=1000, stalled=30)
+    finally:
+        stopped = broker.stop() == 0 if broker.alive() else False
+    body = ("A broker with SASL_PLAINTEXT, SASL_SSL (PLAIN, SCRAM-SHA-512) and SSL listeners; each attempt is one "
+            "connection of a hostile client (`tests/reliability/sasl_fuzz.py`, seed "
+            f"{seed}): cut-short, garbled or random ClientHellos and plaintext requests on the TLS ports; unknown "
+            "mechanisms, SaslAuthenticate before SaslHandshake, a second SaslHandshake, Produce/Fetch/Metadata/"
+            "CreateTopics before authentication, garbled, oversized and truncated SCRAM and PLAIN messages, wrong "
+            "nonces and proofs, a good exchange's messages replayed, the v0 raw-token flow with garbage, frames "
+            "over the 512 KiB pre-authentication limit. Each outcome must be Kafka's error for the attempt "
+            "(then the connection closed) or the close alone; between batches a SCRAM-SHA-512 client logs in, "
+            "produces and fetches. Stalled connections (half a ClientHello, a SaslHandshake and then nothing, "
+            "nothing at all) must be closed by the broker.\n\n"
+            f"{summary_table(result.summary())}\n\nBroker stopped cleanly: {stopped}. Load average (1 min) "
+            f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared).")
+    return Section("handshake", "Fuzzed TLS and SASL handshakes", body, result.ok and stopped)
+
+
 def load_section(args: argparse.Namespace, work: Path) -> Section:
     from tests.reliability.load import load
 
@@ -299,8 +335,8 @@ def txn(args: argparse.Namespace, work: Path) -> Section:
 
 
 def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
-    return {"crash": crash, "power": power, "damage": damage, "remote": remote, "hostile": hostile, "txn": txn,
-            "load": load_section}
+    return {"crash": crash, "power": power, "damage": damage, "remote": remote, "hostile": hostile,
+            "handshake": handshake, "txn": txn, "load": load_section}
 
 
 BEGIN = "<!-- chaos:{name}:begin -->"
@@ -350,6 +386,7 @@ def main() -> int:
     p.add_argument("--delete-rounds", type=int, default=10, help="remote: rounds of failing seed 002 deletes")
     p.add_argument("--fuzz-inputs", type=int, default=100_000)
     p.add_argument("--connections", type=int, default=2000)
+    p.add_argument("--handshake-attempts", type=int, default=20_000, help="handshake: hostile TLS/SASL connections")
     p.add_argument("--load-connections", type=int, default=1000)
     p.add_argument("--load-partitions", type=int, default=10_000)
     p.add_argument("--txn-kills", type=int, default=40, help="txn: SIGKILL rounds (broker, application or both)")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
-from tierlog.config.settings import broker_default_flag, broker_default_str
+from tierlog.config.settings import setting
 from tierlog.metadata import Controller, MetadataImage
 from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
@@ -62,9 +62,9 @@ class ProducerIdManager:
 class RequestSettings:
     """The broker settings request handlers read (built by ``tierlog.server.settings``)."""
 
-    auto_create_topics_enable: bool = broker_default_flag("auto.create.topics.enable")
+    auto_create_topics_enable: bool = setting("auto.create.topics.enable")
     #: ``log.durable.acks``: the lowest acks level answered only once the batches are fsynced.
-    durable_acks: str = broker_default_str("log.durable.acks")
+    durable_acks: str = setting("log.durable.acks")
 
 
 @dataclass
