@@ -221,7 +221,8 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    broker_log: Path | None = None,
                    after_start: Callable[[ChaosBroker], bool] | None = None,
                    topic_configs: dict[str, str] | None = None,
-                   producer_config: dict[str, object] | None = None) -> CrashLoopResult:
+                   producer_config: dict[str, object] | None = None,
+                   broker_env: dict[str, str] | None = None) -> CrashLoopResult:
     """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
     ``after_start`` after each start (once the log is verified): it may change and check more state
     (the power-loss loop creates topics there) and returns whether what it checked held;
@@ -229,7 +230,7 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
     rng = random.Random(seed)
     result = CrashLoopResult()
     t0 = time.monotonic()
-    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10), **(overrides or {})})
+    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10), **(overrides or {})}, env=broker_env)
     if broker_log is not None:
         broker.log_path = broker_log
     broker.start()

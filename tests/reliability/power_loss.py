@@ -9,7 +9,10 @@ rebuild wrong), the metadata log goes through the cuts too: after every start a 
 and after every later start each topic whose creation was acknowledged must still be there with
 its partitions.
 
-Which one ran is said in the result: ``fuse`` (lazyfs needs /dev/fuse, fusermount3 and mfusepy).
+Two harnesses model the page cache; which one ran is said in the result: ``lazyfs`` (FUSE: needs
+/dev/fuse, fusermount3 and mfusepy) or ``shim`` (:mod:`tests.reliability.pageshim`, an LD_PRELOAD
+library built with the machine's C compiler: for machines without FUSE, such as many CI runners).
+``TIERLOG_POWER_HARNESS=lazyfs|shim`` chooses one; by default lazyfs where it can run, else the shim.
 """
 
 from __future__ import annotations
@@ -17,13 +20,18 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.reliability.crash_loop import CrashLoopResult, run_crash_loop
 from tests.reliability.harness import ChaosBroker, RawClient, create_topic
 from tests.reliability.lazyfs import command, mount
+from tests.reliability.pageshim import PageShim
+from tests.reliability.pageshim import unavailable as shim_unavailable
 from tierlog.protocol import ApiKey
+
+HARNESSES = ("lazyfs", "shim")
 
 
 def fuse_available() -> str | None:
@@ -39,15 +47,32 @@ def fuse_available() -> str | None:
     return None
 
 
+def harness_unavailable(harness: str) -> str | None:
+    """None when that harness can run here, else why not."""
+    return fuse_available() if harness == "lazyfs" else shim_unavailable()
+
+
+def chosen_harness() -> str:
+    """``TIERLOG_POWER_HARNESS`` when set, else lazyfs where FUSE works, else the shim."""
+    forced = os.environ.get("TIERLOG_POWER_HARNESS", "")
+    if forced:
+        if forced not in HARNESSES:
+            raise ValueError(f"TIERLOG_POWER_HARNESS={forced!r}: expected one of {', '.join(HARNESSES)}")
+        return forced
+    return "lazyfs" if fuse_available() is None else "shim"
+
+
 @dataclass
 class PowerLossResult:
-    harness: str = "fuse"
+    harness: str = "lazyfs"
     cuts: int = 0
     bytes_lost_at_cuts: list[int] = field(default_factory=list)
     loop: CrashLoopResult = field(default_factory=CrashLoopResult)
     #: Topics whose creation was acknowledged (each after a start), and those later missing.
     topics_created: int = 0
     topics_missing: list[str] = field(default_factory=list)
+    #: shim only: writable shared mappings of data files (index maps), whose stores a cut keeps.
+    writable_maps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -73,20 +98,9 @@ TIERED_TOPIC = {"remote.storage.enable": "true", "local.retention.bytes": "1", "
 
 
 def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int = 3, rate: int = 1000,
-                   seed: int | None = None, progress: bool = False, tiered: bool = False) -> PowerLossResult:
-    backing, mountpoint = work / "backing", work / "mnt"
-    backing.mkdir(parents=True, exist_ok=True)
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    result = PowerLossResult()
-    fs: list[subprocess.Popen[str]] = [mount(backing, mountpoint)]
-
-    def cut_power() -> None:
-        answer = command(fs[0], "cut")
-        fs[0].wait(600)  # undoing a cut's writes takes a while on a loaded machine
-        result.cuts += 1
-        result.bytes_lost_at_cuts.append(int(answer.split("lost_bytes=")[1].split()[0]))
-        fs[0] = mount(backing, mountpoint)
-
+                   seed: int | None = None, progress: bool = False, tiered: bool = False,
+                   harness: str | None = None) -> PowerLossResult:
+    result = PowerLossResult(harness=harness or chosen_harness())
     created: dict[str, int] = {}
 
     def create_and_check_topics(broker: ChaosBroker) -> bool:
@@ -101,16 +115,45 @@ def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int 
         result.topics_created = len(created)
         return not result.topics_missing
 
-    try:
-        result.loop = run_crash_loop(
-            mountpoint / "data", kills=cuts, partitions=partitions, rate=rate, min_uptime_s=1.0, max_uptime_s=3.0,
+    def loop(data_dir: Path, cut_power: Callable[[], None], broker_env: dict[str, str] | None) -> CrashLoopResult:
+        return run_crash_loop(
+            data_dir, kills=cuts, partitions=partitions, rate=rate, min_uptime_s=1.0, max_uptime_s=3.0,
             kill_while_starting=0.0, seed=seed, progress=progress, after_kill=cut_power,
             overrides={"log.durable.acks": durable_acks,
                        **({**TIERING, "rsm.config.dir": str(work / "remote")} if tiered else {})},
             topic_configs=TIERED_TOPIC if tiered else None,
             # Batches below the 16 KiB segments (a batch larger than segment.bytes is refused, as in Kafka).
             producer_config={"batch.size": 8192} if tiered else None, stop_on_loss=durable_acks != "none",
-            broker_log=work / "broker.stderr.log", after_start=create_and_check_topics)
+            broker_log=work / "broker.stderr.log", after_start=create_and_check_topics, broker_env=broker_env)
+
+    if result.harness == "shim":
+        data = work / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        shim = PageShim(work, data)
+
+        def shim_cut() -> None:
+            report = shim.power_cut()
+            result.cuts += 1
+            result.bytes_lost_at_cuts.append(report.bytes_lost)
+            result.writable_maps += report.writable_maps
+
+        result.loop = loop(shim.root, shim_cut, shim.env())
+        return result
+
+    backing, mountpoint = work / "backing", work / "mnt"
+    backing.mkdir(parents=True, exist_ok=True)
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    fs: list[subprocess.Popen[str]] = [mount(backing, mountpoint)]
+
+    def lazyfs_cut() -> None:
+        answer = command(fs[0], "cut")
+        fs[0].wait(600)  # undoing a cut's writes takes a while on a loaded machine
+        result.cuts += 1
+        result.bytes_lost_at_cuts.append(int(answer.split("lost_bytes=")[1].split()[0]))
+        fs[0] = mount(backing, mountpoint)
+
+    try:
+        result.loop = loop(mountpoint / "data", lazyfs_cut, None)
     finally:
         if fs[0].poll() is None:
             subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
