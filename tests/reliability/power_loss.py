@@ -3,11 +3,12 @@ consumer group) with the broker's data on :mod:`tests.reliability.lazyfs`, and e
 followed by a simulated power cut -- every write not fsynced is undone, every file or directory
 whose entry was not fsynced disappears -- before the broker starts again on the remounted data.
 
-Besides the records and the group's commits (``__consumer_offsets``, checked by the crash loop), and
-the idempotent producer's state (a duplicate after a cut would show a producer snapshot or its
-rebuild wrong), the metadata log goes through the cuts too: after every start a topic is created,
-and after every later start each topic whose creation was acknowledged must still be there with
-its partitions.
+Besides the records and the group's commits (``__consumer_offsets``, checked by the crash loop), the
+metadata log goes through the cuts too: after every start a topic is created, and after every later
+start each topic whose creation was acknowledged must still be there with its partitions. The
+idempotent producer's state is checked directly by :mod:`tests.reliability.producer_probe`: the
+producer snapshots each cut leaves, a batch in flight at each cut retried after it, the last
+acknowledged batch answered as a duplicate with its offset.
 
 Two harnesses model the page cache; which one ran is said in the result: ``lazyfs`` (FUSE: needs
 /dev/fuse, fusermount3 and mfusepy) or ``shim`` (:mod:`tests.reliability.pageshim`, an LD_PRELOAD
@@ -29,6 +30,7 @@ from tests.reliability.harness import ChaosBroker, RawClient, create_topic
 from tests.reliability.lazyfs import command, mount
 from tests.reliability.pageshim import PageShim
 from tests.reliability.pageshim import unavailable as shim_unavailable
+from tests.reliability.producer_probe import ProbeResult, ProducerProbe
 from tierlog.protocol import ApiKey
 
 HARNESSES = ("lazyfs", "shim")
@@ -71,12 +73,13 @@ class PowerLossResult:
     #: Topics whose creation was acknowledged (each after a start), and those later missing.
     topics_created: int = 0
     topics_missing: list[str] = field(default_factory=list)
+    probe: ProbeResult = field(default_factory=ProbeResult)
     #: shim only: writable shared mappings of data files (index maps), whose stores a cut keeps.
     writable_maps: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.loop.ok and not self.topics_missing
+        return self.loop.ok and not self.topics_missing and not self.probe.problems
 
 
 def _topics(broker: ChaosBroker) -> dict[str, int]:
@@ -102,9 +105,12 @@ def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int 
                    harness: str | None = None) -> PowerLossResult:
     result = PowerLossResult(harness=harness or chosen_harness())
     created: dict[str, int] = {}
+    probe: list[ProducerProbe] = []
 
     def create_and_check_topics(broker: ChaosBroker) -> bool:
-        """The metadata log through the cuts: every acknowledged topic creation survives."""
+        """The metadata log through the cuts: every acknowledged topic creation survives; and the
+        producer probe's checks after each start."""
+        probe_held = probe[0].after_start(broker)
         present = _topics(broker)
         for name, count in created.items():
             if present.get(name) != count and name not in result.topics_missing:
@@ -113,12 +119,20 @@ def run_power_loss(work: Path, *, cuts: int, durable_acks: str, partitions: int 
         create_topic(broker.port, name, 1 + len(created) % 3)
         created[name] = 1 + len(created) % 3
         result.topics_created = len(created)
-        return not result.topics_missing
+        return not result.topics_missing and probe_held
 
     def loop(data_dir: Path, cut_power: Callable[[], None], broker_env: dict[str, str] | None) -> CrashLoopResult:
+        probe.append(ProducerProbe(data_dir))
+        result.probe = probe[0].result
+
+        def cut_and_inspect() -> None:
+            cut_power()
+            probe[0].after_cut()
+
         return run_crash_loop(
             data_dir, kills=cuts, partitions=partitions, rate=rate, min_uptime_s=1.0, max_uptime_s=3.0,
-            kill_while_starting=0.0, seed=seed, progress=progress, after_kill=cut_power,
+            kill_while_starting=0.0, seed=seed, progress=progress, after_kill=cut_and_inspect,
+            before_kill=probe[0].before_kill,
             overrides={"log.durable.acks": durable_acks,
                        **({**TIERING, "rsm.config.dir": str(work / "remote")} if tiered else {})},
             topic_configs=TIERED_TOPIC if tiered else None,

@@ -39,6 +39,14 @@ def test_power_cuts_lose_nothing_acknowledged_with_durable_acks(tmp_path: Path, 
     # The metadata log through the cuts: every acknowledged topic creation is still there.
     assert result.topics_created >= 3 and not result.topics_missing, about
     assert loop.delivery_failures == 0 and loop.records_in_log == loop.acked == loop.sent, about
+    # The idempotent producer's state through the cuts, checked directly (producer_probe.py): two
+    # cuts with a batch in flight, retried after the restart and stored once; one without, the last
+    # acknowledged batch answered as a duplicate with its offset; the snapshots each cut left name
+    # only batches sent, at their acknowledged offsets.
+    probe = result.probe
+    assert not probe.problems, about
+    assert probe.retried_kept + probe.retried_appended == 2 and probe.duplicates_answered == 1, about
+    assert probe.snapshot_entries_checked > 0 and probe.batches_acknowledged >= 4 * 8, about
 
 
 @pytest.mark.parametrize("harness", HARNESSES)
@@ -68,3 +76,4 @@ def test_power_cuts_with_tiering_lose_nothing_acknowledged(tmp_path: Path) -> No
     assert result.cuts == 3 and remote, about  # segments did go to the remote tier
     assert loop.ok and loop.lost == 0 and loop.duplicated == 0 and not result.topics_missing, about
     assert loop.records_in_log == loop.acked == loop.sent, about
+    assert not result.probe.problems and result.probe.duplicates_answered == 1, about
