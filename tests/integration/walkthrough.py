@@ -366,7 +366,10 @@ class Expectation:
     check: Check | None = None
     eventually: bool = False
     within_s: float = 20.0
-    timeout_s: float = 60.0
+    # A hang guard only: a passing command never waits for it. Spark steps start a JVM and take
+    # ~30 s on a quiet 2-core machine and several minutes when the machine is loaded (load 20+
+    # measured), so the guard is generous.
+    timeout_s: float = 300.0
 
 
 #: What a command no expectation matches must do, where that is allowed: exit 0.
