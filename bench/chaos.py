@@ -136,6 +136,13 @@ def power(args: argparse.Namespace, work: Path) -> Section:
             ("delivery failures by error", dict(loop.failure_reasons) or "-"),
             ("group commits acknowledged / regressed after a cut", f"{loop.commits} / {len(loop.commit_regressions)}"),
             ("topics created (one per start) / missing after a cut", f"{r.topics_created} / {len(r.topics_missing)}"),
+            ("producer probe: batches acknowledged / in flight at a cut, kept / appended on retry / last one "
+             "answered as a duplicate", f"{r.probe.batches_acknowledged} / {r.probe.retried_kept} / "
+             f"{r.probe.retried_appended} / {r.probe.duplicates_answered}"),
+            ("producer snapshots after cuts: read / taken by a cut / unreadable",
+             f"{r.probe.snapshot_files_after_cuts} / {r.probe.snapshot_files_removed_by_cuts} / "
+             f"{r.probe.snapshot_files_unreadable}"),
+            ("**producer probe problems**", len(r.probe.problems)),
             ("duration", f"{loop.seconds:.0f} s"),
         ]
 

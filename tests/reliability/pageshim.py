@@ -16,7 +16,7 @@ Modelled, as in ``lazyfs.py`` and more:
 - faults: every sync failing with EIO, every data write failing with ENOSPC, slow syncs. After a
   failed sync the change stays unsynced, as Linux marks the pages clean without writing them.
 
-Not modelled (said in docs/reliability.md too):
+Not modelled (said in docs/operations.md's "Durability" too):
 
 - stores through a writable shared mapping (tierlog's offset and time indexes) are not undone by a
   cut -- their old bytes are never seen; an msync counts as an fdatasync of the whole mapped file.
