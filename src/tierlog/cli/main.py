@@ -26,6 +26,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.transactions_cmd",
     "tierlog.cli.acls_cmd",
     "tierlog.cli.quotas_cmd",
+    "tierlog.cli.users_cmd",
 )
 
 

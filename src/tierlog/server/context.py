@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from tierlog.metadata import Controller, MetadataImage
 from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.connection_rate import IpConnectionRates
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
 from tierlog.server.security.authz import AclGate
@@ -89,8 +90,14 @@ class BrokerContext:
     #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
     quotas: QuotaManager | None = None
 
+    #: ip entities' connection_creation_rate (server/connection_rate.py), for the metrics; None in unit tests.
+    connection_rates: IpConnectionRates | None = None
+
     #: ACL checks (``authorizer.class.name``); the default allows everything.
     acl_gate: AclGate = field(default_factory=lambda: AclGate(None))
+    #: Checks this broker's dynamic configs after a change would give its TLS listeners keystores that
+    #: load and fit (raises ConfigError); None: no TLS listener to check (unit tests' contexts).
+    tls_check: Callable[[Mapping[str, str]], None] | None = None
 
     def allowed(self, client: ClientInfo, op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER,
                 name: str = CLUSTER_NAME, *, log_denied: bool = True) -> bool:

@@ -30,6 +30,7 @@ from tierlog.tiered.layout import (
     STATUS_FILE_NAME,
     default_local_remote_dir,
 )
+from tierlog.tiered.manifest import ManifestPublisher
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_compaction import CRASH_STEPS
 from tierlog.tiered.remote_log_manager import LogSource, RemoteLogManager
@@ -89,7 +90,9 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     first_dir = storage.first_log_dir.resolve()
     rsm = remote_storage_manager(storage)
     metadata_dir = first_dir / METADATA_DIR_NAME
-    rlmm = FileRemoteLogMetadataManager(metadata_dir)
+    # The journal stays the source of truth; each change is also published as the partition's
+    # manifest in the remote store, so readers (Spark) need neither this disk nor the broker.
+    rlmm = ManifestPublisher(FileRemoteLogMetadataManager(metadata_dir), rsm, broker_id=settings.broker_id)
     workers = ThreadScheduler(settings.worker_threads, clock, name="remote-log-manager") if own_workers else None
     return RemoteLogManager(settings, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
                             scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers,

@@ -33,6 +33,11 @@ class RemoteResourceNotFoundError(RemoteStorageError):
     """The requested remote object does not exist (e.g. a segment without a transaction index)."""
 
 
+class RemoteConflictError(RemoteStorageError):
+    """A conditional write found the object changed since it was read (another writer): nothing was
+    written; read it again and decide."""
+
+
 class CustomMetadataSizeLimitExceededError(TierlogError):
     """Seed 002: a plugin returned custom metadata larger than
     ``remote.log.metadata.custom.metadata.max.bytes``; the partition's copy task stops."""

@@ -349,6 +349,11 @@ class RemoteLogManager:
         return deleted
 
     def _expire_pass(self) -> None:
+        # Manifests (tiered/manifest.py) checked at the first pass and retried when a write failed:
+        # on a worker, since each is a request to the remote store.
+        maintain = getattr(self.rlmm, "maintain_manifests", None)
+        if callable(maintain):
+            maintain()
         self.expire_all(wait=False)
 
     def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *,
