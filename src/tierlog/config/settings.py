@@ -150,6 +150,11 @@ class RemoteLogManagerSettings:
     #: wait between two; the first wait is the task interval.
     delete_retry_max_attempts: int = setting("remote.log.manager.delete.retry.max.attempts")
     delete_retry_backoff_max_ms: int = setting("remote.log.manager.delete.retry.backoff.max.ms")
+    #: Remote compaction of compacted topics (issue 18) runs with the log cleaner: its switch, the
+    #: key → offset map's memory bound and the read size are the cleaner's.
+    compaction_enable: bool = setting("log.cleaner.enable")
+    compaction_map_bytes: int = setting("log.cleaner.dedupe.buffer.size")
+    compaction_io_buffer_bytes: int = setting("log.cleaner.io.buffer.size")
 
 
 @dataclass(frozen=True)
