@@ -185,12 +185,32 @@ class CorruptRecordError(TierlogError):
     error_code = ErrorCode.CORRUPT_MESSAGE
 
 
-class InvalidRecordError(TierlogError):
+class _RecordErrors:
+    """The records of a produced batch a check refused: (index in the batch, message) each, as Kafka's
+    ProduceResponse v8+ carries them (KIP-467 ``record_errors``); empty when the batch as a whole failed."""
+
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
+class InvalidRecordError(_RecordErrors, TierlogError):
     error_code = ErrorCode.INVALID_RECORD
 
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
-class InvalidTimestampError(TierlogError):
+
+class InvalidTimestampError(_RecordErrors, TierlogError):
     error_code = ErrorCode.INVALID_TIMESTAMP
+
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
+
+
+def record_errors_of(e: BaseException) -> tuple[tuple[int, str], ...]:
+    """The per-record errors an exception carries (KIP-467), none for any other exception."""
+    return e.record_errors if isinstance(e, _RecordErrors) else ()
 
 
 class RecordTooLargeError(TierlogError):

@@ -262,9 +262,9 @@ def test_an_api_kafka_has_and_tierlog_lacks_is_answered_not_hung_up(broker: Brok
             {"resource_type": 2, "resource_name": "t", "resource_pattern_type": 3, "principal": "User:a",
              "host": "*", "operation": 3, "permission_type": 3}]})
         assert [r.error_code for r in body.results] == [54]
-        # An API tierlog does not implement (DescribeLogDirs): Kafka's error answer, not a hang-up.
-        body = client.call(35, 4, {"topics": None})
-        assert body.error_code == 35 and not body.results
+        # An API tierlog does not implement (ListPartitionReassignments): Kafka's error answer, not a hang-up.
+        body = client.call(46, 0, {"timeout": 30000, "topics": None})
+        assert body.error_code == 35 and not body.topics
         body = client.call(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                                  "include_topic_authorized_operations": False})
         assert body.brokers and body.brokers[0].port == broker.port
@@ -276,3 +276,19 @@ def test_an_api_kafka_has_and_tierlog_lacks_is_answered_not_hung_up(broker: Brok
         bad.sock.sendall(raw)
         assert bad.closed_by_peer(), raw
         bad.close()
+
+
+def test_a_burst_of_bad_requests_logs_one_line_with_the_client_id(own_broker: BrokerProcess) -> None:
+    """A client's reconnect loop sending the same refused request (Vote, a controller API) 40 times:
+    one WARNING line for the address and reason within the minute, naming the request header's client
+    id; the connections are all closed as Kafka closes them."""
+    client_id = b"burst-client"
+    raw = struct.pack(">ihhih", 10 + len(client_id), 52, 0, 90, len(client_id)) + client_id
+    for _ in range(40):
+        bad = _RawClient(own_broker.port)
+        bad.sock.sendall(raw)
+        assert bad.closed_by_peer()
+        bad.close()
+    lines = [line for line in own_broker.stderr_tail().splitlines() if "closing connection" in line]
+    assert len(lines) == 1, lines
+    assert "(client 'burst-client')" in lines[0], lines[0]

@@ -80,9 +80,12 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
@@ -145,9 +148,12 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_ACLS, "DeleteAcls", 1, 3),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
     ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
+    ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 1, 2),
+    ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 5),
     ApiSpec(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2),
     ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
     ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
+    ApiSpec(ApiKey.ELECT_LEADERS, "ElectLeaders", 0, 2),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
     ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
     ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", 0, 1),

@@ -18,6 +18,7 @@ from tierlog.errors import (
     ErrorCode,
     UnknownTopicOrPartitionError,
     error_code_of,
+    record_errors_of,
 )
 from tierlog.ids import TopicPartition
 from tierlog.metadata import MetadataImage, TopicImage
@@ -49,6 +50,8 @@ class AppendResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: The refused records of the batch, (index in the batch, message) each (KIP-467).
+    record_errors: tuple[tuple[int, str], ...] = ()
     duplicate: bool = False
     #: Asked for with ``durable``: completed once the batches are on disk (group commit).
     synced: Future[None] | None = None
@@ -184,6 +187,7 @@ class PartitionManager:
             if records is None:
                 out.append(AppendResult(ErrorCode.CORRUPT_MESSAGE, error_message="a produce request without records"))
                 continue
+            ulog = None
             try:
                 ulog = self.get_log_blocking(topic, partition)
                 t = image.topics_by_name.get(topic)
@@ -193,7 +197,11 @@ class PartitionManager:
                 code = error_code_of(e)
                 if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                     log.exception("append to %s-%d failed", topic, partition)
-                out.append(AppendResult(code, error_message=str(e) or type(e).__name__))
+                record_errors = record_errors_of(e)
+                # Kafka answers a batch refused record by record with the log's start offset.
+                start = ulog.log_start_offset if record_errors and ulog is not None else -1
+                out.append(AppendResult(code, log_start_offset=start, error_message=str(e) or type(e).__name__,
+                                        record_errors=record_errors))
                 continue
             synced = self.log_manager.sync_future(ulog, info) if durable else None
             out.append(AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,

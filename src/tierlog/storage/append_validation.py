@@ -5,21 +5,25 @@ header must carry. Pure functions of the bytes and the topic's config (the log a
 
 from __future__ import annotations
 
+from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from tierlog.records.header import LOG_APPEND_TIME, BatchHeader, iter_headers
-from tierlog.records.reader import BatchStats, validate_batch
+from tierlog.records.header import LOG_APPEND_TIME, NO_TIMESTAMP, BatchHeader, iter_headers
+from tierlog.records.reader import BatchStats, decode_batch, validate_batch
 
 
 def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
-                       from_client: bool = True) -> tuple[list[BatchHeader], list[BatchStats]]:
+                       from_client: bool = True, topic_partition: str = "",
+                       now_ms: int | None = None) -> tuple[list[BatchHeader], list[BatchStats]]:
     """Every batch of a produce request, deep-validated before any byte of it is written, with what
-    its records say (their timestamps) in the same order."""
+    its records say (their timestamps) in the same order. A batch with keyless records on a compacted
+    topic raises :func:`record_validation_error`'s answer (its timestamps judged at ``now_ms`` too)."""
     headers = list(iter_headers(buf))
     consumed = sum(h.size_bytes for h in headers)
     if not headers or consumed != len(buf):
@@ -36,13 +40,53 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
         st = validate_batch(h, from_client=from_client)
         if st.has_null_key and from_client and config.compact:
             # Kafka's LogValidator: the cleaner could never decide which null-keyed record is "latest".
-            raise InvalidRecordError("Compacted topic cannot accept message without key")
+            error = record_validation_error(h, config, topic_partition, now_ms)
+            raise error or InvalidRecordError("Compacted topic cannot accept message without key")
         stats.append(st)
     if len(buf) > config.segment_bytes:
         raise RecordBatchTooLargeError(
             f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
         )
     return headers, stats
+
+
+def timestamp_out_of_range(timestamp: int, now_ms: int, config: LogConfig) -> bool:
+    """Whether a CreateTime record's timestamp lies outside message.timestamp.before/after.max.ms of
+    ``now_ms`` (a record without one, -1, never does)."""
+    before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    return timestamp != NO_TIMESTAMP and (now_ms - timestamp > before_ms or timestamp - now_ms > after_ms)
+
+
+def record_validation_error(header: BatchHeader, config: LogConfig, topic_partition: str,
+                            now_ms: int | None) -> InvalidRecordError | InvalidTimestampError | None:
+    """Kafka's LogValidator per-record checks of one produced batch, run once some record is known to
+    fail (so the fast path never decodes): each refused record's index in its batch with Kafka's message,
+    which ProduceResponse v8+ returns as ``record_errors`` (KIP-467), and the batch's error --
+    INVALID_TIMESTAMP when any record's timestamp is out of range, else INVALID_RECORD with the first
+    three record errors in its message. A keyless record on a compacted topic is refused for its key
+    and not checked further; timestamps are checked only with ``now_ms`` on a CreateTime topic."""
+    check_time = (now_ms is not None and not config.log_append_time and header.timestamp_type != LOG_APPEND_TIME
+                  and (config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+                  != (INT64_MAX, INT64_MAX))
+    errors: list[tuple[int, str]] = []
+    bad_time = False
+    for index, record in enumerate(decode_batch(header)):
+        if config.compact and record.key is None:
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition "
+                                  f"{topic_partition}"))
+        elif check_time and now_ms is not None and timestamp_out_of_range(record.timestamp, now_ms, config):
+            bad_time = True
+            errors.append((index, f"Timestamp {record.timestamp} of message with offset {record.offset} is out "
+                                  f"of range. The timestamp should be within "
+                                  f"[{now_ms - config.message_timestamp_before_max_ms}, "
+                                  f"{now_ms + config.message_timestamp_after_max_ms}]"))
+    if not errors:
+        return None
+    if bad_time:
+        return InvalidTimestampError("One or more records have been rejected due to invalid timestamp", tuple(errors))
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return InvalidRecordError(f"One or more records have been rejected due to {len(errors)} record errors in "
+                              f"total, and only showing the first three errors at most: [{shown}]", tuple(errors))
 
 
 def header_max_timestamp_fix(header: BatchHeader, stats: BatchStats) -> int | None:

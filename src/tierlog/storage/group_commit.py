@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,7 +138,7 @@ class GroupCommit:
             self._closed = True
             room, self._room_waiters = self._room_waiters, []
         for fut in room:
-            fut.set_result(None)
+            _settle(fut, None)
         with self._cond:
             while self._syncs_running:
                 self._cond.wait()
@@ -161,12 +161,9 @@ class GroupCommit:
             self._syncs_running -= 1
             self._cond.notify_all()
         for fut in room:
-            fut.set_result(None)
+            _settle(fut, None)
         for fut in waiters:
-            if error is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(error)
+            _settle(fut, error)
 
     def _sync(self, records: FileRecords) -> KafkaStorageError | None:
         reason = self._channel.offline_reason(self.log_dir)
@@ -207,3 +204,17 @@ class GroupCommit:
             self.stats.files_synced += 1
             self.stats.sync_seconds += elapsed_s
         return None
+
+
+def _settle(fut: Future[None], error: BaseException | None) -> None:
+    """Complete a waiter's future, unless its waiter gave up: a produce whose client disconnected
+    cancels it (asyncio.wrap_future passes the cancel on), and setting a cancelled future raises --
+    which stopped the answering of every waiter after it (before the per-file syncs, it killed the
+    group-commit thread and no durable append was answered again)."""
+    try:
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+    except InvalidStateError:
+        pass  # cancelled between the sync's start and now: nobody is waiting

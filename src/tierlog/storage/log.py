@@ -26,7 +26,6 @@ from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
     CorruptIndexError,
     InvalidRecordError,
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -35,7 +34,6 @@ from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     CREATE_TIME,
     LOG_APPEND_TIME,
-    NO_TIMESTAMP,
     BatchHeader,
     set_base_offset,
     set_create_time_max_timestamp,
@@ -46,7 +44,12 @@ from tierlog.records.header import (
 from tierlog.records.reader import BatchStats
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
-from tierlog.storage.append_validation import header_max_timestamp_fix, parse_and_validate
+from tierlog.storage.append_validation import (
+    header_max_timestamp_fix,
+    parse_and_validate,
+    record_validation_error,
+    timestamp_out_of_range,
+)
 from tierlog.storage.batch_check import BatchProblem
 from tierlog.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -259,7 +262,10 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         data: bytes | bytearray | memoryview = records
         config = self.config
         self._check_online()
-        headers, stats = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT)
+        # The clock read here only dates the per-record errors of a batch already refused for its keys.
+        headers, stats = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT,
+                                            topic_partition=f"{self.topic}-{self.partition}",
+                                            now_ms=self.clock.wall_ms())
         # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
         # request's bytes are written as they are, behind headers patched in small copies: offsets
         # and the leader epoch lie outside the CRC, and a 1 MiB batch is not copied to change them.
@@ -371,11 +377,11 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         for h, st in zip(headers, stats, strict=True):
             if h.timestamp_type == LOG_APPEND_TIME:
                 continue
-            for ts in (st.min_timestamp, st.max_timestamp):
-                if ts != NO_TIMESTAMP and (now_ms - ts > before_ms or ts - now_ms > after_ms):
-                    raise InvalidTimestampError(
-                        f"timestamp {ts} of a record in the batch at offset {h.base_offset} is out of range: "
-                        f"the timestamp should be within [{now_ms - before_ms}, {now_ms + after_ms}]")
+            if any(timestamp_out_of_range(ts, now_ms, config) for ts in (st.min_timestamp, st.max_timestamp)):
+                # Which records, with Kafka's messages (KIP-467), decoded only on this refusing path.
+                error = record_validation_error(h, config, f"{self.topic}-{self.partition}", now_ms)
+                assert error is not None, "the batch's oldest or newest record is out of range"
+                raise error
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
         seg = self.active_segment

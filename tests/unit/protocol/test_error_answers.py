@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import types
+import uuid
 
 import pytest
 from kio.index import api_key_map, schema_name_map
@@ -20,7 +21,9 @@ CASES = [(api.api_key, v) for api in ANSWERED_APIS.values() for v in range(api.m
 
 @pytest.mark.parametrize(("api_key", "version"), CASES)
 def test_every_answered_api_version_encodes_its_error(api_key: int, version: int) -> None:
-    body = types.SimpleNamespace(creations=[object(), object()], filters=[object()], group_ids=["g1", "g2"])
+    topic = types.SimpleNamespace(topic_id=uuid.uuid4(), partitions=[types.SimpleNamespace(partition=2)])
+    body = types.SimpleNamespace(creations=[object(), object()], filters=[object()], group_ids=["g1", "g2"],
+                                 groups=[types.SimpleNamespace(group_id="g1")], group_id="g", topics=[topic])
     request = ParsedRequest(api_key=api_key, api_version=version, correlation_id=7, client_id="c",
                             header_version=1, body=body)
     frame = encode_response(api_key, version, 7, error_answer(request))
@@ -29,8 +32,9 @@ def test_every_answered_api_version_encodes_its_error(api_key: int, version: int
     expected = ANSWERED_APIS[api_key].error_code
     if hasattr(parsed, "error_code"):
         assert parsed.error_code == expected
-    elif (api_key, version) in ((35, 1), (35, 2), (43, 0)):  # no error field at all in these versions
-        assert not getattr(parsed, "results", None) and not getattr(parsed, "replica_election_results", None)
+    elif api_key in (83, 84, 85, 86, 87):  # per partition, with ShareCoordinatorService's message
+        assert [(p.partition, p.error_code, p.error_message) for p in parsed.results[0].partitions] == [
+            (2, expected, ANSWERED_APIS[api_key].error_message)]
     else:
         items = getattr(parsed, "results", None) or getattr(parsed, "filter_results", None) or parsed.groups
         assert items and {i.error_code for i in items} == {expected}

@@ -78,6 +78,37 @@ def test_group_commit_shares_a_files_next_sync_and_a_slow_file_holds_no_other(tm
     assert all(ulog.recovery_point == 0 for ulog in logs)
 
 
+def test_a_waiter_that_gave_up_does_not_stop_the_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A produce whose client disconnects while waiting for its fsync cancels its future (asyncio's
+    wrap_future passes the cancel on). Setting a cancelled future raises: before, that killed the
+    group-commit thread (librdkafka's 0088, which drops connections mid-produce, left the broker unable
+    to answer acks=all), and with per-file syncs it stops the answering of the waiters after it."""
+    mgr = manager(tmp_path)
+    ulog = mgr.get_or_create_log("t", 0)
+    real = os.fdatasync
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow_first(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(30)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_first)
+    first = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    assert entered.wait(30)  # the first sync is under way; the next two wait for one sync together
+    gone = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    kept = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    assert gone.cancel()  # its waiter gave up
+    release.set()
+    first.result(30)
+    kept.result(30)  # answered although the waiter before it in the same sync had gone
+    later = mgr.sync_future(ulog, ulog.append_as_leader(batch()))
+    later.result(30)  # and the group commit goes on
+
+
 def test_eio_on_fdatasync_takes_the_dir_offline_and_is_never_retried(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       caplog: pytest.LogCaptureFixture) -> None:

@@ -147,9 +147,11 @@ def test_each_record_timestamp_is_checked_not_only_the_header(open_log: OpenLog,
     records = [SimpleRecord(None, b"a", timestamp=now), SimpleRecord(None, b"b", timestamp=bad)]
     data = build_batch(records, max_timestamp=now)
     assert BatchHeader(data).base_timestamp == now
-    with pytest.raises(InvalidTimestampError, match=f"timestamp {bad} ") as raised:
+    with pytest.raises(InvalidTimestampError, match="rejected due to invalid timestamp") as raised:
         log.append_as_leader(data)
     assert raised.value.error_code == 32  # INVALID_TIMESTAMP
+    # Kafka's per-record error (KIP-467) names the record and its timestamp.
+    assert [(i, m.split(" of message")[0]) for i, m in raised.value.record_errors] == [(1, f"Timestamp {bad}")]
     assert log.log_end_offset == 0
     # In range, the same shape of batch is accepted.
     log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=now),

@@ -13,6 +13,7 @@ from tierlog.server.handlers import (
     features,
     fetch,
     groups,
+    log_dirs,
     metadata,
     offsets,
     produce,
@@ -20,6 +21,7 @@ from tierlog.server.handlers import (
     quotas,
     sasl,
     scram_credentials,
+    share_state,
     topic_partitions,
     topics,
     transactions,
@@ -29,7 +31,8 @@ from tierlog.server.handlers import (
 def all_handlers() -> Mapping[int, Handler]:
     table: dict[int, Handler] = {}
     for module in (api_versions, metadata, produce, fetch, offsets, producer_ids, topics, configs, groups,
-                   consumer_groups, features, transactions, sasl, scram_credentials, acls, quotas, topic_partitions):
+                   consumer_groups, features, transactions, sasl, scram_credentials, acls, quotas, topic_partitions,
+                   log_dirs, share_state):
         for api_key, handler in module.HANDLERS.items():
             assert api_key not in table, f"two handlers for API {api_key}"
             table[int(api_key)] = handler

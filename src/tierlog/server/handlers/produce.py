@@ -124,6 +124,7 @@ def _response(items: list[tuple[Any, str | None, int, bytes | None]], results: l
             "log_append_time": r.log_append_time_ms,
             "log_start_offset": r.log_start_offset,
             "error_message": r.error_message if r.error_code else None,
+            "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors],
         })
     topic_key = "topic_id" if version >= 13 else "name"
     return build_response(ApiKey.PRODUCE, version, {

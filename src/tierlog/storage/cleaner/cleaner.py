@@ -269,7 +269,9 @@ class Cleaner:
                         self._say(f"cleaning {ulog.topic}-{ulog.partition}: segment group at {base} up to offset "
                                   f"{h.last_offset}, {result.bytes_read} bytes read, {result.bytes_written} written")
                     kept_horizon = delete_horizon_of(kept)
-                    if kept_horizon is not None:
+                    # A horizon already passed has had its tombstones and markers dropped by this
+                    # pass (what is left of the batch is live): it must not make the log due again.
+                    if kept_horizon is not None and kept_horizon > ctx.now_ms:
                         horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
             for txn in ctx.kept_aborted:
                 cleaned.txn_index.append(txn)

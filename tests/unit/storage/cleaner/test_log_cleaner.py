@@ -93,6 +93,23 @@ def test_tombstone_kept_until_delete_horizon_then_dropped(open_log: OpenLog) -> 
     assert table(ulog) == {b"b": b"1"}
 
 
+def test_a_horizon_left_behind_by_dropped_tombstones_does_not_reschedule_the_log(open_log: OpenLog) -> None:
+    """A batch whose tombstone is dropped after its horizon keeps the horizon bit (as Kafka's rewrite
+    does) for its live records; that passed horizon must not make the log due again, or the cleaner
+    rewrites it over and over with nothing to drop (seen with librdkafka's 0077: a pass every 60 ms)."""
+    ulog = open_log(compact_config(delete_retention_ms=DAY_MS))
+    ulog.append_as_leader(build_batch([SimpleRecord(b"x", b"1", timestamp=TS), SimpleRecord(b"a", None, timestamp=TS)]))
+    ulog.roll()
+    assert clean(ulog, TS).next_delete_horizon_ms == TS + DAY_MS
+    result = clean(ulog, TS + DAY_MS)
+    assert table(ulog) == {b"x": b"1"}
+    assert any(h.has_delete_horizon for h in batches(ulog))  # the live record's batch keeps the bit
+    assert result.next_delete_horizon_ms is None
+    _, stats, _ = plan_log(ulog, result.end_offset, TS + DAY_MS)
+    due = Candidate("t-0", stats, 0.5, 0, result.next_delete_horizon_ms)
+    assert select_filthiest([due], TS + DAY_MS + 1) is None
+
+
 def test_min_compaction_lag_keeps_young_segments(open_log: OpenLog, clock: ManualClock) -> None:
     ulog = open_log(compact_config(min_compaction_lag_ms=60_000))
     for i in range(40):
