@@ -12,6 +12,9 @@ Sections (``--only`` picks some):
            seed 002 uploads whose plugin deletes fail (retried, or given up and settled).
   hostile  ``--fuzz-inputs`` fuzzed frames and mutated requests, stalled, slow and never-reading
            clients, ``--connections`` connections at once.
+  handshake ``--handshake-attempts`` hostile connections on SASL_PLAINTEXT, SASL_SSL and SSL listeners:
+           fuzzed ClientHellos, SASL requests out of order, garbled/oversized/replayed SCRAM and PLAIN
+           messages, stalled handshakes; Kafka's error or a close each time, a good client served.
   txn      a transactional consume-transform-produce application (its own process) while it and the broker
            are SIGKILLed ``--txn-kills`` times; ``--txn-inputs`` records, read_committed output exactly once.
   power    ``--cuts`` power cuts (lazyfs: every write not fsynced undone) after SIGKILLs under an idempotent
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import random
 import re
 import sys
@@ -99,11 +103,13 @@ def crash(args: argparse.Namespace, work: Path) -> Section:
 
 
 def power(args: argparse.Namespace, work: Path) -> Section:
-    from tests.reliability.power_loss import fuse_available, run_power_loss
+    from tests.reliability.power_loss import chosen_harness, harness_unavailable, run_power_loss
 
-    why_not = fuse_available()
+    harness = chosen_harness()  # TIERLOG_POWER_HARNESS=lazyfs|shim, else lazyfs where FUSE works
+    title = f"Power cuts ({harness})"
+    why_not = harness_unavailable(harness)
     if why_not is not None:
-        return Section("power", "Power cuts (lazyfs)", f"Not run: lazyfs cannot run here ({why_not}).", False)
+        return Section("power", title, f"Not run: the {harness} harness cannot run here ({why_not}).", False)
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     runs = {}
     for mode, cuts in (("all", args.cuts), ("tiered", args.cuts_tiered), ("none", args.cuts_none)):
@@ -112,13 +118,16 @@ def power(args: argparse.Namespace, work: Path) -> Section:
         print(f"-- {mode}: {cuts} cuts", flush=True)
         (work / f"power-{mode}").mkdir()
         runs[mode] = run_power_loss(work / f"power-{mode}", cuts=cuts, durable_acks="all" if mode == "tiered" else mode,
-                                    rate=args.power_rate, seed=seed, progress=True, tiered=mode == "tiered")
+                                    rate=args.power_rate, seed=seed, progress=True, tiered=mode == "tiered",
+                                    harness=harness)
 
     def rows(r: Any) -> list[tuple[str, object]]:
         loop = r.loop
         lost_bytes = sorted(r.bytes_lost_at_cuts)
         return [
             ("harness", r.harness),
+            *((("writable index mappings (stores not undone by the shim)", r.writable_maps),)
+              if r.harness == "shim" else ()),
             ("power cuts (each after a SIGKILL)", r.cuts),
             ("un-fsynced bytes undone per cut, median / max",
              f"{lost_bytes[len(lost_bytes) // 2]:,} / {lost_bytes[-1]:,}" if lost_bytes else "-"),
@@ -131,28 +140,41 @@ def power(args: argparse.Namespace, work: Path) -> Section:
             ("delivery failures by error", dict(loop.failure_reasons) or "-"),
             ("group commits acknowledged / regressed after a cut", f"{loop.commits} / {len(loop.commit_regressions)}"),
             ("topics created (one per start) / missing after a cut", f"{r.topics_created} / {len(r.topics_missing)}"),
+            ("producer probe: batches acknowledged / in flight at a cut, kept / appended on retry / last one "
+             "answered as a duplicate", f"{r.probe.batches_acknowledged} / {r.probe.retried_kept} / "
+             f"{r.probe.retried_appended} / {r.probe.duplicates_answered}"),
+            ("producer snapshots after cuts: read / taken by a cut / unreadable",
+             f"{r.probe.snapshot_files_after_cuts} / {r.probe.snapshot_files_removed_by_cuts} / "
+             f"{r.probe.snapshot_files_unreadable}"),
+            ("**producer probe problems**", len(r.probe.problems)),
             ("duration", f"{loop.seconds:.0f} s"),
         ]
 
     body = (f"The crash loop of `tests/reliability/crash_loop.py` (3 partitions, {args.power_rate:,} records/s, "
             "256 KiB segments, idempotent acks=all librdkafka producer, a group committing every 300 records) "
-            "with the broker's data on `tests/reliability/lazyfs.py`: after each SIGKILL (1-3 s of uptime) the "
-            "filesystem is cut — every write not fsynced undone, every file or directory whose entry was not "
-            "fsynced removed — and remounted; the broker restarts and every partition is read back. After "
+            + ("with the broker's data on `tests/reliability/lazyfs.py`: after each SIGKILL (1-3 s of uptime) the "
+               "filesystem is cut — every write not fsynced undone, every file or directory whose entry was not "
+               "fsynced removed — and remounted"
+               if harness == "lazyfs" else
+               "with the broker under the LD_PRELOAD page-cache shim (`tests/reliability/pageshim.c`): after each "
+               "SIGKILL (1-3 s of uptime) its journal is replayed backwards — every write not fsynced undone, "
+               "every entry created, renamed or unlinked without a later fsync of its directory put back")
+            + "; the broker restarts and every partition is read back. After "
             "each start a topic is created, and every acknowledged creation is checked after each later "
             f"cut (the metadata log). Seed {seed}.\n\n")
     if "all" in runs:
         body += f"### log.durable.acks=all (tierlog's default): must lose nothing\n\n{table(rows(runs['all']))}\n\n"
     if "tiered" in runs:
         body += ("### log.durable.acks=all with tiering (16 KiB segments tiered as they close, local.retention.bytes=1: "
-                 "reads below the newest segment go through the remote log metadata journal, which is on lazyfs; "
+                 "reads below the newest segment go through the remote log metadata journal, which goes through the "
+                 "cuts; "
                  f"the remote directory is not): must lose nothing\n\n{table(rows(runs['tiered']))}\n\n")
     if "none" in runs:
         body += ("### log.durable.acks=none (Kafka's behaviour: acknowledged on append, flushed by flush.messages "
                  f"/ flush.ms): the harness bites\n\n{table(rows(runs['none']))}\n\n")
     durable_ok = all(runs[m].ok for m in ("all", "tiered") if m in runs)
     bites = "none" not in runs or runs["none"].loop.lost > 0
-    return Section("power", "Power cuts (lazyfs)", body.rstrip(), durable_ok and bites)
+    return Section("power", title, body.rstrip(), durable_ok and bites)
 
 
 def summary_table(summary: dict[str, object]) -> str:
@@ -228,6 +250,38 @@ def hostile(args: argparse.Namespace, work: Path) -> Section:
     return Section("hostile", "Hostile clients", body, fuzzed.ok and slow.ok and flood.ok and limits.ok and stopped)
 
 
+def handshake(args: argparse.Namespace, work: Path) -> Section:
+    import ssl
+
+    from tests.reliability.sasl_fuzz import handshake_fuzz, prepare, secured_overrides
+    from tests.security.conftest import SecureBroker
+
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    load_before = os.getloadavg()[0]
+    (work / "handshake").mkdir()
+    overrides, _, ca_file = secured_overrides(work / "handshake")
+    broker = SecureBroker(work / "handshake" / "data", overrides).start()
+    try:
+        prepare(broker)
+        result = handshake_fuzz(broker, ssl.create_default_context(cafile=str(ca_file)), args.handshake_attempts,
+                                seed=seed, concurrency=48, batch=1000, stalled=30)
+    finally:
+        stopped = broker.stop() == 0 if broker.alive() else False
+    body = ("A broker with SASL_PLAINTEXT, SASL_SSL (PLAIN, SCRAM-SHA-512) and SSL listeners; each attempt is one "
+            "connection of a hostile client (`tests/reliability/sasl_fuzz.py`, seed "
+            f"{seed}): cut-short, garbled or random ClientHellos and plaintext requests on the TLS ports; unknown "
+            "mechanisms, SaslAuthenticate before SaslHandshake, a second SaslHandshake, Produce/Fetch/Metadata/"
+            "CreateTopics before authentication, garbled, oversized and truncated SCRAM and PLAIN messages, wrong "
+            "nonces and proofs, a good exchange's messages replayed, the v0 raw-token flow with garbage, frames "
+            "over the 512 KiB pre-authentication limit. Each outcome must be Kafka's error for the attempt "
+            "(then the connection closed) or the close alone; between batches a SCRAM-SHA-512 client logs in, "
+            "produces and fetches. Stalled connections (half a ClientHello, a SaslHandshake and then nothing, "
+            "nothing at all) must be closed by the broker.\n\n"
+            f"{summary_table(result.summary())}\n\nBroker stopped cleanly: {stopped}. Load average (1 min) "
+            f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (2 cores, shared).")
+    return Section("handshake", "Fuzzed TLS and SASL handshakes", body, result.ok and stopped)
+
+
 def load_section(args: argparse.Namespace, work: Path) -> Section:
     from tests.reliability.load import load
 
@@ -299,8 +353,8 @@ def txn(args: argparse.Namespace, work: Path) -> Section:
 
 
 def _load_sections() -> dict[str, Callable[[argparse.Namespace, Path], Section]]:
-    return {"crash": crash, "power": power, "damage": damage, "remote": remote, "hostile": hostile, "txn": txn,
-            "load": load_section}
+    return {"crash": crash, "power": power, "damage": damage, "remote": remote, "hostile": hostile,
+            "handshake": handshake, "txn": txn, "load": load_section}
 
 
 BEGIN = "<!-- chaos:{name}:begin -->"
@@ -350,6 +404,7 @@ def main() -> int:
     p.add_argument("--delete-rounds", type=int, default=10, help="remote: rounds of failing seed 002 deletes")
     p.add_argument("--fuzz-inputs", type=int, default=100_000)
     p.add_argument("--connections", type=int, default=2000)
+    p.add_argument("--handshake-attempts", type=int, default=20_000, help="handshake: hostile TLS/SASL connections")
     p.add_argument("--load-connections", type=int, default=1000)
     p.add_argument("--load-partitions", type=int, default=10_000)
     p.add_argument("--txn-kills", type=int, default=40, help="txn: SIGKILL rounds (broker, application or both)")

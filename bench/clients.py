@@ -9,6 +9,12 @@ consumed; the Java-shaped case ≥ 300 MB/s; broker CPU ≤ 0.6 core-seconds per
 consumed -- printed for every case.
 
     python bench/clients.py [--records 2000000] [--sizes 100,1024] [--partitions 1] [--data-dir DIR]
+                            [--security plaintext,ssl,sasl_ssl]
+
+Issue 19's target: over TLS (SSL) and over SASL_SSL with SCRAM-SHA-512, produce and consume
+>= 0.6x the plaintext figure of the same run, for 100 B and 1 KiB records. The broker has one
+listener of each kind (a test CA and certificates made at start, as tests/security does); each
+secured figure is printed beside the plaintext one and the ratio.
 
 * produce: confluent-kafka (librdkafka) ``produce_batch``, acks=1, no compression, 1 MB batches;
   timed from the first record handed to the client until ``flush`` returns (every record acknowledged).
@@ -41,6 +47,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from _common import command_line, report
 
+ROOT = Path(__file__).resolve().parents[1]
+SCRAM_USER, SCRAM_PASSWORD = "bench", "bench-secret"
+
 CHUNK = 10_000
 CONSUMER_TUNING = {
     "queued.min.messages": 1_000_000, "queued.max.messages.kbytes": 1_000_000, "fetch.queue.backoff.ms": 10,
@@ -48,16 +57,54 @@ CONSUMER_TUNING = {
 }
 
 
-def start_broker(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_broker(data_dir: Path, overrides: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[str]]:
+    """The broker and the address of each of its listeners, in the order of ``listeners``."""
+    overrides = {"listeners": "PLAINTEXT://127.0.0.1:0", **(overrides or {}), "log.dirs": str(data_dir)}
     cmd = [sys.executable, "-m", "tierlog.cli.main", "--log-level", "WARNING", "serve",
-           "--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", f"log.dirs={data_dir}"]
+           *[a for k, v in overrides.items() for a in ("--override", f"{k}={v}")]]
+    wanted = len(overrides["listeners"].split(","))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
+    addresses: list[str] = []
     for line in proc.stdout:
-        if line.startswith("tierlog listening on "):
-            threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
-            return proc, line.strip().rsplit(" ", 1)[1]
+        address = line.strip().rsplit(" ", 1)[1]
+        # Each address once (the first listener's line has been seen twice).
+        if line.startswith("tierlog listening on ") and address not in addresses:
+            addresses.append(address)
+            if len(addresses) == wanted:
+                threading.Thread(target=lambda: [None for _ in proc.stdout or ()], daemon=True).start()
+                return proc, addresses
     raise SystemExit("the broker did not start")
+
+
+def secured_listeners(directory: Path) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Broker overrides for a PLAINTEXT, an SSL and a SASL_SSL (SCRAM-SHA-512) listener with a test CA
+    made now, and each listener's librdkafka settings."""
+    sys.path.insert(0, str(ROOT))
+    from tests.security.pki import CertificateAuthority
+
+    ca = CertificateAuthority()
+    ca_file = directory / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    _, _, broker_pem = ca.issue("localhost", server=True).write(directory, "broker")
+    overrides = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                 "ssl.keystore.type": "PEM", "ssl.keystore.location": str(broker_pem),
+                 "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(ca_file)}
+    confs = {"plaintext": {}, "ssl": tls,
+             "sasl_ssl": {**tls, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                          "sasl.username": SCRAM_USER, "sasl.password": SCRAM_PASSWORD}}
+    return overrides, confs
+
+
+def add_scram_user(bootstrap: str) -> None:
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    upsert = UserScramCredentialUpsertion(SCRAM_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          SCRAM_PASSWORD.encode())
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(30)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -70,10 +117,26 @@ def measured(pid: int, fn: Callable[[], float], moved_bytes: int) -> tuple[float
     """``fn()``'s figure and the broker's CPU use meanwhile: in cores (of the wall time) and in
     core-seconds per GB moved -- the figure that holds on a noisy machine (issue 22's targets:
     <= 0.6 produced, <= 0.3 consumed)."""
-    cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
+    figure, _, text = measured_cpu(pid, fn, moved_bytes)
+    return figure, text
+
+
+def measured_cpu(pid: int, fn: Callable[[], float], moved_bytes: int) -> tuple[float, float, str]:
+    """As :func:`measured`, with the broker's and the client's CPU together in core-s per GB."""
+    cpu0, client0, wall0 = cpu_seconds(pid), client_cpu_seconds(), time.perf_counter()
     figure = fn()
     cpu, wall = cpu_seconds(pid) - cpu0, time.perf_counter() - wall0
-    return figure, f"(broker CPU {cpu / wall:.2f} cores, {cpu / (moved_bytes / 1e9):.2f} core-s/GB)"
+    client = client_cpu_seconds() - client0
+    gb = moved_bytes / 1e9
+    return figure, (cpu + client) / gb, (f"(broker CPU {cpu / wall:.2f} cores, {cpu / gb:.2f} core-s/GB; "
+                                         f"client CPU {client / gb:.2f} core-s/GB)")
+
+
+def client_cpu_seconds() -> float:
+    """This process's CPU time (librdkafka's threads) and that of its finished children (kcat): with
+    the broker's, where a secured case's extra time goes -- the client encrypts and decrypts too."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def mb_per_s(records_per_s: float, size: int) -> str:
@@ -81,13 +144,14 @@ def mb_per_s(records_per_s: float, size: int) -> str:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # always the plaintext listener
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
 
 
-def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
+def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int,
+            security: dict[str, str] | None = None) -> float:
     producer = Producer({
-        "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": 1_000_000,
+        **(security or {}), "bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": 1_000_000,
         "batch.num.messages": 1_000_000, "queue.buffering.max.messages": 10_000_000,
         "queue.buffering.max.kbytes": 4_000_000, "compression.type": "none",
     })
@@ -117,9 +181,9 @@ def produce(bootstrap: str, topic: str, records: int, size: int, partitions: int
     return records / elapsed
 
 
-def consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
+def consume(bootstrap: str, topic: str, records: int, partitions: int, security: dict[str, str] | None = None) -> float:
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
+        **(security or {}), "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}", "enable.auto.commit": False,
         # Let librdkafka keep fetching while Python drains its queue, and not back off for a whole
         # second (fetch.queue.backoff.ms) whenever that queue is full.
         **CONSUMER_TUNING,
@@ -141,7 +205,12 @@ def consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
     return got / elapsed
 
 
-def produce_kcat(bootstrap: str, topic: str, records: int, size: int, scratch: Path) -> float:
+def _x(security: dict[str, str] | None) -> list[str]:
+    return [arg for k, v in (security or {}).items() for arg in ("-X", f"{k}={v}")]
+
+
+def produce_kcat(bootstrap: str, topic: str, records: int, size: int, scratch: Path,
+                 security: dict[str, str] | None = None) -> float:
     """kcat producing ``records`` lines of ``size`` bytes from a file (librdkafka without Python)."""
     kcat = shutil.which("kcat")
     assert kcat is not None
@@ -151,7 +220,7 @@ def produce_kcat(bootstrap: str, topic: str, records: int, size: int, scratch: P
         for first in range(0, records, CHUNK):
             f.write(line * min(CHUNK, records - first))
     start = time.perf_counter()
-    subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-l", "-X", "acks=1", "-X", "linger.ms=20",
+    subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-l", *_x(security), "-X", "acks=1", "-X", "linger.ms=20",
                     "-X", "batch.size=1000000", "-X", "batch.num.messages=1000000",
                     "-X", "queue.buffering.max.messages=10000000", "-X", "queue.buffering.max.kbytes=4000000",
                     str(lines)], check=True, capture_output=True, timeout=300)
@@ -160,11 +229,12 @@ def produce_kcat(bootstrap: str, topic: str, records: int, size: int, scratch: P
     return records / elapsed
 
 
-def consume_kcat(bootstrap: str, topic: str, records: int) -> float:
+def consume_kcat(bootstrap: str, topic: str, records: int, security: dict[str, str] | None = None) -> float:
     kcat = shutil.which("kcat")
     assert kcat is not None
     start = time.perf_counter()
     out = subprocess.run([kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "\n",
+                          *_x(security),
                           # kcat's librdkafka (2.0 in Debian) predates fetch.queue.backoff.ms.
                           *[arg for k, v in CONSUMER_TUNING.items() if k != "fetch.queue.backoff.ms"
                             for arg in ("-X", f"{k}={v}")]],
@@ -269,49 +339,94 @@ def loopback_copy(total_bytes: int) -> float:
     return elapsed
 
 
+def run_size(pid: int, addresses: dict[str, str], confs: dict[str, dict[str, str]], modes: list[str], size: int,
+             args: argparse.Namespace) -> None:
+    """Every case for one record size over each listener kind, ``--runs`` times with the kinds
+    interleaved (the load of a shared machine drifts); then each secured case's best beside the
+    plaintext best, and the ratio of their CPU per GB (broker and client together: what a CPU-bound
+    machine would see)."""
+    records = args.records if size <= 200 else max(args.records // 4, 100_000)
+    moved = records * size
+    baseline = records / loopback_copy(moved)
+    print(f"-- {size}-byte records: {records:,} records, {args.partitions} partition(s)", flush=True)
+    kcat = shutil.which("kcat") is not None and args.partitions == 1
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for run in range(args.runs):
+        for mode in modes:
+            bootstrap, security = addresses[mode], confs[mode]
+            topic = f"bench-{size}-{mode}-{run}-{int(time.time())}"
+            create_topic(addresses["plaintext"], topic, args.partitions)
+            cases: list[tuple[str, Callable[[], float]]] = [
+                ("librdkafka produce", partial(produce, bootstrap, topic, records, size, args.partitions, security)),
+                ("librdkafka consume (confluent-kafka)", partial(consume, bootstrap, topic, records, args.partitions,
+                                                                 security))]
+            if kcat:
+                kcat_topic = f"{topic}-kcat"
+                create_topic(addresses["plaintext"], kcat_topic, 1)
+                cases += [("librdkafka produce (kcat, whole process)",
+                           partial(produce_kcat, bootstrap, kcat_topic, records, size, Path(tempfile.gettempdir()),
+                                   security)),
+                          ("librdkafka consume (kcat, whole process)", partial(consume_kcat, bootstrap, topic, records,
+                                                                               security))]
+            for name, fn in cases:
+                rate, cpu_per_gb, cpu = measured_cpu(pid, fn, moved)
+                results.setdefault((name, mode), []).append((rate, cpu_per_gb))
+                if mode == "plaintext":
+                    report(f"{name} (run {run + 1})", rate, "records/s", "loopback socket copy", baseline)
+                else:
+                    print(f"{name} over {MODE_NAMES[mode]} (run {run + 1}): {rate:,.1f} records/s", flush=True)
+                print(f"   {mb_per_s(rate, size)} {cpu}", flush=True)
+    print(f"-- {size}-byte records, best of {args.runs} beside the plaintext best of the same run; "
+          f"load average now {os.getloadavg()[0]:.1f}", flush=True)
+    for (name, mode), got in results.items():
+        if mode == "plaintext":
+            continue
+        plain = results[(name, "plaintext")]
+        report(f"{name} over {MODE_NAMES[mode]}", max(r for r, _ in got), "records/s", "plaintext",
+               max(r for r, _ in plain))
+        plain_cpu, secured_cpu = min(c for _, c in plain), min(c for _, c in got)
+        print(f"   CPU per GB, broker + client: {secured_cpu:.2f} vs plaintext {plain_cpu:.2f} core-s/GB "
+              f"(CPU-bound ratio {plain_cpu / secured_cpu:.2f})", flush=True)
+
+
+MODE_NAMES = {"plaintext": "PLAINTEXT", "ssl": "SSL (TLS)", "sasl_ssl": "SASL_SSL SCRAM-SHA-512"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000, help="records of the 100-byte run; records over 200 bytes use a quarter as many")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes")
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--data-dir", type=Path, help="where the broker keeps its logs (default: a temp dir)")
+    ap.add_argument("--runs", type=int, default=1, help="repeat every case, listener kinds interleaved; best of")
+    ap.add_argument("--security", default="plaintext,ssl,sasl_ssl",
+                    help="listener kinds to run the clients over (plaintext always runs: it is the baseline)")
     ap.add_argument("--java-shaped", action=argparse.BooleanOptionalAction, default=True,
                     help="also the Java-client-shaped case: 16 KiB batches, linger.ms=5, 100 partitions, 4 producers")
     ap.add_argument("--java-shaped-mib", type=int, default=400, help="MiB of 1 KiB records in that case")
     args = ap.parse_args()
+    modes = ["plaintext", *[m for m in args.security.split(",") if m and m != "plaintext"]]
+    unknown = set(modes) - set(MODE_NAMES)
+    if unknown:
+        ap.error(f"--security: unknown {sorted(unknown)}; known: {', '.join(MODE_NAMES)}")
     print(f"command: {command_line()}", flush=True)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tierlog-bench-clients-"))
-    proc, bootstrap = start_broker(data_dir)
+    pki_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-pki-"))
+    overrides, confs = secured_listeners(pki_dir)
+    proc, listed = start_broker(data_dir, overrides)
+    addresses = dict(zip(["plaintext", "ssl", "sasl_ssl"], listed, strict=True))
     try:
+        add_scram_user(addresses["plaintext"])
         for size in (int(s) for s in args.sizes.split(",")):
-            records = args.records if size <= 200 else max(args.records // 4, 100_000)
-            topic = f"bench-{size}-{int(time.time())}"
-            create_topic(bootstrap, topic, args.partitions)
-            copy_s = loopback_copy(records * size)
-            baseline = records / copy_s
-            print(f"-- {size}-byte records: {records:,} records, {args.partitions} partition(s)", flush=True)
-            moved = records * size
-            rate, cpu = measured(proc.pid, partial(produce, bootstrap, topic, records, size, args.partitions), moved)
-            report("librdkafka produce", rate, "records/s", "loopback socket copy", baseline)
-            print(f"   {mb_per_s(rate, size)} {cpu}")
-            rate, cpu = measured(proc.pid, partial(consume, bootstrap, topic, records, args.partitions), moved)
-            report("librdkafka consume (confluent-kafka)", rate, "records/s", "loopback socket copy", baseline)
-            print(f"   {mb_per_s(rate, size)} {cpu}")
-            if shutil.which("kcat") is not None and args.partitions == 1:
-                kcat_topic = f"{topic}-kcat"
-                create_topic(bootstrap, kcat_topic, 1)
-                rate, cpu = measured(proc.pid, partial(produce_kcat, bootstrap, kcat_topic, records, size,
-                                                       Path(tempfile.gettempdir())), moved)
-                report("librdkafka produce (kcat, whole process)", rate, "records/s", "loopback socket copy", baseline)
-                print(f"   {mb_per_s(rate, size)} {cpu}")
-                rate, cpu = measured(proc.pid, partial(consume_kcat, bootstrap, topic, records), moved)
-                report("librdkafka consume (kcat, whole process)", rate, "records/s", "loopback socket copy", baseline)
-                print(f"   {mb_per_s(rate, size)} {cpu}")
+            run_size(proc.pid, addresses, confs, modes, size, args)
         if args.java_shaped:
-            java_shaped(proc.pid, bootstrap, args)
+            java_shaped(proc.pid, addresses["plaintext"], args)
     finally:
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         proc.terminate()
         proc.wait(60)
+        shutil.rmtree(pki_dir, ignore_errors=True)
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -9,6 +9,11 @@ log bytes, the ratio (target >= 0.5), and the dedupe buffer's memory bound: the 
 (measured with tracemalloc while it is filled; numpy reports its buffers there).
 
     python bench/compaction.py --records 400000 --keys 20000
+
+``--remote`` also times remote compaction (issue 18): the same log, uncompacted, copied to a remote
+tier in a local directory (16 MiB segments), then compacted there by the broker's job
+(``tiered/remote_compaction.py``: download, map, rewrite, upload, swap), against the local cleaner's
+time for the same log in the same run.
 """
 
 from __future__ import annotations
@@ -78,6 +83,48 @@ def clean(directory: Path, slots: int) -> tuple[float, int]:
     return elapsed, result.bytes_written
 
 
+def remote_compact(root: Path, source: Path, slots: int) -> tuple[float, int, int]:
+    """Copy the log (uncompacted) to a local-directory remote tier, then time one remote compaction.
+    Returns (seconds, segments replaced, bytes written)."""
+    from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
+    from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+    from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
+
+    data = root / "remote-data"
+    shutil.copytree(source, data / "t-0")
+    config = LogConfig(cleanup_policy=("compact",), segment_bytes=16 * 2**20, file_delete_delay_ms=0,
+                       remote_storage_enable=True, retention_ms=-1)
+    clock = ManualClock(TS)
+    ulog = load_log(data / "t-0", config, LoadOptions(had_clean_shutdown=True), clock=clock)
+    ulog.write_partition_metadata(b"\x01" * 16)
+    # Counted as cleaned so the copy task uploads every closed segment as it is (uncompacted).
+    CleanerCheckpoint(data).write({("t", 0): ulog.log_end_offset})
+
+    class Logs:
+        def all_logs(self) -> dict[tuple[str, int], object]:
+            return {("t", 0): ulog}
+
+        def get_log(self, topic: str, partition: int) -> object:
+            return ulog if (topic, partition) == ("t", 0) else None
+
+    rsm = LocalDirectoryRemoteStorageManager()
+    rsm.configure({"dir": str(root / "remote"), "fsync": "true"})
+    settings = RemoteLogManagerConfig(system_enable=True, compaction_map_bytes=capacity_for(slots) * ENTRY_BYTES,
+                                      compaction_io_buffer_bytes=IO_BUFFER)
+    rlm = RemoteLogManager(settings, Logs(), rsm, FileRemoteLogMetadataManager(data / "remote-log-metadata"),  # type: ignore[arg-type]
+                           index_cache_dir=data / "remote-log-index-cache", clock=clock)
+    rlm.sync_partitions()
+    rlm.copy_partition("t", 0)
+    started = time.perf_counter()
+    result = rlm.compact_partition("t", 0, force=True)
+    elapsed = time.perf_counter() - started
+    assert result is not None and result.abandoned is None, result
+    rlm.close()
+    ulog.close()
+    return elapsed, result.sources, result.bytes_written
+
+
 def map_memory(keys: int) -> int:
     OffsetMap(1).put(b"warm-up", 0)  # the compiled code's own allocations are not the map's
     tracemalloc.start()
@@ -97,6 +144,7 @@ def main() -> int:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--batch", type=int, default=100, help="records per batch")
     ap.add_argument("--dir", type=Path, default=None, help="where to build the log (default: a temp dir)")
+    ap.add_argument("--remote", action="store_true", help="also time remote compaction of the same log")
     args = ap.parse_args()
     print(command_line())
     root = Path(tempfile.mkdtemp(prefix="tierlog-compaction-", dir=args.dir))
@@ -106,10 +154,17 @@ def main() -> int:
         mb = size / 1e6
         base_s = baseline(log_dir, root / "copy")
         slots = max(args.keys, 1)
+        if args.remote:
+            shutil.copytree(log_dir, root / "pristine")  # the cleaning below rewrites log_dir
         clean_s, written = clean(log_dir, slots)
         report("cleaning", mb / clean_s, "MB/s", "read + write + fsync of the same bytes", mb / base_s)
         print(f"log {mb:.1f} MB, {args.records} records, {args.keys} keys: cleaned in {clean_s:.2f} s "
               f"(baseline {base_s:.2f} s), {written / 1e6:.2f} MB kept")
+        if args.remote:
+            remote_s, replaced, remote_written = remote_compact(root, root / "pristine", slots)
+            report("remote compaction", mb / remote_s, "MB/s", "the local cleaner on the same log", mb / clean_s)
+            print(f"remote compaction: {replaced} remote segments compacted in {remote_s:.2f} s (local cleaner "
+                  f"{clean_s:.2f} s), {remote_written / 1e6:.2f} MB written")
         measured = map_memory(args.keys)
         capacity = capacity_for(slots)
         print(f"dedupe buffer: {args.keys} keys -> table of {capacity:,} entries = {capacity * ENTRY_BYTES:,} bytes "

@@ -11,7 +11,14 @@ Their runs alternate, ``--runs`` times each; the best run of each is reported. S
 * 16 KiB batches from 8 producers (8 connections), each to a partition of its own;
 * 16 KiB batches from 8 producers spread over 100 partitions.
 
-For the durable runs the group commit's rounds and fdatasyncs per second are read from the
+The group commit alone, without clients or the network (what the broker controls, measurable on a
+loaded machine where the client runs are CPU-starved): one thread per partition appends a 16 KiB
+batch with tierlog's LogManager in this process and waits for its durable sync, one at a time (as
+librdkafka's idempotent producer keeps one request in flight per partition), for 8 and 100
+partitions; its baseline is the same number of threads each doing ``pwrite`` 16 KiB + ``fdatasync``
+on a file of its own.
+
+For the durable runs the group commit's syncs and fdatasyncs per second are read from the
 broker's metrics (``tierlog_group_commit_syncs`` / ``tierlog_group_commit_fdatasyncs``). The
 baseline of the disk itself is a plain loop of ``pwrite`` + ``fdatasync`` of 16 KiB and of 1 MiB in
 the same directory, and one group-commit round of 8 and of 100 files synced three ways (fdatasync
@@ -126,6 +133,68 @@ def round_strategies(directory: Path, files: int, rounds: int) -> dict[str, floa
     return out
 
 
+def group_commit_alone(directory: Path, partitions: int, seconds: float) -> tuple[float, float]:
+    """(durable 16 KiB appends per second, p99 ms waited for the sync) through LogManager's group
+    commit, one thread per partition with one append in flight."""
+    from tierlog.config import LogConfig
+    from tierlog.records import SimpleRecord, build_batch
+    from tierlog.storage.log_manager import LogManager
+
+    config = LogConfig()
+    manager = LogManager([directory / f"group-commit-{partitions}"], lambda _t: config)
+    manager.startup_logs()
+    logs = [manager.get_or_create_log("bench", p) for p in range(partitions)]
+    data = build_batch([SimpleRecord(None, os.urandom(RECORD_BYTES - 24), timestamp=1) for _ in range(16)])
+    waits: list[list[float]] = [[] for _ in range(partitions)]
+    t_end = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        while time.perf_counter() < t_end:
+            info = logs[i].append_as_leader(data)
+            t0 = time.perf_counter()
+            manager.sync_future(logs[i], info).result(60)
+            waits[i].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(partitions)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    manager.shutdown()
+    every = sorted(w for ws in waits for w in ws)
+    return len(every) / elapsed, every[min(len(every) - 1, int(len(every) * 0.99))] * 1000
+
+
+def parallel_fdatasync(directory: Path, files: int, seconds: float) -> float:
+    """pwrite 16 KiB + fdatasync per second, one thread per file (the disk without the broker)."""
+    data = os.urandom(16 << 10)
+    counts = [0] * files
+    t_end = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        fd = os.open(directory / f"parallel-{i}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            offset = 0
+            while time.perf_counter() < t_end:
+                os.pwrite(fd, data, offset)
+                os.fdatasync(fd)
+                offset += len(data)
+                counts[i] += 1
+        finally:
+            os.close(fd)
+            (directory / f"parallel-{i}").unlink()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(files)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - t0)
+
+
 def metric(url: str, name: str) -> float:
     total = 0.0
     with urllib.request.urlopen(url, timeout=10) as resp:
@@ -230,6 +299,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2, help="runs of each setting per scenario (alternating)")
     ap.add_argument("--only", default="", help="scenario numbers, e.g. 2,3")
     ap.add_argument("--rounds", type=int, default=30, help="rounds of each sync strategy measured")
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of each group-commit-alone run")
     ap.add_argument("--dir", default=None, help="where the brokers keep their data (default: the temp dir)")
     args = ap.parse_args()
     print(f"command: {command_line()}", flush=True)
@@ -245,6 +315,13 @@ def main() -> int:
             strategies = round_strategies(work, files, args.rounds)
             print(f"one round of {files} files with 16 KiB new each, median of {args.rounds}: "
                   + ", ".join(f"{name} {ms:.1f} ms" for name, ms in strategies.items()), flush=True)
+        for partitions in (8, 100):
+            alone, p99_ms = group_commit_alone(work, partitions, args.seconds)
+            raw = parallel_fdatasync(work, partitions, args.seconds)
+            print(f"group commit alone, {partitions} partitions, one 16 KiB append in flight each: {alone:,.0f} "
+                  f"durable appends/s (p99 wait {p99_ms:.1f} ms)  |  baseline {partitions} threads of pwrite + "
+                  f"fdatasync: {raw:,.0f}/s  |  ratio {alone / raw:.2f}", flush=True)
+        print(load_line(), flush=True)
         for n, scenario in enumerate(chosen):
             best: dict[str, Run] = {}
             for r in range(args.runs):

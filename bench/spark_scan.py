@@ -8,6 +8,12 @@ materialises every column (``write.format("noop")``), best of ``--rounds``. Targ
 the Parquet scan.
 
 Run: .venv/bin/python bench/spark_scan.py [--records 5000000] [--partitions 2] [--master local[*]]
+
+``--s3-only``: instead, the remote read. The topic is tiered to S3 (moto's server on 127.0.0.1,
+started here: absolute figures measure moto) as the broker tiers it, manifests included; then each
+round reads every remote segment the way an executor does (planned from the manifests, fetched
+through the S3 plugin, CRCs checked and decoded to Arrow) against a plain ranged GET of the same
+objects with obstore (bytes only), alternating. Target: remote read >= 0.8x the plain GET.
 """
 
 from __future__ import annotations
@@ -86,6 +92,103 @@ def _ready_made_source() -> type:
     return ReadyMade
 
 
+def s3_vs_get(data: Path, rounds: int) -> int:
+    """The remote read against a plain GET of the same objects (see the module docstring)."""
+    import logging
+    import socket
+
+    import obstore
+    from moto.server import ThreadedMotoServer
+
+    from tierlog.pipeline.options import parse_options, plan_ranges, resolve
+    from tierlog.pipeline.reader import read_range
+    from tierlog.tiered.backends.s3 import S3RemoteStorageManager
+    from tierlog.tiered.manifest import ManifestPublisher
+    from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench-scan")
+        props = {"s3.bucket": "bench-scan", "s3.endpoint": endpoint, "s3.prefix": "tier"}
+        config = LogConfig.from_props({"segment.bytes": 64 << 20, "retention.ms": -1, "remote.storage.enable": True})
+        logs = {}
+        for d in sorted(data.glob(f"{TOPIC}-*")):
+            ulog = load_log(d, config, LoadOptions(had_clean_shutdown=True))
+            ulog.roll()  # every record in a closed segment: all of it is tierable
+            logs[(TOPIC, int(d.name.rsplit("-", 1)[1]))] = ulog
+        rsm = S3RemoteStorageManager()
+        rsm.configure(props)
+        meta = data.parent / "s3-remote-log-metadata"
+        shutil.rmtree(meta, ignore_errors=True)
+
+        class Logs:
+            def all_logs(self) -> dict[tuple[str, int], Any]:
+                return logs
+
+            def get_log(self, topic: str, partition: int) -> Any:
+                return logs.get((topic, partition))
+
+        rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), Logs(), rsm,
+                               ManifestPublisher(FileRemoteLogMetadataManager(meta, sync=False), rsm),
+                               index_cache_dir=data.parent / "s3-index-cache")
+        copied = rlm.copy_all()
+        rlm.close()
+        for ulog in logs.values():
+            ulog.close()
+        options = {"subscribe": TOPIC, "tail": "none", "remote.log.storage.manager.class.name":
+                   "tierlog.tiered.backends.s3.S3RemoteStorageManager", **{f"rsm.config.{k}": v for k, v in props.items()}}
+        opts = parse_options(options)
+        parts = opts.partitions(opts.discover())
+        ranges = plan_ranges(parts, resolve(opts.starting, "starting", parts, opts),
+                             resolve(opts.ending, "ending", parts, opts), opts)
+        assert ranges and all(r.is_remote for r in ranges), ranges
+        reader = S3RemoteStorageManager()
+        reader.configure(props)
+        keys = [(reader.key_base(r.remote) + ".log", r.remote.segment_size_in_bytes) for r in ranges if r.remote]
+        total_bytes = sum(size for _, size in keys)
+
+        def remote_read() -> int:
+            return sum(b.num_rows for r in ranges for b in read_range(r, include_headers=False, spec=opts.remote))
+
+        def plain_get() -> int:
+            return sum(len(obstore.get_range(reader.store, key, start=0, end=size)) for key, size in keys)
+
+        rows = remote_read()
+        assert plain_get() == total_bytes
+        def run_remote() -> None:
+            assert remote_read() == rows
+
+        def run_get() -> None:
+            assert plain_get() == total_bytes
+
+        times: dict[str, list[float]] = {"remote": [], "get": []}
+        for _ in range(rounds):  # alternating, so a burst of other load hits both
+            times["remote"].append(timed(run_remote))
+            times["get"].append(timed(run_get))
+        t_remote, t_get = min(times["remote"]), min(times["get"])
+        mib = total_bytes / (1 << 20)
+        print(f"remote tier: {copied} segments, {mib:.0f} MiB, {rows} rows, S3 on moto (127.0.0.1), best of {rounds}")
+        print(f"remote read (fetch through the plugin, decode):  {t_remote:6.2f} s  {mib / t_remote:7.1f} MiB/s  "
+              f"(all rounds: {', '.join(f'{t:.2f}' for t in times['remote'])})")
+        print(f"plain ranged GET of the same objects:             {t_get:6.2f} s  {mib / t_get:7.1f} MiB/s  "
+              f"(all rounds: {', '.join(f'{t:.2f}' for t in times['get'])})")
+        print(f"ratio remote/GET: {t_get / t_remote:.2f}x (target >= 0.8x)")
+        return 0
+    finally:
+        server.stop()
+
+
 def timed(action: Callable[[], None]) -> float:
     started = time.perf_counter()
     action()
@@ -104,11 +207,15 @@ def main() -> int:
     parser.add_argument("--ceiling", action="store_true",
                         help="also time a data source that yields the same Arrow batches ready-made (decoded once "
                              "per worker and cached): the cost of the Python data source path alone")
+    parser.add_argument("--s3-only", action="store_true",
+                        help="the remote read on S3 (moto) against a plain GET of the same objects, no Spark")
     args = parser.parse_args()
     print("command:", " ".join([sys.executable, *sys.argv]))
 
     data = args.dir / "data"
     write_topic(data, args.records, args.partitions, args.codec)
+    if args.s3_only:
+        return s3_vs_get(data, args.rounds)
 
     from tierlog.pipeline import spark_session
 

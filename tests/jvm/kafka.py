@@ -195,7 +195,7 @@ class KafkaBroker:
         log4j.write_text(_LOG4J2_TOOLS.replace("SYSTEM_ERR", "SYSTEM_OUT").replace("WARN", "INFO"))
         run_tool(STORAGE_TOOL, "format", f"--cluster-id={random_cluster_id()}", "-c", str(props))
 
-    def start(self) -> KafkaBroker:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> KafkaBroker:
         if not (self.home / "server.properties").exists():
             self.format()
         seen = self.log_path.stat().st_size if self.log_path.exists() else 0  # a restart appends
@@ -206,7 +206,7 @@ class KafkaBroker:
         cmd.remove("-XX:TieredStopAtLevel=1")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"Kafka exited {self.proc.returncode} while starting:\n{self.log_tail()}")
@@ -214,7 +214,7 @@ class KafkaBroker:
                 return self
             time.sleep(0.2)
         self.kill()
-        raise AssertionError(f"Kafka did not start in {START_TIMEOUT_S}s:\n{self.log_tail()}")
+        raise AssertionError(f"Kafka did not start in {timeout_s}s:\n{self.log_tail()}")
 
     def _log_text(self) -> str:
         try:

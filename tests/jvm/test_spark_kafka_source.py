@@ -1,7 +1,10 @@
 """Spark's own Kafka source as the peer of ``format("tierlog")`` (issue 24 point 4): the same offsets
 of a topic whose older segments are only in the remote tier, read through the broker with
 ``format("kafka")`` (spark-sql-kafka, build/spark-kafka-jars) and at rest with ``format("tierlog")``,
-give identical DataFrames -- same schema, same rows."""
+give identical DataFrames -- same schema, same rows, record timestamps and headers (``includeHeaders``:
+several, repeated keys, a null value) included; and a range given by timestamps, whose records' timestamps
+are out of order, starts and ends at the same offsets (the broker's ListOffsets against the time index
+at rest, starting in the remote tier)."""
 
 from __future__ import annotations
 
@@ -52,22 +55,48 @@ def test_format_kafka_and_format_tierlog_return_the_same_rows(tiered_broker: Bro
     base_ts = int(time.time() * 1000) - 3_600_000
     for i in range(COUNT):
         producer.produce(TOPIC, key=None if i % 7 == 0 else b"k%d" % (i % 13), value=b"v%06d" % i + bytes(i % 50),
-                         partition=0, timestamp=base_ts + i)
+                         partition=0, timestamp=timestamp_of(base_ts, i), headers=headers_of(i))
     assert producer.flush(60) == 0
     deadline = time.monotonic() + 60
     while local_bases(data)[0] < COUNT // 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert local_bases(data)[0] >= COUNT // 2, "the older half of the topic never moved to the remote tier only"
 
+    # From a quarter (remote tier) to the last record by timestamp: the first record at or after each
+    # timestamp is one whose timestamp jumped ahead, 250 offsets earlier.
+    ts_from, ts_to = base_ts + COUNT // 4, base_ts + COUNT - 1
+    first = min(i for i in range(COUNT) if timestamp_of(base_ts, i) >= ts_from)
+    end = min(i for i in range(COUNT) if timestamp_of(base_ts, i) >= ts_to)
+    assert first < COUNT // 4 < COUNT // 2 <= local_bases(data)[0] and end < COUNT - 1
     out = subprocess.run([sys.executable, str(Path(__file__).parent / "spark_peer_job.py"), broker.bootstrap,
-                          str(data), TOPIC, str(SPARK_KAFKA_JARS), str(COUNT)],
+                          str(data), TOPIC, str(SPARK_KAFKA_JARS), str(COUNT), str(ts_from), str(ts_to)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["schema_kafka"] == got["schema_tierlog"], got
-    assert got["kafka_rows"] == got["tierlog_rows"] == COUNT, got
-    assert got["only_kafka"] == got["only_tierlog"] == 0, got
+    assert got["by_offsets"] == {"kafka_rows": COUNT, "tierlog_rows": COUNT, "only_kafka": 0, "only_tierlog": 0,
+                                 "first_offset": 0, "last_offset": COUNT - 1}, got
+    assert got["by_timestamps"] == {"kafka_rows": end - first, "tierlog_rows": end - first, "only_kafka": 0,
+                                    "only_tierlog": 0, "first_offset": first, "last_offset": end - 1}, got
+    # The comparison saw what it is meant to compare: headers (with null values) and timestamps.
+    assert got["with_headers"] == sum(1 for i in range(COUNT) if headers_of(i)), got
+    assert got["null_header_values"] == sum(1 for i in range(COUNT) if i % 11 == 0), got
     assert got["first"][0]["offset"] == 0, got
+
+
+def timestamp_of(base_ts: int, i: int) -> int:
+    """Increasing, except every 100th record (from the 50th) jumps 250 ms ahead of its neighbours."""
+    return base_ts + i + (250 if i % 100 == 50 else 0)
+
+
+def headers_of(i: int) -> list[tuple[str, bytes | None]] | None:
+    """Several headers with a repeated key on every 5th record, a null value on every 11th, none otherwise."""
+    headers: list[tuple[str, bytes | None]] = []
+    if i % 5 == 0:
+        headers += [("idx", b"%d" % i), ("dup", b"a"), ("dup", b"b" * (i % 9))]
+    if i % 11 == 0:
+        headers.append(("nullv", None))
+    return headers or None
 
 
 def test_a_streaming_query_switches_sources_on_one_checkpoint(tiered_broker: BrokerProcess, tmp_path: Path) -> None:

@@ -91,8 +91,7 @@ def test_errors_print_as_one_line_and_the_trace_with_verbose(spark: Any, dataset
     assert spark_cmd.run(cli(*argv)) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: option 'subscribe': topic 'nope' not found in the log directory {dataset.data} or the "
-                   f"remote log metadata in {dataset.data / 'remote-log-metadata'} (topics there: events, lat, "
-                   "opentxn, orders, tiered, trimmed)"]
+                   "remote tier (topics there: events, lat, opentxn, orders, tiered, trimmed)"]
     assert spark_cmd.run(cli(*argv, "--verbose")) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: option 'subscribe'")

@@ -81,3 +81,26 @@ def test_verify_beside_a_running_broker_reports_no_damage(spark: Any, tmp_path: 
         stop.set()
         writer.join(60)
         broker.stop()
+
+
+def test_verify_reads_an_active_index_without_entries_as_empty(tmp_path: Path) -> None:
+    """A broker's active segment before its first index entry: the index is all zeros, and its first
+    slot reads as an entry (base offset, position 0). Seen beside a live broker on every partition
+    whose newest segment was just rolled; it is no damage."""
+    from tierlog.config import LogConfig
+    from tierlog.records import SimpleRecord, build_batch
+    from tierlog.storage.loader import LoadOptions, load_log
+
+    ulog = load_log(tmp_path / "data" / f"{TOPIC}-0", LogConfig.from_props({"retention.ms": -1}), LoadOptions())
+    try:
+        for i in range(3):
+            ulog.append_as_leader(build_batch([SimpleRecord(b"k", b"v" * 10, (), 1_700_000_000_000 + i)] * 5))
+        raw = (ulog.dir / "00000000000000000000.index").read_bytes()
+        assert len(raw) >= 8 and not any(raw), "the active index should be preallocated and hold no entry yet"
+        opts = parse_options({"path": str(tmp_path / "data"), "subscribe": TOPIC})
+        [task] = jobs.segment_tasks(opts.discover())
+        assert task.last
+        check = jobs.verify_segment(task, opts.remote)
+        assert check.ok, check.problems
+    finally:
+        ulog.close()

@@ -149,7 +149,8 @@ def test_fail_on_data_loss(spark: Any, dataset: Dataset) -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"subscribe": "orders", "kafka.bootstrap.servers": "localhost:9092"}, "option\\('path'"),
+    ({"subscribe": "orders", "tail": "broker"}, "give option 'kafka.bootstrap.servers'"),
+    ({"subscribe": "orders", "tail": "sideways"}, "option 'tail' must be one of broker, local, none"),
     ({"subscribe": "orders", "startingOffsets": "latest"}, "can't be latest"),
     ({"subscribe": "orders", "endingOffsets": "earliest"}, "can't be earliest"),
     ({}, "One of the following options must be specified"),

@@ -23,6 +23,7 @@ from tierlog.pipeline.options import parse_options
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.tiered.backends.s3 import S3RemoteStorageManager
 from tierlog.tiered.layout import METADATA_DIR_NAME
+from tierlog.tiered.manifest import ManifestPublisher
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 
@@ -92,7 +93,29 @@ def test_without_s3_options_the_reader_names_the_missing_plugin_instead_of_a_loc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no data-remote created
 
 
-def _tier_to_s3(data: Path, endpoint: str, props: dict[str, str]) -> tuple[Path, list[Row]]:
+def test_the_reader_plans_the_remote_tier_from_the_manifests_in_s3_without_the_journal(s3: str, tmp_path: Path) -> None:
+    """The broker publishes each partition's manifest beside its segments; a reader whose disk has
+    no remote-log-metadata/ (a Spark driver on another host) plans the remote part from them."""
+    import shutil
+
+    import obstore
+
+    data, want = _tier_to_s3(tmp_path / "data", s3, {"s3.bucket": "pipeline", "s3.prefix": "cluster-a"}, publish=True)
+    shutil.rmtree(data / METADATA_DIR_NAME)
+    options = {"path": str(data), "subscribe": "s3t", "remote.log.storage.manager.class.name": S3_CLASS,
+               "rsm.config.s3.bucket": "pipeline", "rsm.config.s3.endpoint": s3, "rsm.config.s3.prefix": "cluster-a"}
+    assert scan_options(options) == want
+    opts = parse_options(options)
+    [plog] = opts.partitions(opts.discover())
+    assert plog.remote_start == 0 and len(plog.remote_segments) >= 2 and plog.local_start and plog.local_start > 0
+    # The object layout of docs/spark.md: <prefix>/<topic id>-<partition>/_manifest.json.
+    store = S3RemoteStorageManager()
+    store.configure({"s3.bucket": "pipeline", "s3.endpoint": s3})
+    keys = [str(m["path"]) for chunk in obstore.list(store.store, prefix="cluster-a") for m in chunk]
+    assert [k for k in keys if k.endswith("/_manifest.json")] == ["cluster-a/CQkJCQkJCQkJCQkJCQkJCQ-0/_manifest.json"]
+
+
+def _tier_to_s3(data: Path, endpoint: str, props: dict[str, str], *, publish: bool = False) -> tuple[Path, list[Row]]:
     ulog = load_log(data / "s3t-0", LogConfig.from_props({"segment.bytes": 1500, "retention.ms": -1,
                                                            "remote.storage.enable": True,
                                                            "local.retention.bytes": 1}), LoadOptions())
@@ -101,8 +124,10 @@ def _tier_to_s3(data: Path, endpoint: str, props: dict[str, str]) -> tuple[Path,
     want: list[Row] = expected_rows(ulog.dir)
     rsm = S3RemoteStorageManager()
     rsm.configure({"s3.endpoint": endpoint, **props})
-    rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _Logs({("s3t", 0): ulog}), rsm,
-                           FileRemoteLogMetadataManager(data / METADATA_DIR_NAME, sync=False),
+    rlmm: Any = FileRemoteLogMetadataManager(data / METADATA_DIR_NAME, sync=False)
+    if publish:  # as the broker composes it
+        rlmm = ManifestPublisher(rlmm, rsm, broker_id=1)
+    rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _Logs({("s3t", 0): ulog}), rsm, rlmm,
                            index_cache_dir=data / "remote-log-index-cache")
     assert rlm.copy_all() >= 2
     ulog.delete_old_segments()

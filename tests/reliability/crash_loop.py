@@ -221,15 +221,17 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
                    broker_log: Path | None = None,
                    after_start: Callable[[ChaosBroker], bool] | None = None,
                    topic_configs: dict[str, str] | None = None,
-                   producer_config: dict[str, object] | None = None) -> CrashLoopResult:
-    """``after_kill`` runs while the broker is down (the power-loss loop cuts the power there);
+                   producer_config: dict[str, object] | None = None,
+                   broker_env: dict[str, str] | None = None,
+                   before_kill: Callable[[ChaosBroker], None] | None = None) -> CrashLoopResult:
+    """``before_kill`` runs just before each SIGKILL; ``after_kill`` while the broker is down (the power-loss loop cuts the power there);
     ``after_start`` after each start (once the log is verified): it may change and check more state
     (the power-loss loop creates topics there) and returns whether what it checked held;
     ``stop_on_loss=False`` goes on after a loss (to count what Kafka's behaviour loses)."""
     rng = random.Random(seed)
     result = CrashLoopResult()
     t0 = time.monotonic()
-    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10), **(overrides or {})})
+    broker = ChaosBroker(data_dir, {"log.segment.bytes": str(256 << 10), **(overrides or {})}, env=broker_env)
     if broker_log is not None:
         broker.log_path = broker_log
     broker.start()
@@ -245,6 +247,8 @@ def run_crash_loop(data_dir: Path, *, kills: int, partitions: int = 3, rate: int
         for k in range(kills):
             time.sleep(rng.uniform(min_uptime_s, max_uptime_s))
             result.peak_rss_bytes = max(result.peak_rss_bytes, broker.rss())
+            if before_kill is not None:
+                before_kill(broker)
             broker.sigkill()
             result.kills += 1
             if after_kill is not None:

@@ -43,8 +43,9 @@ def open_fds(pid: int) -> int:
 class ChaosBroker(BrokerProcess):
     """``tierlog serve`` on a port that stays the same across restarts."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, *, port: int | None = None) -> None:
-        super().__init__(data_dir, overrides)
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, *, port: int | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(data_dir, overrides, env)
         self.port = self.fixed_port = port or free_port()
         self.starts = 0
 
@@ -75,7 +76,8 @@ class ChaosBroker(BrokerProcess):
         log recovery or metadata replay)."""
         assert self.proc is None or self.proc.poll() is not None
         with open(self.log_path, "a") as stderr:
-            proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=stderr)
+            proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=stderr,
+                                    env=None if self.env is None else {**os.environ, **self.env})
         time.sleep(after_s)
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -1,14 +1,15 @@
-"""Disk faults injected under a real broker process by lazyfs (``eio-fsync``, ``enospc-write``,
-``slow-fsync``): the broker stops with a non-zero exit and a message naming the cause when every log
-dir is offline or the metadata log cannot be written, and the next start on the repaired disk
-recovers; a slow disk slows durable producers instead of piling up what waits for an fsync."""
+"""Disk faults injected under a real broker process (``eio-fsync``, ``enospc-write``, ``slow-fsync``),
+by lazyfs (FUSE) and by the LD_PRELOAD page-cache shim (machines without /dev/fuse): the broker
+stops with a non-zero exit and a message naming the cause when every log dir is offline or the
+metadata log cannot be written, and the next start on the repaired disk recovers; a slow disk slows durable producers instead of piling up what waits for an fsync."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,34 +18,52 @@ from confluent_kafka import Producer
 from tests.helpers.broker import BrokerProcess
 from tests.reliability.harness import RawClient, create_topic, read_partition
 from tests.reliability.lazyfs import command, mount
-from tests.reliability.power_loss import fuse_available
+from tests.reliability.pageshim import PageShim
+from tests.reliability.power_loss import HARNESSES, harness_unavailable
 from tierlog.errors import ErrorCode
 from tierlog.protocol import ApiKey
 
 pytestmark = pytest.mark.integration
 
-UNAVAILABLE = fuse_available()
+
+@dataclass
+class FaultyDisk:
+    """Where the broker's faulty dir goes (``root``), the broker's extra environment, and the
+    harness's fault commands (lazyfs's, which the shim answers the same way)."""
+
+    harness: str
+    root: Path
+    env: dict[str, str] | None
+    command: Callable[[str], str]
 
 
-@pytest.fixture
-def lazyfs(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    if UNAVAILABLE is not None:
-        pytest.skip(f"lazyfs cannot run: {UNAVAILABLE}")
-    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
-    backing.mkdir()
+@pytest.fixture(params=HARNESSES)
+def disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultyDisk]:
+    harness: str = request.param
+    why_not = harness_unavailable(harness)
+    if why_not is not None:
+        pytest.skip(f"the {harness} harness cannot run: {why_not}")
+    print(f"harness {harness}")
+    mnt = tmp_path / "mnt"
     mnt.mkdir()
+    if harness == "shim":
+        shim = PageShim(tmp_path, mnt)
+        yield FaultyDisk(harness, shim.root, shim.env(), shim.command)
+        return
+    backing = tmp_path / "backing"
+    backing.mkdir()
     fs = mount(backing, mnt)
     try:
-        yield fs, mnt
+        yield FaultyDisk(harness, mnt, None, lambda cmd: command(fs, cmd))
     finally:
         subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
         fs.kill()
         fs.wait(30)
 
 
-def _broker(data_dir: Path, log_path: Path, overrides: dict[str, str]) -> BrokerProcess:
-    broker = BrokerProcess(data_dir, overrides)
-    broker.log_path = log_path  # off lazyfs: its faults must not silence the broker's log
+def _broker(data_dir: Path, log_path: Path, overrides: dict[str, str], disk: FaultyDisk) -> BrokerProcess:
+    broker = BrokerProcess(data_dir, overrides, env=disk.env)
+    broker.log_path = log_path  # off the faulty disk: its faults must not silence the broker's log
     return broker.start()
 
 
@@ -69,13 +88,13 @@ def _produce_one(bootstrap: str) -> str | None:
 
 
 def test_eio_on_fsync_of_the_only_log_dir_stops_the_broker_with_a_non_zero_exit(
-        lazyfs: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
-    fs, mnt = lazyfs
-    broker = _broker(mnt / "data", tmp_path / "broker.log", {"log.durable.acks": "all"})
+        disk: FaultyDisk, tmp_path: Path) -> None:
+    mnt = disk.root
+    broker = _broker(mnt / "data", tmp_path / "broker.log", {"log.durable.acks": "all"}, disk)
     try:
         create_topic(broker.port, "t", 1)
         assert _produce_one(broker.bootstrap) is None, broker.stderr_tail()
-        assert command(fs, "eio-fsync") == "ok"
+        assert disk.command("eio-fsync") == "ok"
         # The durable produce's fdatasync fails: not acknowledged, the dir offline, the broker stops.
         assert _produce_one(broker.bootstrap) is not None
         code = _exit_code(broker)
@@ -84,8 +103,8 @@ def test_eio_on_fsync_of_the_only_log_dir_stops_the_broker_with_a_non_zero_exit(
         assert "every log dir is offline" in log and "EIO" in log, log
     finally:
         broker.kill()
-    assert command(fs, "clear") == "ok"
-    restarted = _broker(mnt / "data", tmp_path / "restarted.log", {"log.durable.acks": "all"})
+    assert disk.command("clear") == "ok"
+    restarted = _broker(mnt / "data", tmp_path / "restarted.log", {"log.durable.acks": "all"}, disk)
     try:
         # Recovery decides what is on disk: the acknowledged record is there, and it serves again.
         assert _produce_one(restarted.bootstrap) is None, restarted.stderr_tail()
@@ -99,14 +118,14 @@ def test_eio_on_fsync_of_the_only_log_dir_stops_the_broker_with_a_non_zero_exit(
 
 
 def test_enospc_on_the_metadata_log_stops_the_broker_with_a_clear_message(
-        lazyfs: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
-    fs, mnt = lazyfs
-    # The metadata log lives in the first log dir (on lazyfs); the second dir is on the plain disk.
+        disk: FaultyDisk, tmp_path: Path) -> None:
+    mnt = disk.root
+    # The metadata log lives in the first log dir (on the faulty disk); the second on the plain disk.
     dirs = f"{mnt / 'd0'},{tmp_path / 'd1'}"
-    broker = _broker(mnt / "d0", tmp_path / "broker.log", {"log.dirs": dirs})
+    broker = _broker(mnt / "d0", tmp_path / "broker.log", {"log.dirs": dirs}, disk)
     try:
         create_topic(broker.port, "before", 1)
-        assert command(fs, "enospc-write") == "ok"
+        assert disk.command("enospc-write") == "ok"
         try:
             with RawClient(broker.port) as c:
                 body = c.call(ApiKey.CREATE_TOPICS, 7, {"topics": [
@@ -121,8 +140,8 @@ def test_enospc_on_the_metadata_log_stops_the_broker_with_a_clear_message(
         assert "metadata log append" in log and ("No space left" in log or "ENOSPC" in log), log
     finally:
         broker.kill()
-    assert command(fs, "clear") == "ok"
-    restarted = _broker(mnt / "d0", tmp_path / "restarted.log", {"log.dirs": dirs})
+    assert disk.command("clear") == "ok"
+    restarted = _broker(mnt / "d0", tmp_path / "restarted.log", {"log.dirs": dirs}, disk)
     try:
         # Nothing half-written: the log recovers to its last whole batch; the acknowledged topic is there.
         with RawClient(restarted.port) as c:
@@ -148,19 +167,19 @@ def _metrics(url: str) -> dict[str, float]:
 
 
 def test_a_slow_disk_slows_durable_producers_and_bounds_what_waits_for_an_fsync(
-        lazyfs: tuple[subprocess.Popen[str], Path], tmp_path: Path) -> None:
+        disk: FaultyDisk, tmp_path: Path) -> None:
     """Every fsync 150 ms slower: 4 librdkafka producers (acks=all) wait for room under
     log.dir.unflushed.max.bytes=64 KiB instead of piling bytes up; every record is delivered once."""
-    fs, mnt = lazyfs
+    mnt = disk.root
     bound, batch_bytes = 64 << 10, 32 << 10
     broker = _broker(mnt / "data", tmp_path / "broker.log", {
         "log.durable.acks": "all", "log.dir.unflushed.max.bytes": str(bound),
-        "metrics.listener": "http://127.0.0.1:0", "message.max.bytes": str(1 << 20)})
+        "metrics.listener": "http://127.0.0.1:0", "message.max.bytes": str(1 << 20)}, disk)
     try:
         url = next(line.strip().rsplit(" ", 1)[1] for line in broker.stdout_lines
                    if line.startswith("tierlog metrics on "))
         create_topic(broker.port, "t", 4)
-        assert command(fs, "slow-fsync 150") == "ok"
+        assert disk.command("slow-fsync 150") == "ok"
         per_producer, value = 1500, b"v" * 1000
         delivered: list[int] = []
         failed: list[str] = []
@@ -193,7 +212,7 @@ def test_a_slow_disk_slows_durable_producers_and_bounds_what_waits_for_an_fsync(
         # at most the requests let in at once (each of 4 connections up to its in-flight batches).
         assert figures["tierlog_group_commit_room_waits"] > 0, about
         assert figures["tierlog_group_commit_pending_bytes_peak"] <= bound + 4 * 5 * batch_bytes + batch_bytes, about
-        assert command(fs, "clear") == "ok"
+        assert disk.command("clear") == "ok"
         # Nothing lost or doubled: each partition holds exactly its producer's records.
         with RawClient(broker.port) as c:
             for p in range(4):

@@ -17,6 +17,7 @@ from joserfc.jwk import RSAKey
 
 from tests.security import clients
 from tests.security.conftest import SecureBroker
+from tierlog.server.auth.oauthbearer import UNSECURED_VALIDATOR
 
 pytestmark = pytest.mark.integration
 
@@ -107,8 +108,44 @@ def test_confluent_kafka_and_kafka_python_with_signed_tokens(oauth_broker: Secur
 
     clients.kafka_python_roundtrip(bootstrap, {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
                                                "sasl_oauth_token_provider": Provider()}, f"{topic_name}-kp")
+    from aiokafka.abc import AbstractTokenProvider as AioTokenProvider
+
+    class AioProvider(AioTokenProvider):  # type: ignore[misc]
+        async def token(self) -> str:
+            return idp.token("carol")[0]
+
+    clients.aiokafka_roundtrip(bootstrap, {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
+                                           "sasl_oauth_token_provider": AioProvider()}, f"{topic_name}-aio")
     log = oauth_broker.log_text()
     assert "Failed authentication" not in log, log[-2000:]
+
+
+def test_kcat_with_unsecured_tokens_only_where_configured(secure_broker_factory: type, idp: IdentityProvider,
+                                                          topic_name: str) -> None:
+    """kcat's librdkafka (Debian's 2.0, built without OIDC) can only make Kafka's unsecured tokens
+    (``sasl.oauthbearer.config=principal=...``): served on the listener that names Kafka's unsecured
+    validator, refused on the one that validates against the JWKS."""
+    broker: SecureBroker = secure_broker_factory.start({
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SIGNED://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SIGNED:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": UNSECURED_VALIDATOR,
+        "sasl.oauthbearer.jwks.endpoint.url": idp.url,
+    })
+    props = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "OAUTHBEARER",
+             "sasl.oauthbearer.config": "principal=dave", "enable.sasl.oauthbearer.unsecure.jwt": "true"}
+    clients.kcat_roundtrip(broker.address("SASL_PLAINTEXT"), props, topic_name)
+    assert "Failed authentication" not in broker.log_text(), broker.log_text()[-2000:]
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    with pytest.raises(KafkaException) as e:
+        AdminClient({"bootstrap.servers": broker.address("SIGNED"), **props}).list_topics(timeout=10)
+    deadline = time.monotonic() + 30
+    while "Failed authentication" not in broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(f"attempt: an unsecured token on the JWKS listener -> client: {e.value}")
+    assert "invalid_token" in broker.log_text(), broker.log_text()[-2000:]
 
 
 @pytest.mark.parametrize("attempt", ["forged signature", "expired", "wrong audience"])

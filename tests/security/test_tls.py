@@ -80,6 +80,11 @@ def test_mutual_tls_required(secure_broker_factory: type, pki: Pki, topic_name: 
     clients.kafka_python_roundtrip(broker.address("SSL"), {
         "security_protocol": "SSL", "ssl_cafile": str(pki.ca_file), "ssl_certfile": str(pki.client_cert),
         "ssl_keyfile": str(pki.client_key)}, topic_name + "-kp")
+    clients.kcat_roundtrip(broker.address("SSL"), conf, topic_name + "-kcat")
+    ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+    ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
+    clients.aiokafka_roundtrip(broker.address("SSL"), {"security_protocol": "SSL", "ssl_context": ctx},
+                               topic_name + "-aio")
     refused = {
         "no client certificate": (None, None),
         "certificate of an unknown CA": pki.untrusted_client("mallory"),

@@ -1,7 +1,8 @@
 """Guards for "each fact in one place" (#23): an AST scan of src/ fails when a module writes again a
 fact that has its one home -- a Kafka error code as a bare constant or a second error-code enum
 (home: ``tierlog.errors.ErrorCode``), a ``TopicPartition`` or ``TopicIdPartition`` definition
-(home: ``tierlog.ids``), a direct read of the time (home: the injected ``tierlog.clock.Clock``).
+(home: ``tierlog.ids``), a direct read of the time (home: the injected ``tierlog.clock.Clock``), a
+settings field's key read again by name (home: the field's ``setting("key")``).
 
 Each check is a function of a module's source, so the tests below also prove on made-up modules that
 it finds what it is meant to find (a guard that can never fail guards nothing).
@@ -161,6 +162,44 @@ def test_only_the_clock_reads_the_time() -> None:
         and (found := direct_clock_reads(source))
     }
     assert reads == {}, "read the time through the injected tierlog.clock.Clock"
+
+
+#: The BrokerConfig getters that read a key by name.
+CONFIG_GETTERS = frozenset({"get", "get_int", "get_bool", "get_str", "get_float", "get_list", "get_optional_str",
+                            "is_set"})
+
+
+def setting_keys_declared(source: str) -> set[str]:
+    """The keys a module's settings fields are read from: ``x: int = setting("key")``."""
+    return {node.args[0].value for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)}
+
+
+def config_reads_of(source: str, keys: set[str]) -> list[str]:
+    """``config.get_int("key")`` and the like for a key of ``keys``."""
+    return [f"{node.func.attr}({node.args[0].value!r}) (line {node.lineno})" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CONFIG_GETTERS
+            and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys]
+
+
+def test_the_settings_scan_finds_a_key_read_again() -> None:
+    declared = setting_keys_declared('class S:\n    threads: int = setting("log.cleaner.threads")\n')
+    assert declared == {"log.cleaner.threads"}
+    assert config_reads_of('n = config.get_int("log.cleaner.threads")\n', declared) == [
+        "get_int('log.cleaner.threads') (line 1)"]
+    assert config_reads_of('n = config.get_int("log.cleaner.enable")\nconfig.node_id\n', declared) == []
+
+
+def test_no_module_reads_a_settings_key_by_name() -> None:
+    """A key a settings field is declared with is read through that field (``build_settings``), never
+    again as ``config.get_*("key")`` in a builder or elsewhere (the config layer itself aside)."""
+    modules = list(_modules())
+    declared = set().union(*(setting_keys_declared(source) for _, source in modules))
+    assert len(declared) > 40  # the scan sees the settings classes
+    reads = {name: found for name, source in modules
+             if not name.startswith("tierlog/config/") and (found := config_reads_of(source, declared))}
+    assert reads == {}, "read a settings key through its settings class, built by tierlog.server.settings"
 
 
 #: Modules stay at a few hundred lines; a longer one says why in its docstring (the project guide).

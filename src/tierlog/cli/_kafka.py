@@ -34,9 +34,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
+from tierlog.cli._errors import ERROR_EXIT, ClientConfigError, CliError
+from tierlog.cli._security import add_security_options, client_security, librdkafka_properties, properties_of
+
 __all__ = [
     "AlterConfigOpType",
     "CliError",
+    "ClientConfigError",
     "ClusterMetadata",
     "ConfigEntry",
     "ConfigResource",
@@ -52,6 +56,7 @@ __all__ = [
     "command",
     "describe",
     "fail",
+    "make_client",
     "offset_spec",
     "parse_pairs",
     "result",
@@ -60,7 +65,6 @@ __all__ = [
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 10.0
-ERROR_EXIT = 1
 
 _librdkafka_log = logging.getLogger("tierlog.cli.librdkafka")
 
@@ -75,18 +79,12 @@ class _QuietLibrdkafkaLog:
 T = TypeVar("T")
 
 
-class CliError(Exception):
-    """A failure to report as one line (``error: <message>``) with exit code 1."""
-
-
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"the broker to talk to (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker or a request after this long (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("-X", "--client-property", action="append", default=[], metavar="KEY=VALUE",
-                        dest="client_properties",
-                        help="a librdkafka client property, e.g. -X security.protocol=PLAINTEXT (repeatable)")
+    add_security_options(parser)
 
 
 def _positive_float(text: str) -> float:
@@ -111,7 +109,8 @@ def parse_pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 def client_config(args: argparse.Namespace, **extra: str | int | float | bool) -> dict[str, Any]:
-    """librdkafka properties for a client of this command. Its log goes to Python logging."""
+    """librdkafka properties for a client of this command: its security settings (--command-config and
+    -X, Kafka's names translated) and ``extra``. Its log goes to Python logging."""
     timeout_ms = int(args.timeout * 1000)
     config: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap_server,
@@ -120,14 +119,27 @@ def client_config(args: argparse.Namespace, **extra: str | int | float | bool) -
         "logger": _QuietLibrdkafkaLog(),
     }
     config.update(extra)
-    config.update(parse_pairs(args.client_properties, "-X"))
+    config.update(librdkafka_properties(client_security(properties_of(args))))
     return config
 
 
 def admin_client(args: argparse.Namespace) -> AdminClient:
-    admin = AdminClient(client_config(args))
+    admin = make_client(AdminClient, client_config(args))
     check_reachable(admin.list_topics, args)
     return admin
+
+
+def make_client(cls: Callable[[dict[str, Any]], T], config: dict[str, Any]) -> T:
+    """A librdkafka client; a property librdkafka refuses is a :class:`ClientConfigError` (exit 2)."""
+    try:
+        return cls(config)
+    except KafkaException as e:
+        error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        if error is not None and error.code() == KafkaError._INVALID_ARG:
+            raise ClientConfigError(describe(e)) from None
+        raise
+    except (ValueError, TypeError) as e:
+        raise ClientConfigError(str(e)) from None
 
 
 def check_reachable(list_topics: Callable[..., Any], args: argparse.Namespace,
@@ -186,9 +198,9 @@ def offset_spec(kind: str, timestamp_ms: int = 0) -> OffsetSpec:
     return spec
 
 
-def fail(message: str) -> int:
+def fail(message: str, exit_code: int = ERROR_EXIT) -> int:
     print(f"error: {message}", file=sys.stderr)
-    return ERROR_EXIT
+    return exit_code
 
 
 def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -200,7 +212,7 @@ def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
         try:
             return func(args)
         except CliError as e:
-            return fail(str(e))
+            return fail(str(e), e.exit_code)
         except KafkaException as e:
             return fail(describe(e))
         except KeyboardInterrupt:
@@ -210,9 +222,10 @@ def command(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
 
 def add_wire_options(parser: argparse.ArgumentParser) -> None:
-    """--bootstrap-server and --timeout for commands that speak the protocol themselves (cli/_wire.py,
-    imported only when such a command runs: it pulls in the protocol codec)."""
+    """--bootstrap-server, --timeout and the security settings for commands that speak the protocol
+    themselves (cli/_wire.py, imported only when such a command runs: it pulls in the protocol codec)."""
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"the broker to talk to (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker or a request after this long (default {DEFAULT_TIMEOUT_S:g})")
+    add_security_options(parser)

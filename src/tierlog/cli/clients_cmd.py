@@ -30,6 +30,7 @@ from tierlog.cli._kafka import (
     client_config,
     command,
     describe,
+    make_client,
     parse_pairs,
 )
 from tierlog.clock import SYSTEM_CLOCK, monotonic_s
@@ -107,7 +108,7 @@ def run_produce(args: argparse.Namespace) -> int:
     headers: list[tuple[str, str | bytes | None]] = [
         (k, v.encode()) for k, v in parse_pairs(args.header, "--header").items()]
     separator = args.key_separator.encode() if args.key_separator else None
-    producer = Producer(client_config(args, **{
+    producer = make_client(Producer, client_config(args, **{
         "acks": args.acks, "compression.type": args.compression, "linger.ms": args.linger_ms,
         # Java clients' partitioner, so a key lands where kafka-console-producer would put it.
         "partitioner": "murmur2_random", "message.timeout.ms": max(int(args.timeout * 1000), 1)}))
@@ -259,7 +260,7 @@ def run_consume(args: argparse.Namespace) -> int:
     explicit = args.from_beginning or args.offset is not None or args.timestamp is not None
     subscribe = args.group is not None and args.partition is None and (not explicit or args.from_beginning)
     group = args.group or f"tierlog-cli-{os.getpid()}"
-    consumer = Consumer(client_config(args, **{
+    consumer = make_client(Consumer, client_config(args, **{
         "group.id": group,
         "enable.auto.commit": args.group is not None,
         # Offsets are stored only for records printed, so --max-messages commits exactly those.

@@ -73,9 +73,9 @@ def describe_lines(api_versions: Any) -> list[str]:
 
 @command
 def run_describe(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient  # the protocol codec only when it is used
+    from tierlog.cli._wire import wire_client  # the protocol codec only when it is used
 
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         for line in describe_lines(client.api_versions):
             print(line)
     return 0
@@ -83,7 +83,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 @command
 def run_update(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
     try:
@@ -94,7 +94,7 @@ def run_update(args: argparse.Namespace) -> int:
     kind = (UpgradeType.UPGRADE if op == "upgrade"
             else UpgradeType.UNSAFE_DOWNGRADE if args.unsafe else UpgradeType.SAFE_DOWNGRADE)
     feature = METADATA_VERSION_FEATURE
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         version = client.version_for(ApiKey.UPDATE_FEATURES)
         update: dict[str, Any] = {"feature": feature, "max_version_level": level}
         if version == 0:

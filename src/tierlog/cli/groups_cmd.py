@@ -250,7 +250,7 @@ def run_reset(args: argparse.Namespace) -> int:
 
 @command
 def run_delete_offsets(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient  # the protocol codec only when it is used
+    from tierlog.cli._wire import wire_client  # the protocol codec only when it is used
     from tierlog.protocol import ApiKey
 
     partitions: list[int] = args.partition
@@ -260,7 +260,7 @@ def run_delete_offsets(args: argparse.Namespace) -> int:
         if topic is None or topic.error is not None:
             raise CliError(f"topic {args.topic} does not exist")
         partitions = sorted(topic.partitions)
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         response = client.call(ApiKey.OFFSET_DELETE, {"group_id": args.group, "topics": [
             {"name": args.topic, "partitions": [{"partition_index": p} for p in dict.fromkeys(partitions)]}]})
     if int(response.error_code):

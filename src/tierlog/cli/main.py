@@ -26,6 +26,7 @@ _SUBCOMMAND_MODULES = (
     "tierlog.cli.transactions_cmd",
     "tierlog.cli.acls_cmd",
     "tierlog.cli.quotas_cmd",
+    "tierlog.cli.users_cmd",
 )
 
 #: The module that registers each command. A run imports only its command's module: several others
@@ -47,6 +48,7 @@ _COMMAND_MODULES = {
     "transactions": "tierlog.cli.transactions_cmd",
     "acls": "tierlog.cli.acls_cmd",
     "quotas": "tierlog.cli.quotas_cmd",
+    "users": "tierlog.cli.users_cmd",
 }
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("--log-level", "--log-format")

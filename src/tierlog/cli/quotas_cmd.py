@@ -3,8 +3,9 @@
 does for quotas. librdkafka has no client quota admin API, so this speaks the protocol itself.
 
 An entity is ``--user NAME`` or ``--user-defaults``, ``--client-id NAME`` or ``--client-defaults``,
-or one of each (a user's quota for one client id). Keys: producer_byte_rate, consumer_byte_rate,
-request_percentage, controller_mutation_rate.
+or one of each (a user's quota for one client id); or ``--ip ADDRESS`` or ``--ip-defaults`` alone.
+Keys: producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate; for an
+ip, connection_creation_rate.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def _add_entity_options(p: argparse.ArgumentParser) -> None:
     client = p.add_mutually_exclusive_group()
     client.add_argument("--client-id", metavar="ID", help="the client id the quota is for")
     client.add_argument("--client-defaults", action="store_true", help="the default quota of every client id")
+    ip = p.add_mutually_exclusive_group()
+    ip.add_argument("--ip", metavar="ADDRESS", help="the client address the quota is for (connection_creation_rate)")
+    ip.add_argument("--ip-defaults", action="store_true", help="the default quota of every client address")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,12 +58,16 @@ def entity_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         entity.append(("user", args.user))
     if args.client_id is not None or args.client_defaults:
         entity.append(("client-id", args.client_id))
+    if args.ip is not None or args.ip_defaults:
+        if entity:
+            raise CliError("--ip/--ip-defaults cannot be combined with a user or client id (Kafka's rule)")
+        entity.append(("ip", args.ip))
     return entity
 
 
 def entity_text(entity: list[tuple[str, str | None]]) -> str:
     """Kafka's ClientQuotaEntity names: user-principal 'alice', client-id 'c', the default as <default>."""
-    names = {"user": "user-principal", "client-id": "client-id"}
+    names = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
     ordered = sorted(entity, key=lambda part: part[0] != "user")  # the user first, as Kafka prints it
     return ", ".join(f"{names.get(t, t)} {'<default>' if n is None else repr(n)}" for t, n in ordered)
 
@@ -81,17 +89,22 @@ def parse_ops(add: str, delete: str) -> list[dict[str, Any]]:
     return ops
 
 
+def _error_text(code: int, message: str | None) -> str:
+    name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else f"error {code}"
+    return f"{message} [{name}]" if message else name
+
+
 @command
 def run_describe(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
     entity = entity_of(args)
     components = [{"entity_type": t, "match_type": 1 if n is None else 0, "match": n} for t, n in entity]
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         response = client.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": components, "strict": bool(entity)})
     if int(response.error_code) != ErrorCode.NONE:
-        return fail(response.error_message or f"error {int(response.error_code)}")
+        return fail(_error_text(int(response.error_code), response.error_message))
     for entry in response.entries or ():
         parts = [(str(e.entity_type), e.entity_name) for e in entry.entity]
         values = ",".join(f"{v.key}={float(v.value):g}" for v in entry.values)
@@ -101,19 +114,20 @@ def run_describe(args: argparse.Namespace) -> int:
 
 @command
 def run_alter(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
     entity = entity_of(args)
     if not entity:
-        raise CliError("name the entity: --user/--user-defaults and/or --client-id/--client-defaults")
+        raise CliError("name the entity: --user/--user-defaults and/or --client-id/--client-defaults, or "
+                       "--ip/--ip-defaults")
     ops = parse_ops(args.add_config, args.delete_config)
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         response = client.call(ApiKey.ALTER_CLIENT_QUOTAS, {"validate_only": args.validate_only, "entries": [
             {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity], "ops": ops}]})
     for entry in response.entries:
         if int(entry.error_code) != ErrorCode.NONE:
-            return fail(entry.error_message or f"error {int(entry.error_code)}")
+            return fail(_error_text(int(entry.error_code), entry.error_message))
     verb = "can be altered" if args.validate_only else "Completed updating config"
     print(f"{verb} for {entity_text(entity)}.")
     return 0

@@ -46,9 +46,10 @@ def run(args: argparse.Namespace) -> int:
         defaults = config.topic_defaults()
         LogConfig.from_props({}, defaults)
         # The broker checks listeners again when it binds; checking here keeps a typo a config error.
+        from tierlog.server.settings import network_settings
         from tierlog.server.transport import parse_listeners
 
-        parse_listeners(config.get_list("listeners"))
+        parse_listeners(network_settings(config).listeners)
         # ... and TLS certificates load (a key that does not match its certificate is a config error).
         from tierlog.server.security.listeners import ListenerSecurity
 

@@ -175,10 +175,12 @@ def run(args: argparse.Namespace) -> int:
                         f"{', '.join(unclean)} has no clean-shutdown marker: a broker may be running there. "
                         "Stop it cleanly first (or --dry-run to look, --force if you are sure)")
                 from tierlog.config.broker_config import BrokerConfig
+                from tierlog.config.settings import build_settings
+                from tierlog.storage.log_manager import LogManagerSettings
 
                 broker = BrokerConfig.from_file(args.config) if args.config is not None else BrokerConfig()
                 rows = jobs.rebuild_snapshots(spark, opts.paths, opts.remote,
-                                              broker.get_int("producer.id.expiration.ms"),
+                                              build_settings(LogManagerSettings, broker).producer_id_expiration_ms,
                                               dry_run=args.dry_run, topics=topics)
                 columns = ["topic", "partition", "segment", "snapshot", "producers", "written"]
             elif args.job == "verify":

@@ -68,10 +68,10 @@ def _check(code: int, what: str) -> None:
 
 @command
 def run_list(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         body = client.call(ApiKey.LIST_TRANSACTIONS, {"state_filters": args.state, "producer_id_filters":
                                                       args.producer_id, "duration_filter": -1,
                                                       "transactional_id_pattern": None})
@@ -97,10 +97,10 @@ def _ms(value: Any) -> int:
 
 @command
 def run_describe(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         body = client.call(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [args.transactional_id]})
     state = body.transaction_states[0]
     _check(int(state.error_code), f"cannot describe transactional id {args.transactional_id}")
@@ -120,10 +120,10 @@ def run_describe(args: argparse.Namespace) -> int:
 
 @command
 def run_abort(args: argparse.Namespace) -> int:
-    from tierlog.cli._wire import WireClient
+    from tierlog.cli._wire import wire_client
     from tierlog.protocol import ApiKey
 
-    with WireClient(args.bootstrap_server, args.timeout) as client:
+    with wire_client(args) as client:
         pid, epoch, coordinator_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
         if args.start_offset is not None:
             body = client.call(ApiKey.DESCRIBE_PRODUCERS, {"topics": [

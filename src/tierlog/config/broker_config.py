@@ -7,6 +7,7 @@ problem is one ConfigError naming the key, what it accepts, and where the bad va
 
 from __future__ import annotations
 
+import logging
 import os.path
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,8 @@ from tierlog.config.security_keys import (
 from tierlog.errors import ConfigError
 
 OVERRIDE_ORIGIN = "--override"
+
+log = logging.getLogger(__name__)
 
 #: The rules between keys that BrokerConfig enforces, in words (rendered into the reference docs).
 CROSS_KEY_RULES: tuple[str, ...] = (
@@ -110,12 +113,22 @@ class BrokerConfig:
             self._values: dict[str, Value] = {name: key.default for name, key in BROKER_DEF.keys.items()}
             self._values.update(self._explicit)
             self._check_consistency()
+            self._warn_deprecated(broker_props, origins or {})
         except ConfigError as e:
             origin = (origins or {}).get(e.key)
             if origin is None:
                 raise
             message = str(e).removeprefix(f"{e.key}: ")
             raise ConfigError(e.key, f"{message} (from {origin})") from None
+
+    @staticmethod
+    def _warn_deprecated(props: Mapping[str, object], origins: Mapping[str, str]) -> None:
+        for name in props:
+            key = BROKER_DEF.deprecated(name)
+            if key is not None:
+                origin = f" (from {origins[name]})" if name in origins else ""
+                log.warning("config key %s%s is deprecated: it is %s, Kafka's name for it; rename it, as the old "
+                            "name will stop working in a later release", name, origin, key.name)
 
     @classmethod
     def from_file(cls, path: Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:

@@ -281,6 +281,9 @@ class ConfigKey:
     broker_synonyms: tuple[tuple[str, int], ...] = ()
     #: Other names accepted for the same key (e.g. ``retention.min.timestamp``).
     aliases: tuple[str, ...] = ()
+    #: Former names still accepted for a while: each one given logs a WARNING naming this key, and
+    #: one given together with this key is an error (which of the two was meant cannot be known).
+    deprecated_aliases: tuple[str, ...] = ()
     internal: bool = False
     dynamic: bool = True
     group: str = field(default="general")
@@ -377,7 +380,7 @@ class ConfigDef:
             if k.name in self.keys:
                 raise ValueError(f"duplicate config key {k.name}")
             self.keys[k.name] = k
-            for a in k.aliases:
+            for a in (*k.aliases, *k.deprecated_aliases):
                 self._aliases[a] = k.name
 
     def find(self, name: str) -> ConfigKey | None:
@@ -385,6 +388,11 @@ class ConfigDef:
         if key is None and name in self._aliases:
             key = self.keys[self._aliases[name]]
         return key
+
+    def deprecated(self, name: str) -> ConfigKey | None:
+        """The key ``name`` is a deprecated alias of, or None when it is not one."""
+        key = self.find(name)
+        return key if key is not None and name in key.deprecated_aliases else None
 
     def require(self, name: str, what: str = "config") -> ConfigKey:
         key = self.find(name)
@@ -401,6 +409,10 @@ class ConfigDef:
         for raw_name, raw in props.items():
             key = self.require(raw_name, what)
             if key.name in spelled:
+                names = sorted((spelled[key.name], raw_name), key=lambda n: n in key.deprecated_aliases)
+                if names[-1] in key.deprecated_aliases:
+                    raise ConfigError(key.name, f"given twice, as {names[0]} and {names[1]} (its deprecated "
+                                                f"name); set only {key.name}")
                 raise ConfigError(key.name, f"given twice, as {spelled[key.name]} and {raw_name}; set only one")
             spelled[key.name] = raw_name
             out[key.name] = parse_value(key, raw)

@@ -124,6 +124,8 @@ def related_names(key: ConfigKey, synonym_of: dict[str, ConfigKey]) -> list[Rela
         out.append(("broker default", [(syn, _multiplier_note(m)) for syn, m in key.broker_synonyms]))
     if key.aliases:
         out.append(("alias", [(a, "") for a in key.aliases]))
+    if key.deprecated_aliases:
+        out.append(("deprecated alias", [(a, "") for a in key.deprecated_aliases]))
     topic_key = synonym_of.get(key.name) if key.scope is Scope.BROKER else None
     if topic_key is not None:
         out.append(("default of topic key", [(topic_key.name, "")]))

@@ -49,10 +49,10 @@ def _topic(name: str, type_: Type, default: Value, doc: str, *, importance: Impo
 
 def _broker(name: str, type_: Type, default: Value, doc: str, *, importance: Importance = M,
             validator: Validator | None = None, valid: str = "", internal: bool = False, dynamic: bool = False,
-            group: str = "broker") -> ConfigKey:
+            deprecated_aliases: tuple[str, ...] = (), group: str = "broker") -> ConfigKey:
     return ConfigKey(name=name, type=type_, default=default, doc=doc, importance=importance,
                      scope=Scope.BROKER, validator=validator, valid_values=valid, internal=internal,
-                     dynamic=dynamic, group=group)
+                     dynamic=dynamic, deprecated_aliases=deprecated_aliases, group=group)
 
 
 TOPIC_KEYS: list[ConfigKey] = [
@@ -399,8 +399,13 @@ BROKER_KEYS: list[ConfigKey] = [
             "How long a transactional id with no transaction in progress is kept without updates before "
             "the coordinator forgets it (a tombstone in __transaction_state).", validator=at_least(1),
             group="transactions"),
-    _broker("transactions.remove.expired.transaction.cleanup.interval.ms", Type.INT, 3600000,
-            "How often expired transactional ids are removed.", validator=at_least(1), group="transactions"),
+    _broker("transaction.remove.expired.transaction.cleanup.interval.ms", Type.INT, 3600000,
+            "How often transactional ids idle past transactional.id.expiration.ms are removed (a tombstone each "
+            "in __transaction_state). Earlier tierlog builds spelt this key transactions.remove.expired.transaction."
+            "cleanup.interval.ms (not Kafka's name): that name still works, with a WARNING; setting both is an "
+            "error.",
+            validator=at_least(1), deprecated_aliases=("transactions.remove.expired.transaction.cleanup.interval.ms",),
+            group="transactions"),
     _broker("remote.log.storage.system.enable", Type.BOOLEAN, False,
             "Enable tiered storage on this broker; topics opt in with remote.storage.enable.",
             importance=H, group="tiered"),
@@ -488,7 +493,7 @@ def _kafka_default(type_: Type, text: str | None) -> Value:
 def _unmodelled(scope: str, defined: list[ConfigKey]) -> list[ConfigKey]:
     """Every key of Kafka's (config/kafka_keys.py) that tierlog does not define itself; a key tierlog
     comes to act on is defined above and drops out of here on its own."""
-    known = {k.name for k in defined} | {a for k in defined for a in k.aliases}
+    known = {k.name for k in defined} | {a for k in defined for a in (*k.aliases, *k.deprecated_aliases)}
     out = []
     for key_scope, name, kafka_type, default, importance in KAFKA_KEYS:
         if key_scope != scope or name in known:

@@ -39,28 +39,31 @@ def _key(name: str, type_: Type, default: Value, doc: str, *, importance: Import
 LISTENER_KEYS: list[ConfigKey] = [
     _key("ssl.keystore.type", Type.STRING, "PEM",
          "The format of the broker's certificate and key; tierlog reads PEM only (Kafka's PEM keystore).",
-         validator=one_of("PEM", case_insensitive=True)),
+         validator=one_of("PEM", case_insensitive=True), dynamic=True),
     _key("ssl.keystore.location", Type.STRING, None,
          "A PEM file holding the broker's private key and its certificate chain (leaf first). The file is "
          "checked for changes as connections arrive (at most once a second) and a changed one is used for new "
-         "connections without a restart.", importance=H),
+         "connections without a restart. Dynamic, per broker and best per listener "
+         "(listener.name.<name>.ssl.keystore.location through IncrementalAlterConfigs on the broker): the new "
+         "keystore is loaded and checked first (a bad one is refused with INVALID_REQUEST and the old one stays) "
+         "and serves new connections at once.", importance=H, dynamic=True),
     _key("ssl.keystore.password", Type.PASSWORD, None,
-         "Accepted for Kafka compatibility; a PEM keystore has no store password (use ssl.key.password)."),
+         "Accepted for Kafka compatibility; a PEM keystore has no store password (use ssl.key.password).", dynamic=True),
     _key("ssl.key.password", Type.PASSWORD, None,
-         "The password of an encrypted private key in ssl.keystore.location or ssl.keystore.key.", importance=H),
+         "The password of an encrypted private key in ssl.keystore.location or ssl.keystore.key.", importance=H, dynamic=True),
     _key("ssl.keystore.certificate.chain", Type.PASSWORD, None,
-         "The broker's certificate chain in PEM, inline (instead of ssl.keystore.location)."),
+         "The broker's certificate chain in PEM, inline (instead of ssl.keystore.location).", dynamic=True),
     _key("ssl.keystore.key", Type.PASSWORD, None,
-         "The broker's private key in PEM, inline (instead of ssl.keystore.location)."),
+         "The broker's private key in PEM, inline (instead of ssl.keystore.location).", dynamic=True),
     _key("ssl.truststore.type", Type.STRING, "PEM",
          "The format of the trusted certificates that client certificates are checked against; PEM only.",
-         validator=one_of("PEM", case_insensitive=True)),
+         validator=one_of("PEM", case_insensitive=True), dynamic=True),
     _key("ssl.truststore.location", Type.STRING, None,
-         "A PEM file of CA certificates trusted to sign client certificates (mutual TLS).", importance=H),
+         "A PEM file of CA certificates trusted to sign client certificates (mutual TLS).", importance=H, dynamic=True),
     _key("ssl.truststore.password", Type.PASSWORD, None,
-         "Accepted for Kafka compatibility; a PEM truststore has no password."),
+         "Accepted for Kafka compatibility; a PEM truststore has no password.", dynamic=True),
     _key("ssl.truststore.certificates", Type.PASSWORD, None,
-         "Trusted CA certificates in PEM, inline (instead of ssl.truststore.location)."),
+         "Trusted CA certificates in PEM, inline (instead of ssl.truststore.location).", dynamic=True),
     _key("ssl.client.auth", Type.STRING, "none",
          "Whether TLS clients must present a certificate: required refuses a client without a trusted one, "
          "requested asks for one and accepts a client without, none does not ask.",
@@ -78,6 +81,12 @@ LISTENER_KEYS: list[ConfigKey] = [
          "rule whose pattern matches applies."),
     _key("ssl.endpoint.identification.algorithm", Type.STRING, "https",
          "Accepted for Kafka compatibility (it concerns a client checking the broker's name)."),
+    _key("ssl.allow.dn.changes", Type.BOOLEAN, False,
+         "Whether a dynamic keystore update may change the certificate's subject (distinguished name); false, "
+         "Kafka's default, refuses a keystore whose certificate names another subject."),
+    _key("ssl.allow.san.changes", Type.BOOLEAN, False,
+         "Whether a dynamic keystore update may drop subject alternative names of the certificate; false, "
+         "Kafka's default, refuses a keystore whose certificate lacks one the old one had."),
     _key("sasl.enabled.mechanisms", Type.LIST, ("GSSAPI",),
          "The SASL mechanisms served on SASL listeners; tierlog serves PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and "
          "OAUTHBEARER (Kafka's default, GSSAPI, is not served and is ignored in this list).", importance=H,
@@ -129,6 +138,14 @@ OTHER_KEYS: list[ConfigKey] = [
          "What a request on a resource that no ACL applies to gets: true allows it, false (Kafka's default) "
          "denies it.", importance=H),
 ]
+
+#: Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: the TLS keys a broker takes through AlterConfigs without a
+#: restart (per broker, with or without a listener prefix), each validated before it is recorded.
+RECONFIGURABLE_TLS_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates",
+})
 
 SECURITY_KEYS = LISTENER_KEYS + OTHER_KEYS
 LISTENER_KEY_NAMES = frozenset(k.name for k in LISTENER_KEYS)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tierlog.config.definition import ConfigDef, ConfigKey, Type, Value, parse_value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
+from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
 from tierlog.errors import ConfigError
 from tierlog.metadata.errors import InvalidRequestError
 from tierlog.metadata.records import ConfigRecord, ConfigResourceType
@@ -67,6 +68,21 @@ def _key(resource_type: ConfigResourceType, name: str) -> ConfigKey:
     return key
 
 
+def stored_key(resource_type: ConfigResourceType, name: str) -> tuple[str, ConfigKey]:
+    """The name a config is recorded under, and its definition. A broker resource also takes Kafka's
+    per-listener form of the TLS keys a broker reloads without a restart,
+    ``listener.name.<listener>.<key>`` (the listener in lower case, as Kafka writes it)."""
+    if resource_type == ConfigResourceType.BROKER and name.startswith(LISTENER_PREFIX):
+        listener, dot, inner = name[len(LISTENER_PREFIX):].partition(".")
+        key = BROKER_DEF.find(inner) if dot and listener else None
+        if key is None or key.name not in RECONFIGURABLE_TLS_KEYS:
+            raise ConfigError(name, "cannot be updated dynamically (per listener: "
+                                    f"{', '.join(sorted(RECONFIGURABLE_TLS_KEYS))})")
+        return f"{LISTENER_PREFIX}{listener.lower()}.{key.name}", key
+    key = _key(resource_type, name)
+    return key.name, key
+
+
 def validate_broker_resource_name(name: str) -> None:
     """"" is the cluster-wide default; anything else must be a broker id."""
     if name and not (name.isdigit() and int(name) <= 2**31 - 1):
@@ -78,13 +94,13 @@ def canonical_configs(resource_type: ConfigResourceType, configs: Mapping[str, o
     DELETE operation to remove a key)."""
     out: dict[str, str] = {}
     for raw_name, raw_value in configs.items():
-        key = _key(resource_type, raw_name)
+        name, key = stored_key(resource_type, raw_name)
         if raw_value is None:
-            raise ConfigError(key.name, "null value not supported; delete the key instead")
-        if key.name in out:
-            raise ConfigError(key.name, f"given twice (also as {raw_name!r})")
+            raise ConfigError(name, "null value not supported; delete the key instead")
+        if name in out:
+            raise ConfigError(name, f"given twice (also as {raw_name!r})")
         parse_value(key, raw_value)
-        out[key.name] = kafka_string(raw_value)
+        out[name] = kafka_string(raw_value)
     return out
 
 
@@ -94,22 +110,22 @@ def apply_ops(resource_type: ConfigResourceType, current: Mapping[str, str],
     new = dict(current)
     seen: set[str] = set()
     for op in ops:
-        key = _key(resource_type, op.name)
-        if key.name in seen:
-            raise InvalidRequestError(f"Error due to duplicate config keys: {key.name}")
-        seen.add(key.name)
+        name, key = stored_key(resource_type, op.name)
+        if name in seen:
+            raise InvalidRequestError(f"Error due to duplicate config keys: {name}")
+        seen.add(name)
         if op.op == AlterConfigOpType.DELETE:
-            new.pop(key.name, None)
+            new.pop(name, None)
             continue
         if op.value is None:
-            raise ConfigError(key.name, f"{op.op.name} needs a value")
+            raise ConfigError(name, f"{op.op.name} needs a value")
         if op.op == AlterConfigOpType.SET:
             parse_value(key, op.value)
-            new[key.name] = kafka_string(op.value)
+            new[name] = kafka_string(op.value)
             continue
         if key.type is not Type.LIST:
-            raise ConfigError(key.name, f"{op.op.name} is only allowed for list configs")
-        base = new.get(key.name)
+            raise ConfigError(name, f"{op.op.name} is only allowed for list configs")
+        base = new.get(name)
         items = _split(base) if base is not None else list(_default_items(key.default))
         changes = _split(op.value)
         if op.op == AlterConfigOpType.APPEND:
@@ -117,7 +133,7 @@ def apply_ops(resource_type: ConfigResourceType, current: Mapping[str, str],
         else:
             items = [v for v in items if v not in changes]
         parse_value(key, ",".join(items))
-        new[key.name] = ",".join(items)
+        new[name] = ",".join(items)
     return new
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.definition import Value
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting, with_overrides
 from tierlog.errors import KafkaStorageError, TierlogError, UnknownTopicOrPartitionError
 from tierlog.ids import ONE_UUID, ZERO_UUID, random_uuid
 from tierlog.metadata.configs import (
@@ -90,7 +90,7 @@ Listener = Callable[[MetadataImage, MetadataDelta], None]
 @dataclass(frozen=True)
 class ControllerSettings:
     node_id: int = 1
-    default_num_partitions: int = broker_default("num.partitions")
+    default_num_partitions: int = setting("num.partitions")
     default_replication_factor: int = 1
     snapshots: SnapshotSettings = field(default_factory=SnapshotSettings)
     log: MetadataLogSettings = field(default_factory=MetadataLogSettings)
@@ -215,21 +215,8 @@ class Controller:
     def effective_snapshot_settings(self) -> SnapshotSettings:
         """The static settings overridden by dynamic broker configs in the image (per broker, then
         cluster-wide), so an operator can change them without a restart."""
-        base = self.settings.snapshots
-        image = self._image
-        node = self.settings.node_id
-
-        def pick(key: str, default: int) -> int:
-            value = image.effective_broker_config(node, key)
-            return default if value is None else int(value)
-
-        return SnapshotSettings(
-            max_record_bytes_between_snapshots=pick("metadata.log.max.record.bytes.between.snapshots",
-                                                    base.max_record_bytes_between_snapshots),
-            max_snapshot_interval_ms=pick("metadata.log.max.snapshot.interval.ms", base.max_snapshot_interval_ms),
-            max_retention_bytes=pick("metadata.max.retention.bytes", base.max_retention_bytes),
-            max_retention_ms=pick("metadata.max.retention.ms", base.max_retention_ms),
-        )
+        image, node = self._image, self.settings.node_id
+        return with_overrides(self.settings.snapshots, lambda key: image.effective_broker_config(node, key))
 
     # -- commit -------------------------------------------------------------------------------------
 

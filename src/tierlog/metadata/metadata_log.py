@@ -15,7 +15,7 @@ from pathlib import Path
 from tierlog._util.files import fsync_dir
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, CorruptSnapshotError, TierlogError
 from tierlog.ids import ONE_UUID as METADATA_TOPIC_ID
 from tierlog.metadata.delta import MetadataDelta
@@ -49,8 +49,8 @@ _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class MetadataLogSettings:
-    segment_bytes: int = broker_default("metadata.log.segment.bytes")
-    segment_ms: int = broker_default("metadata.log.segment.ms")
+    segment_bytes: int = setting("metadata.log.segment.bytes")
+    segment_ms: int = setting("metadata.log.segment.ms")
     #: The largest batch one command may append (Kafka's metadata batches are at most 8 MiB).
     max_batch_bytes: int = 8 * 1024 * 1024
     file_delete_delay_ms: int = 60000

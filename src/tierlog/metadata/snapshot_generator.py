@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 
 from tierlog.clock import Clock
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting
 from tierlog.metadata.image import MetadataImage
 from tierlog.metadata.metadata_log import LoadResult, MetadataLog
 from tierlog.metadata.policy import RetentionPlan, SnapshotReason, should_snapshot
@@ -24,11 +24,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SnapshotSettings:
-    max_record_bytes_between_snapshots: int = broker_default("metadata.log.max.record.bytes.between.snapshots")
+    max_record_bytes_between_snapshots: int = setting("metadata.log.max.record.bytes.between.snapshots")
     #: 0 disables time-based snapshots.
-    max_snapshot_interval_ms: int = broker_default("metadata.log.max.snapshot.interval.ms")
-    max_retention_bytes: int = broker_default("metadata.max.retention.bytes")
-    max_retention_ms: int = broker_default("metadata.max.retention.ms")
+    max_snapshot_interval_ms: int = setting("metadata.log.max.snapshot.interval.ms")
+    max_retention_bytes: int = setting("metadata.max.retention.bytes")
+    max_retention_ms: int = setting("metadata.max.retention.ms")
 
 
 @dataclass

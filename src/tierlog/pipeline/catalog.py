@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -15,6 +15,7 @@ import numpy as np
 
 from tierlog.errors import TierlogError
 from tierlog.ids import TopicPartition
+from tierlog.pipeline.broker_tail import BrokerSpec, broker_offset_for_timestamp, broker_partitions
 from tierlog.pipeline.reader import (
     RemoteSpec,
     ScanRange,
@@ -22,6 +23,7 @@ from tierlog.pipeline.reader import (
     open_segment,
     position_bounds,
     read_index,
+    remote_storage,
     segment_base_offset,
     time_index_entries,
 )
@@ -39,7 +41,8 @@ from tierlog.storage.checkpoints import (
 )
 from tierlog.storage.producer_snapshot import decode_snapshot
 from tierlog.storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
-from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition
+from tierlog.tiered.manifest import PartitionManifest, build_manifest, decode
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 #: Directories beside the partitions in a log dir (tiering state, the metadata log).
@@ -70,11 +73,17 @@ class PartitionLog:
     #: Why the remote segments cannot be read with the options given (raised when a read or a job
     #: needs them, so partitions that are only local still read).
     remote_error: str | None = None
+    #: tail=broker: what the remote tier does not hold is read through this broker, whose earliest
+    #: offset (its log start) is ``broker_start``; ``log_end_offset`` is then the broker's latest.
+    broker: BrokerSpec | None = None
+    broker_start: int | None = None
     _last_stable: int | None = None
     _aborted: list[tuple[int, int, int]] | None = None
 
     @property
     def earliest(self) -> int:
+        if self.broker is not None and self.broker_start is not None:
+            return self.broker_start  # the broker's log start offset is the partition's
         starts = [s for s in (self.remote_start, self.local_start) if s is not None]
         return min(starts) if starts else self.log_end_offset
 
@@ -93,6 +102,8 @@ class PartitionLog:
     def ranges(self, start: int, end: int) -> list[ScanRange]:
         """One ScanRange per segment overlapping [start, end); local copies win where both tiers hold
         an offset, since a local read costs no request."""
+        if self.broker is not None:
+            return self._broker_ranges(start, end)
         out: list[ScanRange] = []
         local_start = self.local_start if self.local_start is not None else self.log_end_offset
         for md in self.remote_segments:
@@ -106,6 +117,24 @@ class PartitionLog:
             hi = min(end, seg_end)
             if lo < hi:
                 out.append(ScanRange(self.topic, self.partition, lo, hi, log_path=seg.log_path))
+        return out
+
+    def _broker_ranges(self, start: int, end: int) -> list[ScanRange]:
+        """tail=broker: the remote segments where the manifest has them, the broker for every offset
+        in between and after (a manifest behind the broker's tiering only moves work to the broker)."""
+        out: list[ScanRange] = []
+        at = max(start, self.earliest)
+        for md in self.remote_segments:
+            lo, hi = max(at, md.start_offset), min(end, md.end_offset + 1)
+            if lo >= hi:
+                continue
+            self.require_remote()
+            if lo > at:
+                out.append(ScanRange(self.topic, self.partition, at, lo, broker=self.broker))
+            out.append(ScanRange(self.topic, self.partition, lo, hi, remote=md))
+            at = hi
+        if at < end:
+            out.append(ScanRange(self.topic, self.partition, at, end, broker=self.broker))
         return out
 
     def require_remote(self) -> None:
@@ -169,6 +198,8 @@ def aborted_transactions(plog: PartitionLog, spec: RemoteSpec | None) -> list[tu
     if plog._aborted is None:
         found = []
         for rng in plog.ranges(plog.earliest, plog.latest):
+            if rng.broker is not None:
+                continue  # the broker's consumer skips aborted records itself
             raw = read_index(rng, IndexType.TRANSACTION, spec)
             for at in range(0, len(raw) - ABORTED_TXN_SIZE + 1, ABORTED_TXN_SIZE):
                 txn = AbortedTxn.from_bytes(raw, at)
@@ -242,6 +273,30 @@ def discover(paths: Sequence[Path], remote: RemoteSpec | None = None) -> dict[To
     return logs
 
 
+def discover_without_disk(remote: RemoteSpec | None, broker: BrokerSpec | None,
+                          wanted: Callable[[str], bool]) -> dict[TopicPartition, PartitionLog]:
+    """``tail=broker`` and ``tail=none``: the partitions without the broker's disk. The remote tier's
+    manifests give the remote segments; with a broker, its partitions and offsets decide what exists
+    and where it starts and ends (the broker reads what the manifests do not cover). Without one,
+    each partition is what its manifest holds: [its first tiered offset, its last + 1)."""
+    logs: dict[TopicPartition, PartitionLog] = {}
+    if remote is not None:
+        _add_remote(logs, remote)
+    if broker is None:
+        return {tp: plog for tp, plog in logs.items() if plog.remote_segments and wanted(tp[0])}
+    out: dict[TopicPartition, PartitionLog] = {}
+    for tp, (low, high) in broker_partitions(broker, wanted).items():
+        plog = logs.get(tp) or PartitionLog(tp[0], tp[1], None)
+        plog.broker, plog.broker_start, plog.log_end_offset = broker, low, high
+        plog._last_stable = high  # the broker's ListOffsets answered with the reader's isolation level
+        if broker.read_committed:
+            # Which tiered records belong to aborted transactions can depend on markers not tiered
+            # yet: only the broker sees both, so read_committed reads through it alone.
+            plog.remote_segments = []
+        out[tp] = plog
+    return out
+
+
 #: Files only a Kafka or tierlog log directory holds (any one is enough: a directory written by
 #: hand with UnifiedLog has partition directories only).
 _LOG_DIR_MARKERS = (META_PROPERTIES, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, CLEAN_SHUTDOWN)
@@ -286,7 +341,8 @@ def _topic_id(plog: PartitionLog) -> bytes | None:
         return None
 
 
-def _check_plugin(spec: RemoteSpec, tip: TopicIdPartition, segments: list[RemoteLogSegmentMetadata]) -> str | None:
+def _check_plugin(spec: RemoteSpec, tip: TopicIdPartition, segments: list[RemoteLogSegmentMetadata],
+                  source: str) -> str | None:
     """When no option named the plugin, the local-directory default is only right if that plugin
     wrote the tier: its segments carry no custom metadata, and its directory exists. Anything else
     would read (or report missing) files from a directory that was never the remote tier."""
@@ -295,48 +351,70 @@ def _check_plugin(spec: RemoteSpec, tip: TopicIdPartition, segments: list[Remote
     where = dict(spec.props).get("dir", "")
     if any(m.custom_metadata for m in segments):
         return (
-            f"the remote tier of {tip.topic}-{tip.partition} (listed in {spec.metadata_dir}) was written by a "
+            f"the remote tier of {tip.topic}-{tip.partition} (listed in {source}) was written by a "
             "plugin other than the local-directory one (its segments carry custom metadata): give the plugin "
             "with option remote.log.storage.manager.class.name and its rsm.config.* options, or option "
             "config with the broker's server.properties")
     if where and not Path(where).is_dir():
         return (
-            f"{spec.metadata_dir} lists remote segments of {tip.topic}-{tip.partition}, but the local-directory "
+            f"{source} lists remote segments of {tip.topic}-{tip.partition}, but the local-directory "
             f"remote tier {where} does not exist: give rsm.config.dir, or the plugin the broker uses "
             "(remote.log.storage.manager.class.name and its rsm.config.* options, or option config)")
     return None
 
 
-def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> None:
-    if not Path(spec.metadata_dir).is_dir():
-        return
-    store = FileRemoteLogMetadataManager(Path(spec.metadata_dir), read_only=True)
+def remote_manifests(spec: RemoteSpec) -> list[PartitionManifest] | None:
+    """Every partition's manifest the remote tier holds (tiered/manifest.py: the broker publishes one
+    per partition beside its segments), read through the plugin with the reader's options and
+    credentials; None when the plugin keeps none (one written before manifests existed)."""
+    rsm = remote_storage(spec)
+    listing = getattr(rsm, "manifests", None)
+    if not callable(listing):
+        return None
     try:
-        by_tp: dict[TopicPartition, list[TopicIdPartition]] = {}
-        for tip in store.partitions():
-            by_tp.setdefault((tip.topic, tip.partition), []).append(tip)
-        for tp, tips in by_tp.items():
-            plog = logs.get(tp)
-            if plog is None:
-                plog = logs[tp] = PartitionLog(tp[0], tp[1], None)
-            wanted = _topic_id(plog)
-            # A topic deleted and recreated under the same name keeps the old id's metadata until
-            # it is cleaned up: only the id the local partition carries is this topic.
-            matching = [t for t in tips if wanted is None or t.topic_id == wanted] or tips
-            tip = matching[-1]
-            finished = sorted((m for m in store.list_remote_log_segments(tip)
-                               if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED),
-                              key=lambda m: m.start_offset)
-            if not finished:
-                continue
-            plog.remote_error = _check_plugin(spec, tip, finished)
-            plog.remote_segments = finished
-            plog.remote_start = max(finished[0].start_offset, store.log_start_offset(tip) or 0)
-            remote_end = finished[-1].end_offset + 1
-            if plog.local_start is None:
-                plog.log_end_offset = max(plog.log_end_offset, remote_end)
+        raw = listing()
+    except RemoteStorageError as e:
+        raise TierlogError(f"reading the remote tier's manifests ({spec.class_name.rsplit('.', 1)[-1]}): {e}") from None
+    return [decode(data, "a remote manifest") for data in raw]
+
+
+def _journal_manifests(metadata_dir: Path) -> list[PartitionManifest]:
+    """The same, derived from the broker's journal (a tier without manifests, read beside the broker)."""
+    store = FileRemoteLogMetadataManager(metadata_dir, read_only=True)
+    try:
+        return [build_manifest(store, tip) for tip in store.partitions()]
     finally:
         store.close()
+
+
+def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> None:
+    manifests = remote_manifests(spec) or []
+    source = "the remote tier's manifests"
+    if not manifests and spec.metadata_dir and Path(spec.metadata_dir).is_dir():
+        # No manifest published (a tier written by a broker before manifests, not yet synced by a
+        # newer one): the journal on this disk says the same.
+        manifests, source = _journal_manifests(Path(spec.metadata_dir)), str(spec.metadata_dir)
+    by_tp: dict[TopicPartition, list[PartitionManifest]] = {}
+    for manifest in manifests:
+        by_tp.setdefault((manifest.tip.topic, manifest.tip.partition), []).append(manifest)
+    for tp, found in by_tp.items():
+        plog = logs.get(tp)
+        if plog is None:
+            plog = logs[tp] = PartitionLog(tp[0], tp[1], None)
+        wanted = _topic_id(plog)
+        # A topic deleted and recreated under the same name keeps the old id's metadata until
+        # it is cleaned up: only the id the local partition carries is this topic.
+        matching = [m for m in found if wanted is None or m.tip.topic_id == wanted] or found
+        manifest = matching[-1]
+        finished = sorted(manifest.finished(), key=lambda m: m.start_offset)
+        if not finished:
+            continue
+        plog.remote_error = _check_plugin(spec, manifest.tip, finished, source)
+        plog.remote_segments = finished
+        plog.remote_start = max(finished[0].start_offset, manifest.log_start_offset or 0)
+        remote_end = finished[-1].end_offset + 1
+        if plog.local_start is None:
+            plog.log_end_offset = max(plog.log_end_offset, remote_end)
 
 
 # -- ListOffsets by timestamp --------------------------------------------------------------------------
@@ -365,6 +443,8 @@ def offset_for_timestamp(plog: PartitionLog, timestamp_ms: int, spec: RemoteSpec
     """Kafka's ListOffsets for a timestamp (UnifiedLog.fetchOffsetByTimestamp): in the first segment,
     oldest first, whose largest timestamp reaches it, start at the batch the time index points to and
     return the first record at or after the timestamp."""
+    if plog.broker is not None:
+        return broker_offset_for_timestamp(plog.broker, (plog.topic, plog.partition), timestamp_ms)
     ranges = plog.ranges(plog.earliest, plog.latest)
     for i, rng in enumerate(ranges):
         base = segment_base_offset(rng)

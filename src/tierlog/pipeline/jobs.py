@@ -209,6 +209,11 @@ def _check_offset_index(raw: bytes, base: int, table: np.ndarray, problems: list
     """``active``: the partition's active segment, whose index has a zero-filled tail and may already
     hold entries for batches appended after its log was read (positions at or past ``read_bytes``)."""
     offsets, positions = offset_index_entries(raw, base)
+    if active and len(offsets) and not any(raw[:8]) and _zero_tail(raw, 1, 8):
+        # An active index with no entry yet is all zeros, and its first slot reads as (base, 0): an
+        # entry Kafka never writes unless the first batch is one record (entries name a batch's last
+        # offset). It is no entry, not damage.
+        offsets, positions = offsets[:0], positions[:0]
     whole = len(raw) // 8
     if active and _zero_tail(raw, len(offsets), 8):
         whole = len(offsets)
@@ -363,10 +368,22 @@ def _verify_once(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
 
 
 def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: Any) -> list[Any]:
+    """``fn`` of each task, in order. On a cluster the executors do not see the broker's disk: the
+    local segments' tasks run here, on the driver (the job was given the log dir, so it runs beside
+    the broker), and only the remote tier's go to the executors."""
     if not tasks:
         return []
-    rdd = spark.sparkContext.parallelize(list(tasks), len(tasks))
-    return list(rdd.map(lambda t: fn(t, spec)).collect())
+    local_master = str(spark.sparkContext.master).startswith("local")
+    here = {i for i, t in enumerate(tasks) if not local_master and t.tier == "local"}
+    out: list[Any] = [None] * len(tasks)
+    for i in sorted(here):
+        out[i] = fn(tasks[i], spec)
+    away = [i for i in range(len(tasks)) if i not in here]
+    if away:
+        rdd = spark.sparkContext.parallelize([tasks[i] for i in away], len(away))
+        for i, result in zip(away, rdd.map(lambda t: fn(t, spec)).collect(), strict=True):
+            out[i] = result
+    return out
 
 
 def _logs(paths: Sequence[str], spec: RemoteSpec | None,
@@ -376,7 +393,7 @@ def _logs(paths: Sequence[str], spec: RemoteSpec | None,
     missing = sorted(set(topics or ()) - {t for t, _ in logs})
     if missing:
         raise TierlogError(f"topic {', '.join(map(repr, missing))} not found in {', '.join(paths)}"
-                           + (f" or the remote log metadata in {spec.metadata_dir}" if spec is not None else ""))
+                           + (" or the remote tier" if spec is not None else ""))
     return logs
 
 

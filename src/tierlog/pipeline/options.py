@@ -15,10 +15,12 @@ from pathlib import Path
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.errors import TierlogError
 from tierlog.ids import TopicPartition
+from tierlog.pipeline.broker_tail import BrokerSpec, consumer_options
 from tierlog.pipeline.catalog import (
     PartitionLog,
     aborted_transactions,
     discover,
+    discover_without_disk,
     last_stable_offset,
     offset_for_timestamp,
 )
@@ -76,6 +78,10 @@ class ReadOptions:
     #: The consumer's isolation.level: read_committed stops at the last stable offset and skips
     #: aborted transactions; read_uncommitted (Kafka's and Spark's default) returns both.
     read_committed: bool = False
+    #: Where the offsets the remote tier does not hold come from: "local" (the log dirs in
+    #: ``paths``), "broker" (``broker``, with the Kafka protocol) or "none" (only the remote tier).
+    tail: str = "local"
+    broker: BrokerSpec | None = None
 
     def latest(self, plog: PartitionLog) -> int:
         """Where "latest" is for this reader: the log end, or the last stable offset."""
@@ -108,12 +114,27 @@ class ReadOptions:
         return [logs[tp] for tp in sorted(logs) if not tp[0].startswith("__") and regex.fullmatch(tp[0])]
 
     def discover(self) -> dict[TopicPartition, PartitionLog]:
-        return discover([Path(p) for p in self.paths], self.remote)
+        if self.tail == "local":
+            return discover([Path(p) for p in self.paths], self.remote)
+        return discover_without_disk(self.remote, self.broker if self.tail == "broker" else None, self.wants_topic)
+
+    def wants_topic(self, topic: str) -> bool:
+        """Whether a topic can hold partitions to read (so the broker is asked only about those)."""
+        if self.assign is not None:
+            return any(t == topic for t, _ in self.assign)
+        if self.subscribe is not None:
+            return topic in self.subscribe
+        return self.pattern is not None and not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
 
     def _where(self) -> str:
-        where = f"the log director{'y' if len(self.paths) == 1 else 'ies'} {', '.join(self.paths)}"
-        if self.remote is not None:
-            where += f" or the remote log metadata in {self.remote.metadata_dir}"
+        if self.tail == "broker" and self.broker is not None:
+            where = f"the broker at {self.broker.bootstrap}"
+        elif self.tail == "none":
+            where = "the remote tier's manifests"
+        else:
+            where = f"the log director{'y' if len(self.paths) == 1 else 'ies'} {', '.join(self.paths)}"
+            if self.remote is not None:
+                where += " or the remote tier"
         return where
 
     @staticmethod
@@ -238,9 +259,10 @@ def _offset_spec(options: Mapping[str, str], which: str, default: str) -> Offset
     return OffsetSpec("offsets", _partition_map(f"{which}Offsets", raw))
 
 
-def remote_spec(options: Mapping[str, str], config: BrokerConfig | None, first_dir: Path) -> RemoteSpec:
+def remote_spec(options: Mapping[str, str], config: BrokerConfig | None, first_dir: Path | None) -> RemoteSpec | None:
     """The remote tier as the broker sees it: options override the config file's keys, and the
-    local-directory plugin defaults to the broker's default directory beside the first log dir."""
+    local-directory plugin defaults to the broker's default directory beside the first log dir
+    (None: no log dir and no option naming the tier)."""
     class_name = options.get(_RSM_CLASS) or (config.get_str(_RSM_CLASS) if config else None)
     if not class_name:
         class_name = "tierlog.tiered.backends.local.LocalDirectoryRemoteStorageManager"
@@ -249,19 +271,51 @@ def remote_spec(options: Mapping[str, str], config: BrokerConfig | None, first_d
     props.update(plugin_properties(options, prefix))
     defaulted = False
     if class_name.endswith(_LOCAL_RSM) and "dir" not in props:
+        if first_dir is None:
+            return None
         props["dir"] = str(default_local_remote_dir(first_dir.resolve()))
         defaulted = True
-    return RemoteSpec(class_name, props_tuple(props), str(first_dir / METADATA_DIR_NAME), defaulted)
+    return RemoteSpec(class_name, props_tuple(props), str(first_dir / METADATA_DIR_NAME) if first_dir else "", defaulted)
 
 
-def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+#: The kafka.* options the source interprets itself; the others go to the tail's consumer.
+_INTERPRETED_KAFKA = frozenset({"kafka.bootstrap.servers", "kafka.isolation.level", "kafka.check.crcs"})
+TAILS = ("broker", "local", "none")
+
+
+def _tail(options: Mapping[str, str], paths: tuple[str, ...], master: str | None) -> str:
+    """``tail``: given, else local where Spark runs here (a local master) with a path that is a log
+    dir here -- or any path when no broker is named, so a mistyped one is reported as such -- and
+    broker otherwise."""
+    raw = options.get("tail")
+    if raw is not None:
+        tail = raw.strip().lower()
+        if tail not in TAILS:
+            raise TierlogOptionError(f"option 'tail' must be one of {', '.join(TAILS)}, got {raw!r}")
+        return tail
+    local_master = master is None or master.strip().lower().startswith("local")
+    here = bool(paths) and (Path(paths[0]).is_dir() or not options.get("kafka.bootstrap.servers", "").strip())
+    return "local" if local_master and here else "broker"
+
+
+def _broker_spec(raw: Mapping[str, str], options: Mapping[str, str], tail: str, read_committed: bool,
+                 config: BrokerConfig | None) -> BrokerSpec | None:
+    if tail != "broker":
+        return None
+    bootstrap = options.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise TierlogOptionError(
+            "option 'tail' is broker (the default unless the master is local and the path a log dir here): "
+            "give option 'kafka.bootstrap.servers' to read the offsets not in the remote tier through the "
+            "broker, or tail=local (every node sees the log dirs) or tail=none (only the remote tier)")
+    props = {"bootstrap.servers": bootstrap, **consumer_options(raw, _INTERPRETED_KAFKA)}
+    return BrokerSpec(props_tuple(props), read_committed)
+
+
+def parse_options(raw: Mapping[str, str], *, streaming: bool = False, master: str | None = None) -> ReadOptions:
+    """``master``: Spark's master URL (None: a local one), for the default of ``tail``."""
     # Spark's Kafka options are case-insensitive; the plugin's rsm.config.* values keep their case.
     options = {k.lower(): v for k, v in raw.items()}
-    if "kafka.bootstrap.servers" in options:
-        raise TierlogOptionError(
-            "format('tierlog') reads a broker's data directory, not a running broker: replace "
-            "'kafka.bootstrap.servers' with option('path', '<log dir>[,<log dir>...]') (and the remote "
-            "tier's keys, or option('config', '<server.properties>'), for tiered data)")
     config: BrokerConfig | None = None
     if options.get("config"):
         try:
@@ -271,12 +325,17 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOpt
     paths = tuple(p.strip() for p in options.get("path", "").split(",") if p.strip())
     if not paths and config is not None:
         paths = tuple(str(d) for d in config.log_dirs)
-    if not paths:
-        raise TierlogOptionError("option 'path' is required: the broker's log directory (comma-separate several)")
+    tail = _tail(options, paths, master)
+    if not paths and tail == "local":
+        raise TierlogOptionError("option 'path' is required with tail=local: the broker's log directory (comma-separate "
+                                 "several); or read through a broker (tail=broker, kafka.bootstrap.servers)")
     plugin_options = {k: v for k, v in raw.items() if k.lower() in (_RSM_CLASS, _RSM_PREFIX)
                       or k.lower().startswith("rsm.config.")}
     remote = remote_spec({k.lower() if not k.lower().startswith("rsm.") else k: v for k, v in plugin_options.items()},
-                         config, Path(paths[0]))
+                         config, Path(paths[0]) if paths else None)
+    if remote is None and tail == "none":
+        raise TierlogOptionError("tail=none reads only the remote tier: give its plugin and options "
+                                 "(remote.log.storage.manager.class.name, rsm.config.*) or a path")
 
     given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k, "").strip()]
     if len(given) != 1:
@@ -312,8 +371,13 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOpt
     strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise TierlogOptionError(f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got {strategy!r}")
+    read_committed = _isolation(options)
+    if read_committed and tail == "none":
+        raise TierlogOptionError("kafka.isolation.level=read_committed needs tail=local or tail=broker: whether a "
+                                 "tiered record was aborted can depend on a transaction marker not tiered yet")
     return ReadOptions(
-        paths=paths, remote=remote, subscribe=subscribe, pattern=pattern, assign=assign,
+        paths=paths, remote=remote, tail=tail,
+        broker=_broker_spec(raw, options, tail, read_committed, config), subscribe=subscribe, pattern=pattern, assign=assign,
         starting=starting, ending=ending, starting_strategy=strategy,
         include_headers=_bool(options, "includeHeaders", False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
@@ -321,7 +385,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False) -> ReadOpt
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         check_crcs=_bool(options, "kafka.check.crcs", True),
-        read_committed=_isolation(options),
+        read_committed=read_committed,
     )
 
 

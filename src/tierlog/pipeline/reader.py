@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ from tierlog.tiered.api import (
     RemoteStorageManager,
     load_remote_storage_manager,
 )
+
+if TYPE_CHECKING:
+    from tierlog.pipeline.broker_tail import BrokerSpec
 
 #: Bytes of log read per Arrow batch: large enough that the per-window Python work is noise, small
 #: enough that a batch stays far below Arrow's 2 GiB binary-offset limit after decompression.
@@ -75,8 +78,8 @@ class RemoteSpec:
 @dataclass(frozen=True)
 class ScanRange:
     """Offsets [start_offset, end_offset) of one segment. Exactly one of ``log_path`` (a local
-    segment) and ``remote`` (a remote segment's metadata) is set. Picklable: it is a Spark input
-    partition."""
+    segment), ``remote`` (a remote segment's metadata) and ``broker`` (offsets read through the
+    broker: ``tail=broker``) is set. Picklable: it is a Spark input partition."""
 
     topic: str
     partition: int
@@ -87,6 +90,7 @@ class ScanRange:
     #: read_committed: (producer id, first offset, last offset) of the aborted transactions that
     #: overlap the range, whose batches are skipped. None reads uncommitted (Kafka's default).
     aborted: tuple[tuple[int, int, int], ...] | None = None
+    broker: BrokerSpec | None = None
 
     @property
     def is_remote(self) -> bool:
@@ -434,6 +438,12 @@ def read_range(rng: ScanRange, *, include_headers: bool, check_crcs: bool = True
                spec: RemoteSpec | None = None, window_bytes: int = WINDOW_BYTES) -> Iterator[pa.RecordBatch]:
     """The rows of ``rng`` as Arrow record batches, one per window of the segment."""
     if rng.start_offset >= rng.end_offset:
+        return
+    if rng.broker is not None:
+        from tierlog.pipeline.broker_tail import read_broker_range
+
+        yield from read_broker_range(rng.broker, rng.topic, rng.partition, rng.start_offset, rng.end_offset,
+                                     include_headers=include_headers, check_crcs=check_crcs)
         return
     index = offset_index_entries(read_index(rng, IndexType.OFFSET, spec), segment_base_offset(rng))
     position, limit = position_bounds(index, rng.start_offset, rng.end_offset)

@@ -294,6 +294,8 @@ class TierlogDataSource(DataSource):
     #: Option defaults from the Spark conf, taken when the source is registered (:func:`register`):
     #: the planner runs in a Python worker, which cannot read the session's conf itself.
     conf_defaults: Mapping[str, str] = {}
+    #: Spark's master URL then: ``tail`` defaults to local only with a local master.
+    master: str | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -302,7 +304,8 @@ class TierlogDataSource(DataSource):
     def _options(self, *, streaming: bool) -> ReadOptions:
         # The options, credentials among them, travel to the executors inside the reader Spark
         # pickles for each task: nothing needs spark.executorEnv.
-        return parse_options(with_defaults(self.conf_defaults, dict(self.options)), streaming=streaming)
+        return parse_options(with_defaults(self.conf_defaults, dict(self.options)), streaming=streaming,
+                             master=self.master)
 
     def schema(self) -> StructType:
         include = str(self.options.get("includeheaders", self.options.get("includeHeaders", "false")))
@@ -346,6 +349,7 @@ def session_conf(spark: SparkSession) -> dict[str, str]:
 def register(spark: SparkSession) -> None:
     """Register ``format("tierlog")`` with the option defaults of the session's conf now
     (``spark.tierlog.*``, ``spark.hadoop.fs.s3a.*``). Call it again after changing them."""
+    conf = session_conf(spark)
     source = type("TierlogDataSourceWithConf", (TierlogDataSource,),
-                  {"conf_defaults": conf_options(session_conf(spark)), "__module__": __name__})
+                  {"conf_defaults": conf_options(conf), "master": conf.get("spark.master"), "__module__": __name__})
     spark.dataSource.register(source)

@@ -32,6 +32,7 @@ from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
+from tierlog.server.connection_rate import ConnectionRateGate, IpConnectionRates
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
@@ -141,6 +142,7 @@ class Broker:
         #: The web console, when ``console.listener`` is set (started last, stopped first).
         self.console: Console | None = None
         self._idle_task: asyncio.Task[None] | None = None
+        self._rate_gate: ConnectionRateGate | None = None
         self.ctx: BrokerContext | None = None
         self.listeners: list[BoundListener] = []
         self._scheduler: ThreadScheduler | None = None
@@ -230,11 +232,19 @@ class Broker:
             acl_gate=AclGate.from_config(config, lambda: controller.image),
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
+        ctx.connection_rates = IpConnectionRates(lambda: controller.image.client_quotas, quota_window(config))
+        self._rate_gate = ConnectionRateGate(ctx.connection_rates, self.clock)
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)
         await ctx.transactions.start()
         self.security.image = lambda: controller.image
+        # Dynamic keystore updates (AlterConfigs on this broker): checked by the handlers before they are
+        # recorded, applied after each commit and, at start, from what the metadata log holds.
+        ctx.tls_check = self.security.check_dynamic
+        own = str(config.node_id)
+        self.security.apply_dynamic(controller.image.broker_configs(own))
+        controller.add_listener(lambda image, _delta: self.security.apply_dynamic(image.broker_configs(own)))
         await asyncio.to_thread(self.security.start)
         self.metrics.observe(ctx, lambda: [c.client.listener for c in list(self._connections.live)])
         dispatcher = Dispatcher(ctx, all_handlers())
@@ -249,7 +259,9 @@ class Broker:
                                    request_slots=self.request_slots)
 
         for spec in specs:
-            bound += await self._server.start([spec], self.security.factory(spec.name, connection), advertised)
+            # connection_creation_rate of ip entities first, before TLS and the connection counts (as Kafka).
+            factory = self._rate_gate.wrap(self.security.factory(spec.name, connection))
+            bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
         metrics_address = net.metrics_listener
         if metrics_address:
@@ -299,6 +311,8 @@ class Broker:
             return
         self._stopped = True
         await self._server.close()
+        if self._rate_gate is not None:
+            self._rate_gate.close()
         self.security.close()
         if self.console is not None:
             await asyncio.to_thread(self.console.close)

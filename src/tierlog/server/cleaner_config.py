@@ -6,14 +6,12 @@ stop between groups and start again with the new settings. ``log.cleaner.enable`
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
 
 from tierlog.config import BrokerConfig
-from tierlog.config.definition import Value, parse_value
-from tierlog.config.keys import BROKER_DEF
+from tierlog.config.settings import setting_keys, with_overrides
 from tierlog.errors import ConfigError
 from tierlog.metadata import MetadataDelta, MetadataImage
 from tierlog.server.settings import cleaner_settings
@@ -21,30 +19,21 @@ from tierlog.storage.cleaner.manager import CleanerSettings, LogCleaner
 
 log = logging.getLogger(__name__)
 
-#: Each reconfigurable key and the CleanerSettings field it sets.
-RECONFIGURABLE_KEYS = {
-    "log.cleaner.threads": "threads",
-    "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
-    "log.cleaner.io.buffer.size": "io_buffer_size",
-    "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
-    "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
-    "log.cleaner.backoff.ms": "backoff_ms",
-}
+#: The reconfigurable keys: every key of CleanerSettings but log.cleaner.enable (read at start).
+RECONFIGURABLE_KEYS = frozenset(key for key in setting_keys(CleanerSettings).values() if key != "log.cleaner.enable")
 
 
 def effective_cleaner_settings(config: BrokerConfig, image: MetadataImage | None, node_id: int) -> CleanerSettings:
     """server.properties under the dynamic values in ``image`` (per broker over cluster-wide)."""
-    changes: dict[str, Value] = {}
-    if image is not None:
-        for key, name in RECONFIGURABLE_KEYS.items():
-            raw = image.effective_broker_config(node_id, key)
-            if raw is None:
-                continue
-            try:
-                changes[name] = parse_value(BROKER_DEF.require(key), raw)
-            except ConfigError as e:  # validated by the controller; only another version's value
-                log.error("ignoring dynamic broker config %s: %s", key, e)
-    return dataclasses.replace(cleaner_settings(config), **changes)  # type: ignore[arg-type]
+    static = cleaner_settings(config)
+    if image is None:
+        return static
+
+    def ignore(e: ConfigError) -> None:  # validated by the controller; only another version's value
+        log.error("ignoring dynamic broker config %s", e)
+
+    return with_overrides(static, lambda key: image.effective_broker_config(node_id, key), keys=RECONFIGURABLE_KEYS,
+                          on_invalid=ignore)
 
 
 class CleanerReconfigurer:

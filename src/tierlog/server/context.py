@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tierlog.clock import Clock
 from tierlog.config import BrokerConfig
-from tierlog.config.settings import broker_default_flag, broker_default_str
+from tierlog.config.settings import setting
 from tierlog.metadata import Controller, MetadataImage
 from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
+from tierlog.server.connection_rate import IpConnectionRates
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
 from tierlog.server.security.authz import AclGate
@@ -62,9 +63,9 @@ class ProducerIdManager:
 class RequestSettings:
     """The broker settings request handlers read (built by ``tierlog.server.settings``)."""
 
-    auto_create_topics_enable: bool = broker_default_flag("auto.create.topics.enable")
+    auto_create_topics_enable: bool = setting("auto.create.topics.enable")
     #: ``log.durable.acks``: the lowest acks level answered only once the batches are fsynced.
-    durable_acks: str = broker_default_str("log.durable.acks")
+    durable_acks: str = setting("log.durable.acks")
 
 
 @dataclass
@@ -89,8 +90,14 @@ class BrokerContext:
     #: Client quotas' rates (server/quotas.py); None: nothing is throttled (unit tests' contexts).
     quotas: QuotaManager | None = None
 
+    #: ip entities' connection_creation_rate (server/connection_rate.py), for the metrics; None in unit tests.
+    connection_rates: IpConnectionRates | None = None
+
     #: ACL checks (``authorizer.class.name``); the default allows everything.
     acl_gate: AclGate = field(default_factory=lambda: AclGate(None))
+    #: Checks this broker's dynamic configs after a change would give its TLS listeners keystores that
+    #: load and fit (raises ConfigError); None: no TLS listener to check (unit tests' contexts).
+    tls_check: Callable[[Mapping[str, str]], None] | None = None
 
     def allowed(self, client: ClientInfo, op: AclOperation, resource_type: ResourceType = ResourceType.CLUSTER,
                 name: str = CLUSTER_NAME, *, log_denied: bool = True) -> bool:

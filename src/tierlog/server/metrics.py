@@ -152,7 +152,7 @@ class BrokerCollector(Collector):
         yield self._connections()
         yield from self._transactions()
         yield from cleaner_metrics(self._ctx.log_cleaner)
-        yield from quota_metrics(getattr(self._ctx, "quotas", None))
+        yield from quota_metrics(getattr(self._ctx, "quotas", None), getattr(self._ctx, "connection_rates", None))
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -309,15 +309,15 @@ class BrokerCollector(Collector):
         manager = self._ctx.log_manager
         offline = GaugeMetricFamily("tierlog_log_dir_offline", "1 for a log dir taken offline by a disk error "
                                     "(the ERROR line 'log dir offline' says why), else 0.", labels=["dir"])
-        rounds = CounterMetricFamily("tierlog_group_commit_syncs", "Group commit rounds (one fdatasync per "
-                                     "segment file written since the previous round), by log dir.", labels=["dir"])
+        rounds = CounterMetricFamily("tierlog_group_commit_syncs", "Group commit syncs: fdatasyncs of a segment "
+                                     "file that answered the produces waiting on it, by log dir.", labels=["dir"])
         requests = CounterMetricFamily("tierlog_group_commit_requests", "Produce requests (and offset commits) "
                                        "that waited for a group commit, by log dir.", labels=["dir"])
         seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
                                       "log dir.", labels=["dir"])
         fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files fdatasynced by group "
-                                         "commit rounds (each round syncs every file written since the last), by "
-                                         "log dir.", labels=["dir"])
+                                         "commit (each fdatasync covers every request on its file that came before "
+                                         "it began), by log dir.", labels=["dir"])
         pending = GaugeMetricFamily("tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for "
                                     "their group commit, by log dir (bounded by log.dir.unflushed.max.bytes).",
                                     labels=["dir"])

@@ -27,6 +27,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from tierlog.config.settings import setting
 from tierlog.metadata.client_quotas import (
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
@@ -111,8 +112,10 @@ class TokenBucket:
 
 @dataclass(frozen=True, slots=True)
 class QuotaWindow:
-    num_windows: int = 11
-    window_size_s: int = 1
+    """The sample windows client quotas' rates are measured over."""
+
+    num_windows: int = setting("quota.window.num")
+    window_size_s: int = setting("quota.window.size.seconds")
 
     @property
     def window_ms(self) -> int:

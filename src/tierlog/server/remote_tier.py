@@ -4,11 +4,16 @@ dir, and the remote log manager with threads of its own beside the broker's pool
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.settings import RemoteStorageSettings
+from tierlog.errors import ConfigError
 from tierlog.scheduler import Scheduler, ThreadScheduler
 from tierlog.server.settings import remote_log_manager_settings, remote_storage_settings
 from tierlog.tiered.api import (
@@ -25,9 +30,35 @@ from tierlog.tiered.layout import (
     STATUS_FILE_NAME,
     default_local_remote_dir,
 )
+from tierlog.tiered.manifest import ManifestPublisher
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+from tierlog.tiered.remote_compaction import CRASH_STEPS
 from tierlog.tiered.remote_log_manager import LogSource, RemoteLogManager
 from tierlog.tiered.restore import take_untiered_offline
+
+log = logging.getLogger(__name__)
+
+#: Test-only: one of remote compaction's CRASH_STEPS at which the broker SIGKILLs itself
+#: (tests/integration/test_remote_compaction.py). Unset in any real deployment.
+COMPACTION_CRASH_AT_ENV = "TIERLOG_TEST_REMOTE_COMPACTION_CRASH_AT"
+
+
+def _compaction_crash_hook() -> Callable[[str], None] | None:
+    step = os.environ.get(COMPACTION_CRASH_AT_ENV)
+    if not step:
+        return None
+    if step not in CRASH_STEPS:
+        raise ConfigError(COMPACTION_CRASH_AT_ENV, f"{step} is none of {', '.join(CRASH_STEPS)}")
+    log.warning("%s=%s: this broker kills itself when a remote compaction reaches that step",
+                COMPACTION_CRASH_AT_ENV, step)
+
+    def hook(reached: str) -> None:
+        if reached == step:
+            log.warning("%s: SIGKILL at %s", COMPACTION_CRASH_AT_ENV, step)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
 
 
 def remote_storage_manager(settings: RemoteStorageSettings) -> RemoteStorageManager:
@@ -59,10 +90,13 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     first_dir = storage.first_log_dir.resolve()
     rsm = remote_storage_manager(storage)
     metadata_dir = first_dir / METADATA_DIR_NAME
-    rlmm = FileRemoteLogMetadataManager(metadata_dir)
+    # The journal stays the source of truth; each change is also published as the partition's
+    # manifest in the remote store, so readers (Spark) need neither this disk nor the broker.
+    rlmm = ManifestPublisher(FileRemoteLogMetadataManager(metadata_dir), rsm, broker_id=settings.broker_id)
     workers = ThreadScheduler(settings.worker_threads, clock, name="remote-log-manager") if own_workers else None
     return RemoteLogManager(settings, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
-                            scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers)
+                            scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers,
+                            compaction_crash_hook=_compaction_crash_hook())
 
 
 def metadata_dir_of(config: BrokerConfig) -> Path:

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from tierlog.protocol import ApiKey, ParsedRequest
 from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
+from tierlog.server.connection_rate import IpConnectionRates
 from tierlog.server.fetch_response import encode_fetch_response
 from tierlog.server.quotas import QuotaManager, QuotaType
 
@@ -137,9 +138,18 @@ def _empty_fetch(request: ParsedRequest, reply: RawResponse, throttle_ms: int) -
                                  session_id=session_id)
 
 
-def quota_metrics(quotas: QuotaManager | None) -> list[Metric]:
+def quota_metrics(quotas: QuotaManager | None, connection_rates: IpConnectionRates | None = None) -> list[Metric]:
+    out: list[Metric] = []
+    if connection_rates is not None:
+        refused = CounterMetricFamily("tierlog_ip_connections_throttled", "New connections held and closed unserved "
+                                      "for going over their address's connection_creation_rate (ip quotas).")
+        refused.add_metric([], connection_rates.throttled_total)
+        held = CounterMetricFamily("tierlog_ip_connection_throttle_time_ms", "Throttle time given to those "
+                                   "connections, in ms (Kafka's ip-connection-accept-throttle-time).")
+        held.add_metric([], connection_rates.throttle_time_ms_total)
+        out += [refused, held]
     if quotas is None:
-        return []
+        return out
     time_ms = CounterMetricFamily("tierlog_quota_throttle_time_ms", "Throttle time given to clients by client "
                                   "quotas, in ms (Kafka's throttle-time per quota type).", labels=["quota_type"])
     count = CounterMetricFamily("tierlog_quota_throttled_responses", "Responses that carried a throttle time.",
@@ -147,4 +157,4 @@ def quota_metrics(quotas: QuotaManager | None) -> list[Metric]:
     for qtype in QuotaType:
         time_ms.add_metric([qtype.value], quotas.throttle_time_ms_total[qtype])
         count.add_metric([qtype.value], quotas.throttled_total[qtype])
-    return [time_ms, count]
+    return [*out, time_ms, count]

@@ -1,27 +1,27 @@
-"""Group commit: one fdatasync round per log dir shared by every produce waiting in it.
+"""Group commit: every produce waiting on a segment file shares that file's next fdatasync.
 
 A produce that must be durable before it is answered registers the segment file its bytes went to
-(after writing them) and waits on a future. The dir's flusher thread takes every file registered so
-far, fdatasyncs each once and completes all their futures, then at once starts the next round with
-whatever registered meanwhile: under load each round covers many requests, so throughput grows
-with load instead of being one fsync per request. Only data is synced here (and the directory
-entry of a new segment file): indexes and checkpoints are rebuilt by recovery from the recovery
-point, which this does not move -- :meth:`UnifiedLog.flush` still does, after fsyncing everything.
+(after writing them) and waits on a future. A file with waiters and no fdatasync under way gets one
+at once, from a pool of ``SYNC_THREADS`` threads; the requests that register while it runs wait for
+the next one, issued as soon as it ends. So under load each fdatasync covers many requests and
+throughput grows with load instead of being one fsync per request, while each partition is
+answered as soon as its own file is on disk: a slow fdatasync of one file does not hold the others
+(earlier, one round synced every waiting file and answered nobody before the slowest returned,
+and a request that arrived during a round waited for that round and the next -- a partition with
+one request in flight, as librdkafka's idempotent producer keeps, waited ~1.5 syncs, now ~1).
+Concurrent fdatasyncs of files of one filesystem still share its journal commits. Only data is
+synced here (and the directory entries of a new segment file and its partition dir): indexes and
+checkpoints are rebuilt by recovery from the recovery point, which this does not move --
+:meth:`UnifiedLog.flush` still does, after fsyncing everything.
 
-The files of one round are fdatasynced from up to ``SYNC_THREADS`` threads at once: the disk then
-sees the writes of all of them together (bench/durability.py measured one round of 100 files with
-16 KiB new each at ~300 ms one after the other and ~16 ms from 8 threads; a syncfs of the whole
-filesystem was faster still but also writes every other process's dirty data and reports errors
-less precisely).
-
-Backpressure: the bytes appended by the requests waiting for a round (``pending_bytes``) are
+Backpressure: the bytes appended by the requests waiting for a sync (``pending_bytes``) are
 bounded by ``log.dir.unflushed.max.bytes``. A produce asks :meth:`room` before it appends; while
 the bound is passed it waits (its connection stops being read once its deferred replies are many,
-so the client waits on the socket) until a round brings the bytes under it. A slow disk so slows
+so the client waits on the socket) until syncs bring the bytes under it. A slow disk so slows
 producers instead of letting them fill the page cache and the broker's queues.
 
 A failed fdatasync is never retried: the dir goes offline (log_dir_failure) and every waiter, now
-and later, gets a storage error.
+and later, gets a storage error -- also a waiter whose own file synced after the dir went offline.
 """
 
 from __future__ import annotations
@@ -46,15 +46,29 @@ SYNC_THREADS = 8
 
 @dataclass
 class GroupCommitStats:
+    #: fdatasyncs that answered requests (each covers every request of its file that registered
+    #: before it began); ``files_synced`` counts the same, kept for the metric's name.
     rounds: int = 0
     files_synced: int = 0
     requests: int = 0
     sync_seconds: float = 0.0
-    #: Bytes appended by the requests waiting for a round, the most there ever were, and how often
+    #: Bytes appended by the requests waiting for a sync, the most there ever were, and how often
     #: a produce had to wait for room (log.dir.unflushed.max.bytes).
     pending_bytes: int = 0
     peak_pending_bytes: int = 0
     room_waits: int = 0
+
+
+class _FileSyncs:
+    """One file's requests: those waiting for its next fdatasync, and whether one is under way."""
+
+    __slots__ = ("pending_bytes", "records", "syncing", "waiters")
+
+    def __init__(self, records: FileRecords) -> None:
+        self.records = records
+        self.waiters: list[Future[None]] = []
+        self.pending_bytes = 0
+        self.syncing = False
 
 
 class GroupCommit:
@@ -63,19 +77,18 @@ class GroupCommit:
         self.log_dir = log_dir
         self._clock = clock
         self.max_pending_bytes = max_pending_bytes
-        self._round_bytes = 0
         self._room_waiters: list[Future[None]] = []
         self._channel = channel
         self._cond = threading.Condition()
-        self._files: dict[int, FileRecords] = {}
-        self._waiters: list[Future[None]] = []
+        #: Files with requests waiting or an fdatasync under way, by id of their FileRecords.
+        self._files: dict[int, _FileSyncs] = {}
+        self._syncs_running = 0
         self._closed = False
-        self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.stats = GroupCommitStats()
 
     def room(self) -> Future[None] | None:
-        """None when an append may go ahead now, else a future completed once a round has brought
+        """None when an append may go ahead now, else a future completed once syncs have brought
         the pending bytes under the bound (or the dir went offline: the append then fails itself)."""
         with self._cond:
             if self.stats.pending_bytes < self.max_pending_bytes or self._closed:
@@ -97,82 +110,86 @@ class GroupCommit:
             if self._closed:
                 fut.set_exception(KafkaStorageError(f"the flusher of {self.log_dir} is closed"))
                 return fut
-            self._files[id(records)] = records
-            self._waiters.append(fut)
+            file = self._files.get(id(records))
+            if file is None:
+                file = self._files[id(records)] = _FileSyncs(records)
+            file.waiters.append(fut)
+            file.pending_bytes += appended_bytes
             self.stats.requests += 1
-            self._round_bytes += appended_bytes
             self.stats.pending_bytes += appended_bytes
             self.stats.peak_pending_bytes = max(self.stats.peak_pending_bytes, self.stats.pending_bytes)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"tierlog-group-commit-{self.log_dir.name}",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            if not file.syncing:
+                self._start(file)
         return fut
 
+    def _start(self, file: _FileSyncs) -> None:
+        """Hand the file's waiters to a new fdatasync (called holding the condition's lock)."""
+        file.syncing = True
+        waiters, file.waiters = file.waiters, []
+        covered_bytes, file.pending_bytes = file.pending_bytes, 0
+        self._syncs_running += 1
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix=f"tierlog-sync-{self.log_dir.name}")
+        self._pool.submit(self._sync_and_answer, file, waiters, covered_bytes)
+
     def close(self) -> None:
-        """Finish the round under way and the ones already asked for, then stop."""
+        """Finish the syncs under way and the ones already asked for, then stop."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
-            thread = self._thread
             room, self._room_waiters = self._room_waiters, []
         for fut in room:
             fut.set_result(None)
-        if thread is not None:
-            thread.join()
-        if self._pool is not None:
-            self._pool.shutdown()
+        with self._cond:
+            while self._syncs_running:
+                self._cond.wait()
+            pool = self._pool
+        if pool is not None:
+            pool.shutdown()
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._waiters and not self._closed:
-                    self._cond.wait()
-                if not self._waiters:
-                    return
-                batch, self._files = list(self._files.values()), {}
-                waiters, self._waiters = self._waiters, []
-                round_bytes, self._round_bytes = self._round_bytes, 0
-            error = self._sync(batch)
-            with self._cond:
-                self.stats.pending_bytes -= round_bytes
-                room: list[Future[None]] = []
-                if self.stats.pending_bytes < self.max_pending_bytes or error is not None:
-                    room, self._room_waiters = self._room_waiters, []
-            for fut in room:
+    def _sync_and_answer(self, file: _FileSyncs, waiters: list[Future[None]], covered_bytes: int) -> None:
+        error = self._sync(file.records)
+        with self._cond:
+            self.stats.pending_bytes -= covered_bytes
+            file.syncing = False
+            if file.waiters:
+                self._start(file)  # the requests that came meanwhile: their sync starts now
+            else:
+                del self._files[id(file.records)]
+            room: list[Future[None]] = []
+            if self.stats.pending_bytes < self.max_pending_bytes or error is not None:
+                room, self._room_waiters = self._room_waiters, []
+            self._syncs_running -= 1
+            self._cond.notify_all()
+        for fut in room:
+            fut.set_result(None)
+        for fut in waiters:
+            if error is None:
                 fut.set_result(None)
-            for fut in waiters:
-                if error is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(error)
+            else:
+                fut.set_exception(error)
 
-    def _sync(self, batch: list[FileRecords]) -> KafkaStorageError | None:
+    def _sync(self, records: FileRecords) -> KafkaStorageError | None:
         reason = self._channel.offline_reason(self.log_dir)
         if reason is not None:
             return KafkaStorageError(f"log dir {self.log_dir} is offline: {reason}")
         started = monotonic_s(self._clock)
-        if len(batch) == 1:
-            failed = self._sync_one(batch[0])
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix=f"tierlog-sync-{self.log_dir.name}")
-            failed = next((f for f in self._pool.map(self._sync_one, batch) if f is not None), None)
-        if failed is None:
+        failed: tuple[OSError, str] | None = None
+        needs_dir_sync = records.needs_dir_sync
+        try:
+            records.sync_data()
+        except OSError as e:
+            failed = e, f"fdatasync of {records.path}"
+        if failed is None and needs_dir_sync:
             # A new segment file is reachable after a power cut only once its directory entry is on
             # disk (and a new partition dir's entry in the log dir).
-            new = [r for r in batch if r.needs_dir_sync]
-            dirs = {r.path.parent for r in new} | {r.path.parent.parent for r in new}
-            for d in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
+            for d in (records.path.parent, records.path.parent.parent):
                 try:
                     fsync_dir(d)
                 except OSError as dir_error:
                     failed = (dir_error, f"fsync of directory {d}")
                     break
             else:
-                for r in new:
-                    r.needs_dir_sync = False
+                records.needs_dir_sync = False
         if failed is not None:
             error, action = failed
             self._channel.maybe_fail(self.log_dir, error, action)
@@ -180,16 +197,13 @@ class GroupCommit:
                 # Not a disk error (say the file was deleted meanwhile): trust nothing anyway.
                 self._channel.fail(self.log_dir, f"{action} failed: {error}")
             return KafkaStorageError(f"{action} failed: {error}")
-        stats = self.stats
-        stats.rounds += 1
-        stats.files_synced += len(batch)
-        stats.sync_seconds += monotonic_s(self._clock) - started
-        return None
-
-    @staticmethod
-    def _sync_one(records: FileRecords) -> tuple[OSError, str] | None:
-        try:
-            records.sync_data()
-        except OSError as e:
-            return e, f"fdatasync of {records.path}"
+        reason = self._channel.offline_reason(self.log_dir)
+        if reason is not None:
+            # Another file's sync failed meanwhile: this dir answers nothing as durable any more.
+            return KafkaStorageError(f"log dir {self.log_dir} is offline: {reason}")
+        elapsed_s = monotonic_s(self._clock) - started
+        with self._cond:
+            self.stats.rounds += 1
+            self.stats.files_synced += 1
+            self.stats.sync_seconds += elapsed_s
         return None

@@ -142,6 +142,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # Changed by the remote log manager only through LogTieringMixin's methods.
         self.highest_offset_in_remote_storage = -1
         self.remote_log_enabled = False
+        self.copying_up_to = -1
         #: Called with a segment that failed its lazy check, before the earlier ones are checked.
         self.on_corrupt_segment: Callable[[LogSegment, Exception], None] | None = None
         self.deleted = False

@@ -18,7 +18,7 @@ from pathlib import Path
 from tierlog._util.files import fsync_dir, sync_filesystem
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.log_config import LogConfig
-from tierlog.config.settings import broker_default, broker_default_flag
+from tierlog.config.settings import setting
 from tierlog.errors import KafkaStorageError, TierlogError, UnsupportedRecordFormatError
 from tierlog.ids import TopicPartition, random_uuid, uuid_to_base64
 from tierlog.scheduler import Scheduler, TaskHandle
@@ -53,17 +53,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LogManagerSettings:
-    sanity_check_all_logs: bool = broker_default_flag("sanity.check.all.logs.enabled")
-    flush_check_interval_ms: int = broker_default("log.flush.scheduler.interval.ms")
-    recovery_point_checkpoint_interval_ms: int = broker_default("log.flush.offset.checkpoint.interval.ms")
-    log_start_offset_checkpoint_interval_ms: int = broker_default("log.flush.start.offset.checkpoint.interval.ms")
-    lazy_check_interval_ms: int = broker_default("log.lazy.check.interval.ms")
-    retention_check_interval_ms: int = broker_default("log.retention.check.interval.ms")
+    sanity_check_all_logs: bool = setting("sanity.check.all.logs.enabled")
+    flush_check_interval_ms: int = setting("log.flush.scheduler.interval.ms")
+    recovery_point_checkpoint_interval_ms: int = setting("log.flush.offset.checkpoint.interval.ms")
+    log_start_offset_checkpoint_interval_ms: int = setting("log.flush.start.offset.checkpoint.interval.ms")
+    lazy_check_interval_ms: int = setting("log.lazy.check.interval.ms")
+    retention_check_interval_ms: int = setting("log.retention.check.interval.ms")
     lazy_check_batch: int = 64
-    producer_id_expiration_ms: int = broker_default("producer.id.expiration.ms")
-    producer_id_expiration_check_interval_ms: int = broker_default("producer.id.expiration.check.interval.ms")
-    recovery_threads_per_data_dir: int = broker_default("num.recovery.threads.per.data.dir")
-    unflushed_max_bytes: int = broker_default("log.dir.unflushed.max.bytes")
+    producer_id_expiration_ms: int = setting("producer.id.expiration.ms")
+    producer_id_expiration_check_interval_ms: int = setting("producer.id.expiration.check.interval.ms")
+    recovery_threads_per_data_dir: int = setting("num.recovery.threads.per.data.dir")
+    unflushed_max_bytes: int = setting("log.dir.unflushed.max.bytes")
     node_id: int = 1
     cluster_id: str = ""
     #: Startup and the lazy checker log a progress line at most this often.

@@ -12,12 +12,14 @@ moved in without a refresh would be invisible to it.
 
 from __future__ import annotations
 
+import bisect
 import shutil
 import threading
 from pathlib import Path
 
 from tierlog.storage.producer_snapshot import snapshot_path
 from tierlog.storage.producer_state import ProducerStateManager
+from tierlog.storage.segments import LogSegments
 
 
 class LogTieringMixin:
@@ -26,11 +28,15 @@ class LogTieringMixin:
     dir: Path
     lock: threading.RLock
     producer_state: ProducerStateManager
+    segments: LogSegments
     #: Highest offset the remote tier holds (COPY_SEGMENT_FINISHED); -1: nothing.
     highest_offset_in_remote_storage: int
     #: Set while the remote log manager tiers this log: retention then applies the local.retention.*
     #: policy, which never deletes a segment that is not in the remote tier.
     remote_log_enabled: bool
+    #: The last offset of the segment the copy task is uploading (-1: none): the log cleaner neither
+    #: rewrites it nor swaps it out meanwhile (a compacted tiered log, issue 18).
+    copying_up_to: int
     #: Why the partition is offline (e.g. its local log and its remote copy disagree), or None.
     #: An offline log neither appends nor serves reads nor deletes anything: KAFKA_STORAGE_ERROR.
     offline_reason: str | None
@@ -48,6 +54,31 @@ class LogTieringMixin:
             if offset > self.highest_offset_in_remote_storage:
                 self.highest_offset_in_remote_storage = offset
             return self.highest_offset_in_remote_storage
+
+    @property
+    def cleaner_floor(self) -> int:
+        """The log cleaner rewrites only segments whose base offset is above this: segments in the
+        remote tier, or being copied there, stay as uploaded (-1 when the log is not tiered)."""
+        with self.lock:
+            if not self.remote_log_enabled:
+                return -1
+            return max(self.highest_offset_in_remote_storage, self.copying_up_to)
+
+    def begin_copy(self, base_offset: int, next_base_offset: int) -> bool:
+        """The copy task is about to upload the segment [base, next base): False when the segments
+        changed since it listed them (the cleaner swapped that one), else it is marked until
+        :meth:`end_copy` so the cleaner leaves it alone."""
+        with self.lock:
+            bases = self.segments.base_offsets
+            i = bisect.bisect_left(bases, base_offset)
+            if i + 1 >= len(bases) or bases[i] != base_offset or bases[i + 1] != next_base_offset:
+                return False
+            self.copying_up_to = next_base_offset - 1
+            return True
+
+    def end_copy(self) -> None:
+        with self.lock:
+            self.copying_up_to = -1
 
     # -- tiering state --------------------------------------------------------------------------
 

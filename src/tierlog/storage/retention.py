@@ -57,7 +57,9 @@ class RetentionPolicy:
             min_timestamp_ms=config.retention_min_timestamp_ms,
             log_start_offset=log_start_offset,
             high_watermark=high_watermark,
-            delete_enabled=config.delete_enabled,
+            # A tiered compacted log's local copies of segments in the remote tier go by the
+            # local.retention.* values like any tiered log's (issue 18): the remote tier keeps them.
+            delete_enabled=config.delete_enabled or local,
             highest_offset_in_remote=highest_offset_in_remote,
         )
 

@@ -33,6 +33,11 @@ class RemoteResourceNotFoundError(RemoteStorageError):
     """The requested remote object does not exist (e.g. a segment without a transaction index)."""
 
 
+class RemoteConflictError(RemoteStorageError):
+    """A conditional write found the object changed since it was read (another writer): nothing was
+    written; read it again and decide."""
+
+
 class CustomMetadataSizeLimitExceededError(TierlogError):
     """Seed 002: a plugin returned custom metadata larger than
     ``remote.log.metadata.custom.metadata.max.bytes``; the partition's copy task stops."""
@@ -153,6 +158,11 @@ class RemoteLogSegmentMetadata:
     #: it from the batch headers, which a producer may have written wrong (-1 from Sarama 1.22): a
     #: reader then derives the segment's largest timestamp from its records before trusting it.
     max_timestamp_from_records: bool = False
+    #: tierlog's own: the segments this one replaces (remote compaction, :mod:`tierlog.tiered.remote_compaction`).
+    #: It covers exactly their offset range; the COPY_SEGMENT_FINISHED of this segment moves every one
+    #: of them to DELETE_SEGMENT_STARTED in the same metadata entry (refused unless all are FINISHED),
+    #: so a reader sees either the old segments or this one, never both and never neither.
+    replaces: tuple[RemoteLogSegmentId, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:

@@ -18,6 +18,7 @@ from tierlog.scheduler import TaskHandle
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
     RemoteLogMetadataManager,
+    RemoteLogSegmentId,
     RemoteLogSegmentState,
     RemoteStorageManager,
     TopicIdPartition,
@@ -60,13 +61,17 @@ class PartitionState:
     boundary_unchecked: bool = False
     #: Seed 001: producer snapshots this process rebuilt before uploading a segment.
     producer_snapshots_rebuilt: int = 0
+    #: Remote compaction (issue 18): the earliest delete horizon of a tombstone or marker its last run
+    #: kept, when the next run is due whatever the dirty ratio (None: none known to this process).
+    remote_delete_horizon_ms: int | None = None
 
 
 def is_tierable(ulog: UnifiedLog, system_enable: bool) -> bool:
-    """Kafka's ``UnifiedLog.remoteLogEnabled``: broker-wide switch, topic switch, never compacted or
-    internal topics."""
-    return (system_enable and ulog.config.remote_storage_enable and ulog.config.delete_enabled
-            and "compact" not in ulog.config.cleanup_policy and not ulog.topic.startswith("__"))
+    """Kafka's ``UnifiedLog.remoteLogEnabled``: broker-wide switch, topic switch, never internal
+    topics. Unlike Kafka, compacted topics (``compact`` and ``compact,delete``) are tiered too (issue 18,
+    docs/architecture.md "Compacted topics in the remote tier"): their segments are copied once
+    cleaned, and :mod:`tierlog.tiered.remote_compaction` compacts the remote tier."""
+    return system_enable and ulog.config.remote_storage_enable and not ulog.topic.startswith("__")
 
 
 def highest_finished_offset(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> int:
@@ -93,6 +98,9 @@ class TieringContext:
     tip_for: Callable[[str, int], TopicIdPartition | None]
     #: The lock of a partition's remote segments (see RemoteLogManager._segments_lock).
     segments_lock: Callable[[TopicIdPartition], threading.Lock]
+    #: Uploads of a remote compaction running in this process, COPY_SEGMENT_STARTED until its swap:
+    #: the copy run's sweep of dangling uploads passes over them (issue 18).
+    compaction_uploads: set[RemoteLogSegmentId] = field(default_factory=set)
 
     def now_ms(self) -> int:
         return self.clock.wall_ms()

@@ -27,6 +27,7 @@ from pathlib import Path
 from tierlog.clock import monotonic_s
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.storage.checkpoints import LeaderEpochCheckpointFile
+from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
     CustomMetadataSizeLimitExceededError,
@@ -51,6 +52,12 @@ PROGRESS_INTERVAL_S = 10.0
 #: Compares the local log with its remote copy before the first copy run (restore); False when the
 #: partition went offline.
 BoundaryCheck = Callable[[PartitionState, UnifiedLog], bool]
+
+
+def cleaned_up_to(ulog: UnifiedLog) -> int:
+    """The offset the cleaner has cleaned the log up to (its ``cleaner-offset-checkpoint`` entry), 0
+    when it never has."""
+    return CleanerCheckpoint(ulog.dir.parent).read().get((ulog.topic, ulog.partition), 0)
 
 
 class SegmentCopier:
@@ -81,12 +88,22 @@ class SegmentCopier:
                     start = max(ulog.log_start_offset, ctx.rlmm.log_start_offset(state.tip) or 0)
                     bases = ulog.segments.base_offsets
                     lso = ulog.last_stable_offset
+                    compact = ulog.config.compact
+                if compact:
+                    # Clean before upload (issue 18): a compacted log's segment is copied once the
+                    # cleaner has cleaned it, i.e. it ends at or below the cleaner checkpoint.
+                    lso = min(lso, cleaned_up_to(ulog))
                 backlog = candidate_segments(bases, lso, remote_end, start)
                 progress_at = monotonic_s(ctx.clock) + PROGRESS_INTERVAL_S
                 for base, next_base in backlog:
                     if state.copy_stopped or state.released or ctx.closed():
                         break
-                    self.copy_segment(state, ulog, base, next_base)
+                    if not ulog.begin_copy(base, next_base):
+                        break  # the cleaner swapped it meanwhile: the next run lists the segments again
+                    try:
+                        self.copy_segment(state, ulog, base, next_base)
+                    finally:
+                        ulog.end_copy()
                     copied += 1
                     state.segments_copied += 1
                     if monotonic_s(ctx.clock) >= progress_at and copied < len(backlog):
@@ -118,10 +135,16 @@ class SegmentCopier:
         return copied
 
     def _delete_dangling_uploads(self, state: PartitionState) -> None:
+        """Uploads left COPY_SEGMENT_STARTED by a run that died. A remote compaction's uploads (they
+        name the segments they replace) are passed over while this process runs that compaction (the
+        job registers them in ``ctx.compaction_uploads``); once it died they are deleted like any."""
         for md in self.ctx.rlmm.list_remote_log_segments(state.tip):
             if md.state is S.COPY_SEGMENT_STARTED:
-                log.warning("deleting the unfinished upload %s [%d, %d] left by an earlier run",
-                            md.segment_id, md.start_offset, md.end_offset)
+                if md.segment_id in self.ctx.compaction_uploads:
+                    continue
+                what = "remote compaction's upload" if md.replaces else "upload"
+                log.warning("deleting the unfinished %s %s [%d, %d] left by an earlier run",
+                            what, md.segment_id, md.start_offset, md.end_offset)
                 self.deleter.delete(md, best_effort=False)
 
     def _producer_snapshot(self, state: PartitionState, ulog: UnifiedLog, base: int, next_base: int) -> Path:

@@ -112,6 +112,18 @@ class RemoteLogMetadataCache:
         if not is_valid_transition(existing.state, update.state):
             raise InvalidStateTransitionError(
                 f"segment {update.segment_id} cannot go from {existing.state.name} to {update.state.name}")
+        if update.state is S.COPY_SEGMENT_FINISHED and existing.state is S.COPY_SEGMENT_STARTED and existing.replaces:
+            assert part is not None
+            for rid in existing.replaces:
+                old = part.by_id.get(rid)
+                if old is None or old.state is not S.COPY_SEGMENT_FINISHED:
+                    raise InvalidStateTransitionError(
+                        f"segment {update.segment_id} replaces {rid}, which is "
+                        f"{'gone' if old is None else old.state.name}, not COPY_SEGMENT_FINISHED")
+                if old.start_offset < existing.start_offset or old.end_offset > existing.end_offset:
+                    raise InvalidStateTransitionError(
+                        f"segment {update.segment_id} [{existing.start_offset}, {existing.end_offset}] does not "
+                        f"cover the segment it replaces, {rid} [{old.start_offset}, {old.end_offset}]")
         return existing
 
     def restore(self, md: RemoteLogSegmentMetadata) -> None:
@@ -132,6 +144,13 @@ class RemoteLogMetadataCache:
             del part.by_id[update.segment_id]
         else:
             part.by_id[update.segment_id] = new
+        if new.state is S.COPY_SEGMENT_FINISHED and existing.state is S.COPY_SEGMENT_STARTED:
+            # The swap of a remote compaction: the same entry retires what it replaces (check_update
+            # made sure each is FINISHED), so no reader ever sees both generations or neither.
+            for rid in new.replaces:
+                old = part.by_id[rid]
+                part.by_id[rid] = old.create_with_updates(RemoteLogSegmentMetadataUpdate(
+                    rid, update.event_timestamp_ms, S.DELETE_SEGMENT_STARTED, update.broker_id, old.custom_metadata))
         part.reindex()
         return new
 

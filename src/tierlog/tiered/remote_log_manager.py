@@ -12,7 +12,9 @@ state; the work is done by its parts, which never import one another:
 - :mod:`~tierlog.tiered.remote_reader` -- fetches, ListOffsets by time, the remote log start offset;
 - :mod:`~tierlog.tiered.partition_deletion` -- a deleted topic's remote data;
 - :mod:`~tierlog.tiered.status` -- the status reported and the status file;
-- :mod:`~tierlog.tiered.restore` -- reconciling a local log with its remote copy on adoption.
+- :mod:`~tierlog.tiered.restore` -- reconciling a local log with its remote copy on adoption;
+- :mod:`~tierlog.tiered.remote_compaction` -- compacting a compacted topic's remote tier, after each
+  copy run of its partition (issue 18).
 
 Per partition there is a copy task, re-armed after every run: after the task interval when the run
 went well, after an exponentially growing delay when runs keep failing without copying anything (a
@@ -61,6 +63,7 @@ from tierlog.tiered.expiration import Expired, RemoteExpiration
 from tierlog.tiered.index_cache import RemoteIndexCache
 from tierlog.tiered.partition_deletion import PartitionDeletion
 from tierlog.tiered.policy import retry_delay_ms
+from tierlog.tiered.remote_compaction import RemoteCompactionResult, RemoteCompactor
 from tierlog.tiered.remote_reader import RemoteFetchInfo, RemoteReader
 from tierlog.tiered.restore import (
     PartitionConflictError,
@@ -89,6 +92,7 @@ class RemoteLogManager:
         scheduler: Scheduler | None = None,
         status_path: Path | None = None,
         workers: Scheduler | None = None,
+        compaction_crash_hook: Callable[[str], None] | None = None,
     ) -> None:
         """``scheduler`` runs the cheap periodic sync; ``workers`` (default: ``scheduler``) the copy
         tasks and the expiration pass, which wait on the remote store. The manager shuts
@@ -121,6 +125,8 @@ class RemoteLogManager:
         self.deleter = SegmentDeleter(ctx)
         self.copier = SegmentCopier(ctx, self.deleter, self._check_boundary)
         self.reader = RemoteReader(ctx)
+        self.compactor = RemoteCompactor(ctx, self.deleter, Path(index_cache_dir) / "remote-compaction",
+                                         compaction_crash_hook)
         self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
@@ -274,6 +280,7 @@ class RemoteLogManager:
         if state.released or state.copy_stopped or self._closed:
             return
         self.copier.copy(state)
+        self.compactor.maybe_compact(state)
         if not state.copy_stopped and not state.released:
             self._schedule_copy(state, retry_delay_ms(state.consecutive_failures, self.config.task_interval_ms,
                                                       self.config.retry_max_delay_ms))
@@ -322,6 +329,12 @@ class RemoteLogManager:
         state = self._partitions.get((topic, partition))
         return 0 if state is None else self.copier.copy(state)
 
+    def compact_partition(self, topic: str, partition: int, *, force: bool = False) -> RemoteCompactionResult | None:
+        """One remote compaction of a compacted partition: when due (its dirty ratio), or with
+        ``force`` whenever it has remote segments. None when it did not run or failed (logged)."""
+        state = self._partitions.get((topic, partition))
+        return None if state is None else self.compactor.maybe_compact(state, force=force)
+
     # -- expiration and deletion ----------------------------------------------------------------
 
     def expire_all(self, now_ms: int | None = None, *, wait: bool = True) -> int:
@@ -336,6 +349,11 @@ class RemoteLogManager:
         return deleted
 
     def _expire_pass(self) -> None:
+        # Manifests (tiered/manifest.py) checked at the first pass and retried when a write failed:
+        # on a worker, since each is a request to the remote store.
+        maintain = getattr(self.rlmm, "maintain_manifests", None)
+        if callable(maintain):
+            maintain()
         self.expire_all(wait=False)
 
     def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *,

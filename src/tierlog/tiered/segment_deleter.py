@@ -76,7 +76,12 @@ class SegmentDeleter:
             ctx.rlmm.update_remote_log_segment_metadata(update)
             md = md.create_with_updates(update)
         ctx.index_cache.remove(md.segment_id)
+        # With a published manifest (tiered/manifest.py), readers learn of the deletion before the
+        # data goes: a manifest that could not be written holds the delete back like a failed one.
+        flush_manifest = getattr(ctx.rlmm, "flush_manifest", None)
         try:
+            if callable(flush_manifest):
+                flush_manifest(md.topic_id_partition)
             ctx.rsm.delete_log_segment_data(md.for_plugin_delete())
         except Exception as e:
             self._delete_failed(md, e)

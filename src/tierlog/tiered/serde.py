@@ -14,6 +14,8 @@ carried by DELETE_SEGMENT_STARTED only (seed 002; see ``RemoteLogSegmentMetadata
 Tagged field 10001 of the segment metadata record, empty: the max timestamp was taken from the
 segment's records (``RemoteLogSegmentMetadata.max_timestamp_from_records``); a record without it
 (an older tierlog's upload) has a max timestamp taken from the batch headers.
+Tagged field 10002 of the segment metadata record: the 16-byte ids of the segments (same partition)
+a remote compaction output replaces (``RemoteLogSegmentMetadata.replaces``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ PARTITION_DELETE_API_KEY = 2
 LOG_START_OFFSET_API_KEY = 10000
 REJECTED_CUSTOM_METADATA_TAG = 10000
 MAX_TIMESTAMP_FROM_RECORDS_TAG = 10001
+REPLACES_TAG = 10002
+_ID_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -104,12 +108,15 @@ def _read_nullable_bytes(r: Reader) -> bytes | None:
     return bytes(r.buf[start : r.pos])
 
 
-def _read_tags(r: Reader) -> tuple[bytes | None, bool]:
-    """The record's tagged section (unknown tags skipped): the rejected custom metadata in it, and
-    whether it says the max timestamp was taken from the records."""
+def _read_tags(r: Reader) -> tuple[bytes | None, bool, bytes]:
+    """The record's tagged section (unknown tags skipped): the rejected custom metadata in it,
+    whether it says the max timestamp was taken from the records, and the replaced segments' ids."""
     tags = r.tagged_fields()
     data = tags.get(REJECTED_CUSTOM_METADATA_TAG)
-    return None if data is None else bytes(data), MAX_TIMESTAMP_FROM_RECORDS_TAG in tags
+    replaces = bytes(tags.get(REPLACES_TAG, b""))
+    if len(replaces) % _ID_BYTES:
+        raise SerdeError(f"replaced segment ids of {len(replaces)} bytes are not whole 16-byte ids")
+    return None if data is None else bytes(data), MAX_TIMESTAMP_FROM_RECORDS_TAG in tags, replaces
 
 
 def _frame(w: Writer, api_key: int) -> None:
@@ -144,6 +151,8 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
         tags = _rejected_tag(record.rejected_custom_metadata)
         if record.max_timestamp_from_records:
             tags = {**(tags or {}), MAX_TIMESTAMP_FROM_RECORDS_TAG: b""}
+        if record.replaces:
+            tags = {**(tags or {}), REPLACES_TAG: b"".join(sid.id for sid in record.replaces)}
     elif isinstance(record, RemoteLogSegmentMetadataUpdate):
         _frame(w, SEGMENT_UPDATE_API_KEY)
         _write_segment_id(w, record.segment_id)
@@ -188,15 +197,18 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             size = r.i32()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected, from_records = _read_tags(r)
+            rejected, from_records, replaced = _read_tags(r)
+            replaces = tuple(RemoteLogSegmentId(sid.topic_id_partition, replaced[i:i + _ID_BYTES])
+                             for i in range(0, len(replaced), _ID_BYTES))
             record = RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs),
-                                              state, custom, rejected, max_timestamp_from_records=from_records)
+                                              state, custom, rejected, max_timestamp_from_records=from_records,
+                                              replaces=replaces)
         elif api_key == SEGMENT_UPDATE_API_KEY:
             sid = _read_segment_id(r)
             broker, event_ts = r.i32(), r.i64()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected, _ = _read_tags(r)
+            rejected, _, _ = _read_tags(r)
             record = RemoteLogSegmentMetadataUpdate(sid, event_ts, state, broker, custom, rejected)
         elif api_key == PARTITION_DELETE_API_KEY:
             tip = _read_tip(r)

@@ -29,8 +29,18 @@ public class ClientCheck {
         }
     }
 
+    // Security settings (security.protocol, ssl.*, sasl.*) from the properties file named by
+    // TIERLOG_CLIENT_CONFIG, as Kafka's tools take them with --command-config.
     static Properties common(String bootstrap) {
         Properties p = new Properties();
+        String config = System.getenv("TIERLOG_CLIENT_CONFIG");
+        if (config != null) {
+            try (java.io.FileReader r = new java.io.FileReader(config)) {
+                p.load(r);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
         p.put("bootstrap.servers", bootstrap);
         return p;
     }

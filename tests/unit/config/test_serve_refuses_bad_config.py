@@ -36,6 +36,13 @@ CASES: dict[str, Case] = {
     "out of range": Case(("log.segment.bytes=13",), expect="log.segment.bytes: value 13 is below the minimum 14"),
     "conflicting broker.id and node.id": Case(
         ("node.id=1", "broker.id=2"), expect="broker.id: value 2 conflicts with node.id 1"),
+    "a key under its deprecated name and Kafka's name together": Case(
+        ("transactions.remove.expired.transaction.cleanup.interval.ms=1000",
+         "transaction.remove.expired.transaction.cleanup.interval.ms=2000"),
+        expect="transaction.remove.expired.transaction.cleanup.interval.ms: given twice, as "
+               "transaction.remove.expired.transaction.cleanup.interval.ms and "
+               "transactions.remove.expired.transaction.cleanup.interval.ms (its deprecated name); set only "
+               "transaction.remove.expired.transaction.cleanup.interval.ms"),
     "conflicting local and total retention": Case(
         ("log.retention.ms=1000", "log.local.retention.ms=2000"),
         expect="log.local.retention.ms: value 2000 is larger than the total retention 1000"),

@@ -38,34 +38,42 @@ def test_durable_ack_setting() -> None:
     assert [durable_ack("none", a) for a in (-1, 1, 0)] == [False, False, False]
 
 
-def test_group_commit_shares_one_round_among_requests_waiting_for_the_previous(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_group_commit_shares_a_files_next_sync_and_a_slow_file_holds_no_other(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(4)]
+    logs = [mgr.get_or_create_log("t", p) for p in range(3)]
     real = os.fdatasync
     entered, release = threading.Event(), threading.Event()
     calls: list[int] = []
+    slow_fd: list[int] = []
 
     def slow_first(fd: int) -> None:
         calls.append(fd)
         if len(calls) == 1:
+            slow_fd.append(fd)
             entered.set()
             assert release.wait(30)
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow_first)
     first = mgr.sync_future(logs[0], logs[0].append_as_leader(batch()))
-    assert entered.wait(30)  # the first round is under way, stuck in its fdatasync
-    # Meanwhile: three partitions (one twice) register; they must all go in the next round.
-    later = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in (logs[1], logs[2], logs[3], logs[3])]
-    assert not any(f.done() for f in later)
+    assert entered.wait(30)  # partition 0's fdatasync is under way, stuck
+    # Three more requests for partition 0 must wait for its next fdatasync, and share it.
+    same_file = [mgr.sync_future(logs[0], logs[0].append_as_leader(batch())) for _ in range(3)]
+    # Other partitions are answered meanwhile: their files' syncs do not wait for the slow one.
+    others = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in (logs[1], logs[2])]
+    for f in others:
+        f.result(30)
+    assert not first.done() and not any(f.done() for f in same_file)
     release.set()
     first.result(30)
-    for f in later:
+    for f in same_file:
         f.result(30)
     stats = mgr.group_commits[tmp_path.resolve()].stats
-    assert stats.rounds == 2 and stats.requests == 5
-    assert len(calls) == 1 + 3  # one fdatasync per distinct file per round
+    assert stats.requests == 6 and stats.rounds == stats.files_synced == 4
+    assert calls.count(slow_fd[0]) == 2  # partition 0: the slow sync, then one shared by three requests
+    assert len(calls) == 4
+    assert stats.pending_bytes == 0
     # The recovery point is the flush's business, not the group commit's.
     assert all(ulog.recovery_point == 0 for ulog in logs)
 

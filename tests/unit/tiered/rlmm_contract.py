@@ -174,3 +174,52 @@ class RemoteLogMetadataManagerContract:
         store.close()
         with pytest.raises(KafkaStorageError):
             store.add_remote_log_segment_metadata(md(0, 99))
+
+    # -- remote compaction's swap (issue 18) ------------------------------------------------------
+
+    def _replacement(self, store: RemoteLogMetadataManager, olds: list[RemoteLogSegmentMetadata]
+                     ) -> RemoteLogSegmentMetadata:
+        from dataclasses import replace
+        new = replace(md(olds[0].start_offset, olds[-1].end_offset), replaces=tuple(m.segment_id for m in olds))
+        store.add_remote_log_segment_metadata(new)
+        return new
+
+    def test_a_replacement_swaps_in_one_step(self, store: RemoteLogMetadataManager) -> None:
+        a, b, c = md(0, 99), md(100, 199), md(200, 299)
+        for m in (a, b, c):
+            finish(store, m, b"plugin-" + bytes([m.start_offset // 100]))
+        new = self._replacement(store, [a, b])
+        # Before the swap: readers see the old generation whole, the upload is STARTED only.
+        assert store.remote_log_segment_metadata(TIP, 150) is not None
+        assert store.remote_log_segment_metadata(TIP, 150).segment_id == b.segment_id  # type: ignore[union-attr]
+        store.update_remote_log_segment_metadata(update(new, S.COPY_SEGMENT_FINISHED, b"new"))
+        # After: the new segment serves every offset of the range, the old ones are being deleted and
+        # keep their own custom metadata (the plugin needs it to find their objects).
+        for offset in (0, 99, 100, 199):
+            assert store.remote_log_segment_metadata(TIP, offset).segment_id == new.segment_id  # type: ignore[union-attr]
+        states = {m.segment_id: (m.state, m.custom_metadata) for m in store.list_remote_log_segments(TIP)}
+        assert states[a.segment_id] == (S.DELETE_SEGMENT_STARTED, b"plugin-\x00")
+        assert states[b.segment_id] == (S.DELETE_SEGMENT_STARTED, b"plugin-\x01")
+        assert states[c.segment_id] == (S.COPY_SEGMENT_FINISHED, b"plugin-\x02")
+        assert store.remote_log_size(TIP) == new.segment_size_in_bytes + c.segment_size_in_bytes
+        store = self.restart(store)
+        states = {m.segment_id: m.state for m in store.list_remote_log_segments(TIP)}
+        assert states == {a.segment_id: S.DELETE_SEGMENT_STARTED, b.segment_id: S.DELETE_SEGMENT_STARTED,
+                          c.segment_id: S.COPY_SEGMENT_FINISHED, new.segment_id: S.COPY_SEGMENT_FINISHED}
+        [reloaded] = [m for m in store.list_remote_log_segments(TIP) if m.segment_id == new.segment_id]
+        assert reloaded.replaces == (a.segment_id, b.segment_id)
+
+    def test_a_replacement_is_refused_when_a_replaced_segment_went(self, store: RemoteLogMetadataManager) -> None:
+        a, b = md(0, 99), md(100, 199)
+        finish(store, a)
+        finish(store, b)
+        new = self._replacement(store, [a, b])
+        store.update_remote_log_segment_metadata(update(a, S.DELETE_SEGMENT_STARTED))  # retention meanwhile
+        with pytest.raises(InvalidStateTransitionError):
+            store.update_remote_log_segment_metadata(update(new, S.COPY_SEGMENT_FINISHED))
+        # Nothing changed: b still serves, the upload is still STARTED (its job deletes it).
+        assert store.remote_log_segment_metadata(TIP, 150).segment_id == b.segment_id  # type: ignore[union-attr]
+        assert {m.segment_id: m.state for m in store.list_remote_log_segments(TIP)}[new.segment_id] \
+            is S.COPY_SEGMENT_STARTED
+        store = self.restart(store)
+        assert store.remote_log_segment_metadata(TIP, 150).segment_id == b.segment_id  # type: ignore[union-attr]

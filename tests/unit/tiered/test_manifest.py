@@ -154,3 +154,130 @@ class _OneLog:
 
     def get_log(self, topic: str, partition: int) -> Any:
         return self.ulog if (topic, partition) == (self.ulog.topic, self.ulog.partition) else None
+
+
+# -- conditional writes: two writers never overwrite each other unseen --------------------------------
+
+
+@pytest.fixture(params=["local", "s3"])
+def plugin(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    if request.param == "local":
+        from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+
+        rsm: Any = LocalDirectoryRemoteStorageManager()
+        rsm.configure({"dir": str(tmp_path / "remote"), "fsync": "false"})
+        yield rsm
+        return
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 manifest test")
+    from tests.helpers.tiered import S3_ENV, MotoServer, s3_props
+    from tierlog.tiered.backends.s3 import S3RemoteStorageManager
+
+    for key, value in S3_ENV.items():
+        monkeypatch.setenv(key, value)
+    server = MotoServer()
+    server.create_bucket("manifests")
+    rsm = S3RemoteStorageManager()
+    rsm.configure(s3_props(server, "manifests"))
+    yield rsm
+    server.stop()
+
+
+def test_a_manifest_write_is_conditional_on_the_version_read(plugin: Any) -> None:
+    from tierlog.tiered.api import RemoteConflictError
+
+    assert plugin.read_manifest(TIP) is None and plugin.manifests() == []
+    v1 = plugin.write_manifest(TIP, b"one", None)
+    with pytest.raises(RemoteConflictError):
+        plugin.write_manifest(TIP, b"other", None)  # "create" when one exists
+    assert plugin.read_manifest(TIP) == (b"one", v1)
+    v2 = plugin.write_manifest(TIP, b"two", v1)
+    with pytest.raises(RemoteConflictError):
+        plugin.write_manifest(TIP, b"stale", v1)  # written against a version that is gone
+    assert plugin.read_manifest(TIP) == (b"two", v2) and plugin.manifests() == [b"two"]
+    plugin.delete_manifest(TIP)
+    assert plugin.read_manifest(TIP) is None and plugin.manifests() == []
+
+
+def test_two_publishers_of_one_partition_see_each_others_writes(plugin: Any, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A second broker (say, an old leader still running) writes the same partition's manifest: the
+    first's next write fails its condition, is logged with the other writer's broker id, and is
+    redone on top of what is there (sequence above it) -- never a silent overwrite."""
+    from tierlog.tiered.manifest import ManifestPublisher
+
+    mine = FileRemoteLogMetadataManager(tmp_path / "a", sync=False)
+    theirs = FileRemoteLogMetadataManager(tmp_path / "b", sync=False)
+    first = ManifestPublisher(mine, plugin, broker_id=1)
+    second = ManifestPublisher(theirs, plugin, broker_id=2)
+    _add(mine, 0, 9, S.COPY_SEGMENT_FINISHED)
+    assert first.publish(TIP)
+    _add(theirs, 0, 4, S.COPY_SEGMENT_FINISHED)
+    assert second.publish(TIP)  # it had never read the manifest: it reads it first, then writes above it
+    assert decode(plugin.read_manifest(TIP)[0]).broker_id == 2
+    _add(mine, 10, 19, S.COPY_SEGMENT_FINISHED)
+    with caplog.at_level("WARNING", logger="tierlog.tiered.manifest"):
+        assert first.publish(TIP)
+    assert "was changed by another writer (broker 2, sequence 2)" in caplog.text
+    written = decode(plugin.read_manifest(TIP)[0])
+    assert written.broker_id == 1 and written.sequence == 3 and is_current(written, mine, TIP)
+
+
+def test_a_manifest_that_cannot_be_written_holds_back_the_deletion_of_data(tmp_path: Path) -> None:
+    """Readers must learn of a deletion before the data goes: while the manifest cannot be written,
+    the segment's objects stay (DELETE_SEGMENT_STARTED, retried); once it can, they go."""
+    from tierlog.tiered.api import RemoteStorageError
+    from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+
+    class Flaky(LocalDirectoryRemoteStorageManager):
+        down = False
+
+        def write_manifest(self, tip: TopicIdPartition, data: bytes, expected_version: str | None) -> str:
+            if self.down:
+                raise RemoteStorageError("store unavailable")
+            return super().write_manifest(tip, data, expected_version)
+
+    ulog, rsm, store, publisher, rlm = _tiered(tmp_path, Flaky())
+    try:
+        assert rlm.copy_all() >= 2
+        tip = decode(rsm.manifests()[0]).tip
+        first = decode(rsm.manifests()[0]).finished()[0]
+        rsm.down = True
+        rlm.delete_records("pub", 0, first.end_offset + 1)
+        rlm.expire_all()
+        # The journal moved on, the manifest could not: the data is still there for its readers.
+        assert next(m.state for m in store.list_remote_log_segments(tip)) is S.DELETE_SEGMENT_STARTED
+        assert rsm.fetch_log_segment(first, 0).read(1)
+        assert decode(rsm.manifests()[0]).finished()[0].segment_id == first.segment_id
+        rsm.down = False
+        publisher.maintain_manifests()  # the first pass checks every manifest
+        rlm.deleter._failed.clear()  # retry now rather than after the backoff
+        rlm.expire_all()
+        assert first.segment_id not in {m.segment_id for m in decode(rsm.manifests()[0]).finished()}
+        assert publisher.sync_all() == [tip]  # DELETE_SEGMENT_FINISHED rode along, written at the next check
+        assert first.segment_id not in {m.segment_id for m in decode(rsm.manifests()[0]).segments}
+        with pytest.raises(RemoteStorageError):
+            rsm.fetch_log_segment(first, 0)
+    finally:
+        rlm.close()
+        ulog.close()
+
+
+def _tiered(tmp_path: Path, rsm: Any) -> tuple[Any, Any, FileRemoteLogMetadataManager, Any, Any]:
+    from tierlog.config import LogConfig
+    from tierlog.records import SimpleRecord, build_batch
+    from tierlog.storage.loader import LoadOptions, load_log
+    from tierlog.tiered.manifest import ManifestPublisher
+    from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
+
+    ulog = load_log(tmp_path / "data" / "pub-0", LogConfig.from_props({
+        "segment.bytes": 1500, "retention.ms": -1, "remote.storage.enable": True, "local.retention.bytes": 1}),
+        LoadOptions())
+    ulog.write_partition_metadata(b"\x0b" * 16)
+    for i in range(40):
+        ulog.append_as_leader(build_batch([SimpleRecord(b"k%d" % i, b"v" * 90, (), 1_700_000_000_000 + i)] * 2))
+    rsm.configure({"dir": str(tmp_path / "remote"), "fsync": "false"})
+    store = FileRemoteLogMetadataManager(tmp_path / "data" / "remote-log-metadata", sync=False)
+    publisher = ManifestPublisher(store, rsm)
+    rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _OneLog(ulog), rsm, publisher,
+                           index_cache_dir=tmp_path / "data" / "remote-log-index-cache")
+    return ulog, rsm, store, publisher, rlm

@@ -22,6 +22,11 @@ PRE_AUTH_API_KEYS = frozenset({18, 17, 36})
 MAX_RECEIVE_BYTES = 524288
 
 
+class IllegalSaslState(AuthenticationFailed):
+    """A SASL request out of order (SaslAuthenticate before SaslHandshake, a second SaslHandshake):
+    answered with ILLEGAL_SASL_STATE, as Kafka's IllegalSaslStateException is."""
+
+
 class SaslState(enum.Enum):
     HANDSHAKE = "handshake"
     AUTHENTICATE = "authenticate"
@@ -72,7 +77,7 @@ class SaslSession:
         AuthenticationFailed for a handshake in the wrong state."""
         reauthenticating = self.state is SaslState.AUTHENTICATED and version >= 1
         if self.state is not SaslState.HANDSHAKE and not reauthenticating:
-            raise AuthenticationFailed(f"Unexpected SaslHandshake in state {self.state.value}")
+            raise IllegalSaslState(f"Unexpected SaslHandshake in state {self.state.value}")
         if mechanism not in self.mechanisms:
             self.state = SaslState.FAILED
             return False
@@ -89,7 +94,7 @@ class SaslSession:
         """Feed a client token: (the challenge to send, whether authentication is complete)."""
         if self.state is not SaslState.AUTHENTICATE or self.server is None:
             self.state = SaslState.FAILED
-            raise AuthenticationFailed("Unexpected SaslAuthenticate request with illegal SASL state")
+            raise IllegalSaslState("Unexpected SaslAuthenticate request with illegal SASL state")
         try:
             challenge = self.server.evaluate(token)
         except AuthenticationFailed:

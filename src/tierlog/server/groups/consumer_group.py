@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting
 from tierlog.errors import ErrorCode
 from tierlog.server.groups import consumer_records as cr
 from tierlog.server.groups.assignors import Assignment, MemberSpec, TopicInfo, assign, assignor_name
@@ -56,12 +56,17 @@ class ConsumerGroupState(enum.Enum):
     DEAD = "Dead"
 
 
+def _assignor_names(configured: tuple[str, ...]) -> tuple[str, ...]:
+    """``group.consumer.assignors`` as short names (Kafka's class names accepted), each once."""
+    return tuple(dict.fromkeys(assignor_name(a) or a for a in configured))
+
+
 @dataclass(frozen=True)
 class ConsumerGroupSettings:
-    session_timeout_ms: int = broker_default("group.consumer.session.timeout.ms")
-    heartbeat_interval_ms: int = broker_default("group.consumer.heartbeat.interval.ms")
+    session_timeout_ms: int = setting("group.consumer.session.timeout.ms")
+    heartbeat_interval_ms: int = setting("group.consumer.heartbeat.interval.ms")
     #: Short names (uniform, range); the first is the default.
-    assignors: tuple[str, ...] = ("uniform", "range")
+    assignors: tuple[str, ...] = setting("group.consumer.assignors", _assignor_names)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tierlog.clock import Clock
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
 from tierlog.ids import TopicPartition
 from tierlog.metadata import Controller
@@ -71,18 +71,18 @@ OFFSETS_SEGMENT_BYTES = 104857600
 
 @dataclass(frozen=True)
 class GroupSettings:
-    num_partitions: int = broker_default("offsets.topic.num.partitions")
-    initial_rebalance_delay_ms: int = broker_default("group.initial.rebalance.delay.ms")
-    min_session_timeout_ms: int = broker_default("group.min.session.timeout.ms")
-    max_session_timeout_ms: int = broker_default("group.max.session.timeout.ms")
+    num_partitions: int = setting("offsets.topic.num.partitions")
+    initial_rebalance_delay_ms: int = setting("group.initial.rebalance.delay.ms")
+    min_session_timeout_ms: int = setting("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = setting("group.max.session.timeout.ms")
     #: Kafka's offsets.retention.check.interval.ms: how often empty groups without offsets go.
-    retention_check_interval_ms: int = broker_default("offsets.retention.check.interval.ms")
+    retention_check_interval_ms: int = setting("offsets.retention.check.interval.ms")
     #: Consumer groups of the KIP-848 protocol (group.consumer.*).
     consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
     #: Kafka's offsets.retention.minutes, in ms.
-    offsets_retention_ms: int = broker_default("offsets.retention.minutes") * 60_000
+    offsets_retention_ms: int = setting("offsets.retention.minutes", lambda minutes: minutes * 60_000)
     #: Kafka's offsets.topic.segment.bytes.
-    segment_bytes: int = broker_default("offsets.topic.segment.bytes")
+    segment_bytes: int = setting("offsets.topic.segment.bytes")
 
 
 R = TypeVar("R")

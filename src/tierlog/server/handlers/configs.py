@@ -8,15 +8,18 @@ effective value and where it comes from, with Kafka's ConfigSource ids.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tierlog.config.definition import ConfigKey, Type, Value
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
-from tierlog.errors import ErrorCode, TierlogError
+from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
+from tierlog.errors import ConfigError, ErrorCode, TierlogError
 from tierlog.metadata import AlterConfigOp, AlterConfigOpType, ConfigResourceType
 from tierlog.metadata.acls import AclOperation, ResourceType
+from tierlog.metadata.configs import apply_ops, canonical_configs
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
@@ -126,6 +129,19 @@ def broker_config_entries(ctx: BrokerContext, resource_name: str, wanted: set[st
         source, value = layers[0]
         synonyms = [{"name": name, "value": v, "source": int(s)} for s, v in layers] if include_synonyms else []
         out.append(_entry(key, value, source, read_only=not key.dynamic, synonyms=synonyms, include_docs=include_docs))
+    # Per-listener TLS keys set dynamically (listener.name.<l>.ssl.keystore.location ...), as Kafka lists them.
+    for name, value in sorted(per_broker.items()):
+        if not name.startswith(LISTENER_PREFIX) or (wanted is not None and name not in wanted):
+            continue
+        inner = BROKER_DEF.find(name[len(LISTENER_PREFIX):].partition(".")[2])
+        if inner is None:
+            continue
+        source = ConfigSource.DYNAMIC_BROKER_CONFIG
+        entry = _entry(inner, value, source, read_only=False, include_docs=include_docs,
+                       synonyms=[{"name": name, "value": None if inner.type is Type.PASSWORD else value,
+                                  "source": int(source)}] if include_synonyms else [])
+        entry["name"] = name
+        out.append(entry)
     return out
 
 
@@ -196,6 +212,29 @@ class _RequestError(TierlogError):
     error_code = ErrorCode.INVALID_REQUEST
 
 
+def _is_tls_key(name: str) -> bool:
+    if name.startswith(LISTENER_PREFIX):
+        name = name[len(LISTENER_PREFIX):].partition(".")[2]
+    return name in RECONFIGURABLE_TLS_KEYS
+
+
+def _check_tls_change(ctx: BrokerContext, rname: str, names: list[str], new: Callable[[], Mapping[str, str]]) -> None:
+    """Kafka's dynamic keystore rules before anything is recorded: the TLS keys only per broker, and the
+    keystore/truststore they lead to must load and fit the old certificate (SslFactory's checks); a
+    failure is INVALID_REQUEST with the reason, as Kafka answers it (KAFKA-13609), and nothing changes."""
+    tls = [n for n in names if _is_tls_key(n)]
+    if not tls:
+        return
+    if not rname:
+        raise _RequestError(f"Cannot update these configs at default cluster level, broker id must be specified: "
+                            f"{', '.join(tls)}")
+    if ctx.tls_check is not None:
+        try:
+            ctx.tls_check(new())
+        except ConfigError as e:
+            raise _RequestError(str(e)) from None
+
+
 async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
     body = request.body
     responses: list[dict[str, Any]] = []
@@ -211,6 +250,9 @@ async def handle_alter_configs(ctx: BrokerContext, request: ParsedRequest, clien
         try:
             rtype = _resource_type(ctx, resource.resource_type, resource.resource_name)
             configs = {c.name: c.value for c in resource.configs}
+            if rtype == ConfigResourceType.BROKER:
+                _check_tls_change(ctx, resource.resource_name, list(configs),
+                                  functools.partial(canonical_configs, ConfigResourceType.BROKER, configs))
             await ctx.io.run(ctx.controller.alter_configs, rtype, resource.resource_name, configs,
                              validate_only=body.validate_only)
         except TierlogError as e:
@@ -236,6 +278,10 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRe
                 ops = [AlterConfigOp(c.name, AlterConfigOpType(c.config_operation), c.value) for c in resource.configs]
             except ValueError as e:
                 raise _RequestError(f"Unknown config operation: {e}") from None
+            if rtype == ConfigResourceType.BROKER:
+                current = ctx.image.broker_configs(resource.resource_name)
+                _check_tls_change(ctx, resource.resource_name, [op.name for op in ops],
+                                  functools.partial(apply_ops, ConfigResourceType.BROKER, current, ops))
             await ctx.io.run(ctx.controller.incremental_alter_configs, rtype, resource.resource_name, ops,
                              validate_only=body.validate_only)
         except TierlogError as e:

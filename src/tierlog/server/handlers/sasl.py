@@ -11,7 +11,7 @@ import logging
 from tierlog.errors import ErrorCode as E
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.auth.mechanisms import AuthenticationFailed
-from tierlog.server.auth.session import SaslSession
+from tierlog.server.auth.session import IllegalSaslState, SaslSession
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
 from tierlog.server.security.principal import user_principal
@@ -72,6 +72,10 @@ async def handle_sasl_authenticate(ctx: BrokerContext, request: ParsedRequest, c
         return answer(E.ILLEGAL_SASL_STATE, "SASL is not enabled on this listener")
     try:
         challenge, done = session.authenticate(bytes(request.body.auth_bytes))
+    except IllegalSaslState as e:
+        _refused(client, str(e))
+        client.close_after_response = str(e)
+        return answer(E.ILLEGAL_SASL_STATE, str(e))
     except AuthenticationFailed as e:
         _refused(client, str(e))
         client.close_after_response = "SASL authentication failed"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tierlog.clock import SYSTEM_CLOCK, Clock, system_monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
-from tierlog.config.security_keys import CALLBACK_HANDLER_SUFFIX, SASL_MECHANISMS
+from tierlog.config.security_keys import CALLBACK_HANDLER_SUFFIX, LISTENER_PREFIX, SASL_MECHANISMS
 from tierlog.errors import ConfigError
 from tierlog.metadata import MetadataImage
 from tierlog.server.auth.mechanisms import (
@@ -39,7 +39,7 @@ from tierlog.server.connection import KafkaConnection
 from tierlog.server.security.acceptor import TlsAcceptor
 from tierlog.server.security.peer_log import PeerLogLimiter
 from tierlog.server.security.principal import PrincipalMapper
-from tierlog.server.security.tls import TlsContextSource, TlsSettings
+from tierlog.server.security.tls import TlsContextSource, TlsSettings, check_keystore_update
 
 log = logging.getLogger("tierlog.security")
 
@@ -136,6 +136,35 @@ class ListenerSecurity:
             self.jwks[settings.jwks_url] = JwksKeys(settings.jwks_url, settings.jwks_refresh_ms, self._clock)
         if unsecured:
             log.warning("listener %s accepts unsecured (unsigned) OAUTHBEARER tokens: for development only", name)
+
+    # -- dynamic keystore updates (AlterConfigs on the broker) -------------------------------------------
+
+    def _allowed(self, listener: str, key: str, dynamic: Mapping[str, str]) -> bool:
+        prefixed = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+        value = dynamic.get(prefixed, dynamic.get(key))
+        return str(value).lower() == "true" if value is not None else bool(self.config.listener_value(listener, key))
+
+    def check_dynamic(self, dynamic: Mapping[str, str]) -> None:
+        """Would this broker's dynamic configs ``dynamic`` (after a change) give every TLS listener a
+        keystore and truststore that load and a compatible certificate? ConfigError says which not."""
+        for name, source in self.tls.items():
+            new = TlsSettings.from_config(self.config, name, dynamic)
+            if new != source.settings:
+                check_keystore_update(source.settings, new,
+                                      allow_dn_changes=self._allowed(name, "ssl.allow.dn.changes", dynamic),
+                                      allow_san_changes=self._allowed(name, "ssl.allow.san.changes", dynamic))
+
+    def apply_dynamic(self, dynamic: Mapping[str, str]) -> None:
+        """Serve new connections of each TLS listener whose settings ``dynamic`` changes with them. A
+        keystore that no longer loads (changed on disk since it was checked) keeps the old one, logged."""
+        for name, source in self.tls.items():
+            new = TlsSettings.from_config(self.config, name, dynamic)
+            if new == source.settings:
+                continue
+            try:
+                source.replace(new)
+            except ConfigError as e:
+                log.error("listener %s keeps its previous certificate: %s", name, e)
 
     def start(self) -> None:
         """Fetch each JWKS (a failure is logged and retried: tokens fail until it loads) and keep

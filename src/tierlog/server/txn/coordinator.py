@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tierlog.clock import Clock
-from tierlog.config.settings import broker_default
+from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
 from tierlog.ids import TopicPartition
@@ -70,12 +70,12 @@ CRASH_STEPS = ("end-txn-after-prepare", "end-txn-between-markers", "end-txn-befo
 
 @dataclass(frozen=True)
 class TxnSettings:
-    num_partitions: int = broker_default("transaction.state.log.num.partitions")
-    segment_bytes: int = broker_default("transaction.state.log.segment.bytes")
-    max_timeout_ms: int = broker_default("transaction.max.timeout.ms")
-    abort_timed_out_interval_ms: int = broker_default("transaction.abort.timed.out.transaction.cleanup.interval.ms")
-    id_expiration_ms: int = broker_default("transactional.id.expiration.ms")
-    remove_expired_interval_ms: int = broker_default("transactions.remove.expired.transaction.cleanup.interval.ms")
+    num_partitions: int = setting("transaction.state.log.num.partitions")
+    segment_bytes: int = setting("transaction.state.log.segment.bytes")
+    max_timeout_ms: int = setting("transaction.max.timeout.ms")
+    abort_timed_out_interval_ms: int = setting("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    id_expiration_ms: int = setting("transactional.id.expiration.ms")
+    remove_expired_interval_ms: int = setting("transaction.remove.expired.transaction.cleanup.interval.ms")
 
 
 class TransactionCoordinator:

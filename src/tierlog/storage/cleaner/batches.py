@@ -130,6 +130,10 @@ class FilterContext:
     now_ms: int
     delete_retention_ms: int
     last_records: dict[int, LastRecord]
+    #: Keep tombstones and transaction markers whatever their horizon: the local cleaner of a tiered
+    #: log, whose older records of the same keys (or transactions) may be in the remote tier, where only
+    #: remote compaction can remove them (issue 18); dropping the tombstone here would bring them back.
+    keep_deletes: bool = False
     #: Aborted transactions whose ABORT marker stays, for the cleaned segment's transaction index.
     kept_aborted: list[AbortedTxn] = field(default_factory=list)
     records_read: int = 0
@@ -156,7 +160,7 @@ def filter_batch(h: BatchHeader, ctx: FilterContext) -> bytes | None:
         discardable, aborted = ctx.txn.on_control_batch_read(h)
         if aborted is not None:
             ctx.kept_aborted.append(aborted)
-        discard_records = discardable and horizon is not None and horizon <= ctx.now_ms
+        discard_records = discardable and horizon is not None and horizon <= ctx.now_ms and not ctx.keep_deletes
     else:
         discardable = ctx.txn.on_batch_read(h)
         discard_records = discardable
@@ -171,7 +175,7 @@ def filter_batch(h: BatchHeader, ctx: FilterContext) -> bytes | None:
         return None
     if isinstance(ctx.offset_map, OffsetMap) and not discard_records and not h.is_control:
         fast = rewrite_data_batch(h, ctx.offset_map, ctx.now_ms, ctx.delete_retention_ms,
-                                  tombstone_retained(horizon, ctx.now_ms), horizon,
+                                  ctx.keep_deletes or tombstone_retained(horizon, ctx.now_ms), horizon,
                                   drop_if_empty=retention is Retention.DELETE_EMPTY)
         if fast is not None:
             out, kept_count = fast
@@ -187,7 +191,7 @@ def filter_batch(h: BatchHeader, ctx: FilterContext) -> bytes | None:
     else:
         kept_offsets = []
         has_tombstone = False
-        keep_deletes = tombstone_retained(horizon, ctx.now_ms)
+        keep_deletes = ctx.keep_deletes or tombstone_retained(horizon, ctx.now_ms)
         get = ctx.offset_map.get
         for offset, key, has_value in keys:
             if key is None:

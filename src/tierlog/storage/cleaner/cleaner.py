@@ -215,9 +215,15 @@ class Cleaner:
                             for pid, e in ulog.producer_state.producers.items()}
             log_start = ulog.log_start_offset
             config = ulog.config
+            # A tiered log's segments already in the remote tier stay as they were uploaded: the remote
+            # tier is compacted by its own job (tiered/remote_compaction.py), and a local rewrite across
+            # the remote end would let the copy task meet segments it half holds.
+            tiered_end = ulog.cleaner_floor
+            tiered = ulog.remote_log_enabled
         txn = TxnTracker(ulog.collect_aborted_transactions(log_start, end))
-        ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records)
-        to_clean = [v for v in views[:-1] if v.base_offset < end]
+        ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records,
+                            keep_deletes=tiered)
+        to_clean = [v for v in views[:-1] if tiered_end < v.base_offset < end]
         groups = group_segments(to_clean, config.segment_bytes, config.segment_index_bytes)
         horizon: int | None = None
         for n, group in enumerate(groups):
@@ -289,9 +295,11 @@ class Cleaner:
         with ulog.lock:
             current = ulog.segments.base_offsets
             active = current[-1] if current else None
+            # A segment the copy task uploaded (or began to) meanwhile stays as uploaded (issue 18).
+            floor = ulog.cleaner_floor
             unchanged = (not ulog.deleted and ulog.offline_reason is None and all(
                 s.base_offset in current and s.base_offset != active and ulog.segments.get(s.base_offset) is s
-                for s in sources))
+                and s.base_offset > floor for s in sources))
             if not unchanged:
                 log.info("cleaning of %s-%d abandoned: its segments changed meanwhile", ulog.topic, ulog.partition)
                 cleaned.delete_files()

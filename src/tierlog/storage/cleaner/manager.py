@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
-from tierlog.config.settings import broker_default, broker_default_flag, broker_default_float
+from tierlog.config.settings import setting
 from tierlog.errors import TierlogError
 from tierlog.ids import TopicPartition
 from tierlog.storage.cleaner.batches import CorruptDirtyBatchError
@@ -39,13 +39,13 @@ log = logging.getLogger(__name__)
 class CleanerSettings:
     """The cleaner's settings (built from the broker config in ``tierlog.server.settings``)."""
 
-    enable: bool = broker_default_flag("log.cleaner.enable")
-    threads: int = broker_default("log.cleaner.threads")
-    backoff_ms: int = broker_default("log.cleaner.backoff.ms")
-    io_max_bytes_per_second: float = broker_default_float("log.cleaner.io.max.bytes.per.second")
-    io_buffer_size: int = broker_default("log.cleaner.io.buffer.size")
-    dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size")
-    io_buffer_load_factor: float = broker_default_float("log.cleaner.io.buffer.load.factor")
+    enable: bool = setting("log.cleaner.enable")
+    threads: int = setting("log.cleaner.threads")
+    backoff_ms: int = setting("log.cleaner.backoff.ms")
+    io_max_bytes_per_second: float = setting("log.cleaner.io.max.bytes.per.second")
+    io_buffer_size: int = setting("log.cleaner.io.buffer.size")
+    dedupe_buffer_size: int = setting("log.cleaner.dedupe.buffer.size")
+    io_buffer_load_factor: float = setting("log.cleaner.io.buffer.load.factor")
     progress_interval_ms: int = 5000
 
 

@@ -14,6 +14,7 @@ crash like any log file).
 
 from __future__ import annotations
 
+import fcntl
 import io
 import logging
 import os
@@ -28,6 +29,7 @@ from tierlog.tiered.api import (
     READ_ONLY_PROPERTY,
     IndexType,
     LogSegmentData,
+    RemoteConflictError,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
@@ -123,25 +125,74 @@ class LocalDirectoryRemoteStorageManager:
     def _manifest_path(self, tip: TopicIdPartition) -> Path:
         return self.root / f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}" / MANIFEST_NAME
 
-    def write_manifest(self, tip: TopicIdPartition, data: bytes) -> None:
-        """Replace the partition's manifest whole: a reader sees the old one or the new one."""
+    @staticmethod
+    def _version(path: Path) -> str | None:
+        # Every write replaces the file by a rename, so a new inode (with its change time) is a new
+        # version, as an ETag is in S3.
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}-{st.st_ctime_ns}"
+
+    def write_manifest(self, tip: TopicIdPartition, data: bytes, expected_version: str | None) -> str:
+        """Replace the partition's manifest whole if it is still ``expected_version`` (None: only if
+        there is none), so two writers never overwrite each other unseen; RemoteConflictError if not.
+        A reader sees the old one or the new one. Returns the new version."""
         if self.read_only:
             raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
         path = self._manifest_path(tip)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data, sync=self.fsync)
-
-    def read_manifest(self, tip: TopicIdPartition) -> bytes | None:
+        # The compare and the swap under an exclusive lock on the partition's directory.
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            return self._manifest_path(tip).read_bytes()
-        except FileNotFoundError:
-            return None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            found = self._version(path)
+            if found != expected_version:
+                raise RemoteConflictError(f"{path} is at version {found}, not {expected_version}: another writer "
+                                          "changed it")
+            write_atomic(path, data, sync=self.fsync)
+            version = self._version(path)
+            assert version is not None
+            return version
+        finally:
+            os.close(fd)  # releases the lock
+
+    def read_manifest(self, tip: TopicIdPartition) -> tuple[bytes, str] | None:
+        """The partition's manifest and its version, None when it has none."""
+        path = self._manifest_path(tip)
+        for _ in range(3):
+            version = self._version(path)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                return None
+            if version is not None and self._version(path) == version:
+                return data, version
+        raise RemoteConflictError(f"{path} kept changing while read")
 
     def manifests(self) -> list[bytes]:
         """Every partition's manifest in the tier (what a reader plans from without the journal)."""
         if not self.root.is_dir():
             return []
-        return [path.read_bytes() for path in sorted(self.root.glob(f"*/{MANIFEST_NAME}"))]
+        out = []
+        for path in sorted(self.root.glob(f"*/{MANIFEST_NAME}")):
+            try:
+                out.append(path.read_bytes())
+            except FileNotFoundError:
+                continue  # its partition's last segment was deleted just now
+        return out
+
+    def delete_manifest(self, tip: TopicIdPartition) -> None:
+        """Remove a deleted partition's manifest, and its directory when nothing else is left."""
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
+        path = self._manifest_path(tip)
+        path.unlink(missing_ok=True)
+        try:
+            path.parent.rmdir()
+        except OSError:
+            pass
 
     # -- copy -----------------------------------------------------------------------------------
 

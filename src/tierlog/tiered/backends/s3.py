@@ -21,6 +21,10 @@ topic *id* rather than its name keeps the key short: the key base goes into the 
 metadata (KIP-917, limit 128 bytes by default) together with the total uploaded size, so fetch and
 delete read the key back from the metadata and a later change of ``s3.prefix`` does not orphan the
 segments written before it.
+
+Each partition's manifest (tiered/manifest.py) is ``<prefix><topicId>-<partition>/_manifest.json``,
+written with conditional PUTs (``If-Match`` / ``If-None-Match``); readers list the prefix with a
+delimiter to find them.
 """
 
 from __future__ import annotations
@@ -38,15 +42,22 @@ from urllib.parse import urlparse
 from tierlog._util.extras import require_extra
 from tierlog._util.varint import read_unsigned_varint, write_unsigned_varint
 from tierlog.errors import InvalidRecordError
-from tierlog.ids import uuid_to_base64
+from tierlog.ids import TopicIdPartition, uuid_to_base64
 from tierlog.tiered.api import (
     IndexType,
     LogSegmentData,
+    RemoteConflictError,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from tierlog.tiered.backends.local import ALL_SUFFIXES, INDEX_SUFFIXES, LOG_SUFFIX, segment_objects
+from tierlog.tiered.backends.local import (
+    ALL_SUFFIXES,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    MANIFEST_NAME,
+    segment_objects,
+)
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -196,6 +207,72 @@ class S3RemoteStorageManager:
         if metadata.custom_metadata:
             return decode_custom_metadata(metadata.custom_metadata)[1]
         return self.new_key_base(metadata)
+
+    # -- the partition manifest (tiered/manifest.py) --------------------------------------------
+
+    def manifest_key(self, tip: TopicIdPartition) -> str:
+        """Beside the partition's segments: ``<prefix><topicId>-<partition>/_manifest.json``."""
+        return f"{self.prefix}{uuid_to_base64(tip.topic_id)}-{tip.partition}/{MANIFEST_NAME}"
+
+    def write_manifest(self, tip: TopicIdPartition, data: bytes, expected_version: str | None) -> str:
+        """Replace the partition's manifest if its ETag is still ``expected_version`` (None: only if
+        there is none), with S3's conditional PUT (If-Match / If-None-Match): two writers never
+        overwrite each other unseen; RemoteConflictError if it changed. A PUT is atomic: a reader
+        sees the old object or the new one. Returns the new ETag."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        key = self.manifest_key(tip)
+        mode: Any = "create" if expected_version is None else {"e_tag": expected_version}
+        try:
+            result = obstore.put(self.store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError):
+            raise RemoteConflictError(f"s3://{self.bucket}/{key} is no longer at version {expected_version}: "
+                                      "another writer changed it") from None
+        except Exception as e:
+            raise RemoteStorageError(f"writing s3://{self.bucket}/{key}: {e}") from e
+        return str(result["e_tag"])
+
+    def read_manifest(self, tip: TopicIdPartition) -> tuple[bytes, str] | None:
+        """The partition's manifest and its ETag, None when it has none."""
+        return self._get_manifest(self.manifest_key(tip))
+
+    def _get_manifest(self, key: str) -> tuple[bytes, str] | None:
+        import obstore
+
+        try:
+            result = obstore.get(self.store, key)
+            return bytes(result.bytes()), str(result.meta["e_tag"])
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise RemoteStorageError(f"reading s3://{self.bucket}/{key}: {e}") from e
+
+    def manifests(self) -> list[bytes]:
+        """Every partition's manifest under the prefix: one LIST of the partition prefixes, then their
+        manifests fetched in parallel (a prefix without one -- its segments were written by an older
+        broker, or its last one was just deleted -- is skipped)."""
+        import obstore
+
+        try:
+            listing = obstore.list_with_delimiter(self.store, prefix=self.prefix.rstrip("/") or None)
+        except Exception as e:
+            raise RemoteStorageError(f"listing s3://{self.bucket}/{self.prefix}: {e}") from e
+        keys = [f"{p.rstrip('/')}/{MANIFEST_NAME}" for p in listing["common_prefixes"]]
+        if not keys:
+            return []
+        with ThreadPoolExecutor(min(16, len(keys)), thread_name_prefix="s3-manifest") as pool:
+            found = list(pool.map(self._get_manifest, keys))
+        return [f[0] for f in found if f is not None]
+
+    def delete_manifest(self, tip: TopicIdPartition) -> None:
+        import obstore
+
+        key = self.manifest_key(tip)
+        try:
+            obstore.delete(self.store, key)
+        except Exception as e:
+            raise RemoteStorageError(f"deleting s3://{self.bucket}/{key}: {e}") from e
 
     # -- copy -----------------------------------------------------------------------------------
 

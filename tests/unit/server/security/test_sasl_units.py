@@ -100,3 +100,18 @@ def test_session_gate_and_reauth() -> None:
     assert session.handshake("PLAIN", 1)
     session.authenticate(b"\x00alice\x00pw")
     assert session.refusal(3) is None
+
+
+def test_requests_out_of_order_are_illegal_sasl_state() -> None:
+    """SaslAuthenticate before SaslHandshake and a second SaslHandshake mid-exchange are Kafka's
+    IllegalSaslStateException (answered ILLEGAL_SASL_STATE), not an authentication failure."""
+    from tierlog.server.auth.session import IllegalSaslState, SaslState
+
+    session = SaslSession(("PLAIN",), lambda m: PlainServer({"alice": "pw"}), 0, lambda: 0)
+    with pytest.raises(IllegalSaslState):
+        session.authenticate(b"\x00alice\x00pw")
+    assert session.state is SaslState.FAILED and session.refusal(3) is not None
+    session = SaslSession(("PLAIN",), lambda m: PlainServer({"alice": "pw"}), 0, lambda: 0)
+    assert session.handshake("PLAIN", 1)
+    with pytest.raises(IllegalSaslState):
+        session.handshake("PLAIN", 1)

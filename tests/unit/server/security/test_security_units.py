@@ -91,3 +91,37 @@ def test_peer_log_limiter(caplog: pytest.LogCaptureFixture) -> None:
         assert limiter.warning("1.2.3.4", "refused %s", "d")
     assert [r.getMessage() for r in caplog.records] == [
         "refused a", "refused c", "refused d (1 more from this host not logged)"]
+
+
+def test_dynamic_tls_keys_win_as_in_kafka() -> None:
+    """Per listener over broker-wide; at the same level the dynamic value over server.properties; the
+    inline PEM forms set dynamically replace a static keystore file."""
+    from tierlog.server.security.tls import TlsSettings
+
+    config = BrokerConfig({"listeners": "SSL://127.0.0.1:0,OTHER://127.0.0.1:0",
+                           "listener.security.protocol.map": "SSL:SSL,OTHER:SSL",
+                           "ssl.keystore.location": "/static.pem",
+                           "listener.name.other.ssl.keystore.location": "/other-static.pem"})
+    assert TlsSettings.from_config(config, "SSL").keystore_location == "/static.pem"
+    dyn = {"ssl.keystore.location": "/dyn.pem"}
+    assert TlsSettings.from_config(config, "SSL", dyn).keystore_location == "/dyn.pem"
+    # A static per-listener value beats a dynamic broker-wide one; a dynamic per-listener one beats it.
+    assert TlsSettings.from_config(config, "OTHER", dyn).keystore_location == "/other-static.pem"
+    dyn["listener.name.other.ssl.keystore.location"] = "/other-dyn.pem"
+    assert TlsSettings.from_config(config, "OTHER", dyn).keystore_location == "/other-dyn.pem"
+    inline = TlsSettings.from_config(config, "SSL", {"listener.name.ssl.ssl.keystore.certificate.chain": "C",
+                                                     "listener.name.ssl.ssl.keystore.key": "K"})
+    assert (inline.keystore_location, inline.certificate_chain, inline.private_key) == (None, "C", "K")
+
+
+def test_only_the_reconfigurable_tls_keys_take_a_listener_prefix_in_alter_configs() -> None:
+    from tierlog.metadata import ConfigResourceType
+    from tierlog.metadata.configs import stored_key
+
+    name, key = stored_key(ConfigResourceType.BROKER, "listener.name.SASL_SSL.ssl.keystore.location")
+    assert (name, key.name) == ("listener.name.sasl_ssl.ssl.keystore.location", "ssl.keystore.location")
+    for bad in ("listener.name.ssl.ssl.client.auth", "listener.name.ssl.nonsense", "listener.name.ssl"):
+        with pytest.raises(ConfigError, match="cannot be updated dynamically"):
+            stored_key(ConfigResourceType.BROKER, bad)
+    with pytest.raises(ConfigError):
+        stored_key(ConfigResourceType.TOPIC, "listener.name.ssl.ssl.keystore.location")

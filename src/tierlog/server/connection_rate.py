@@ -1,0 +1,167 @@
+"""The ``connection_creation_rate`` quota of ``ip`` entities, as Kafka's ConnectionQuotas enforces it.
+
+* The quota of an address is the one set for that IP (``--ip 10.0.0.7``), else the default IP
+  entity's (``--ip-defaults``), else none (Kafka's default is Int.MaxValue: unlimited).
+* Each new connection is recorded in the address's rate (Kafka's Rate over ``quota.window.num``
+  windows of ``quota.window.size.seconds``, :class:`~tierlog.server.quotas.SampledRate`). When the
+  rate then exceeds the quota the connection is refused: it is un-recorded (so a client that keeps
+  trying is not locked out for ever), and the throttle time is Kafka's ``(rate - quota) / quota x
+  window``, capped at one window (``quota.window.size.seconds``).
+* A refused connection is not served: the broker does not read from it and closes it when the
+  throttle time has passed (Kafka's Acceptor keeps such sockets in ``throttledSockets`` and closes
+  them then), so a client that reconnects at once cannot exceed the rate by looping.
+
+:class:`IpConnectionRates` is the pure decision (every call takes ``now_ms``); :class:`ConnectionRateGate`
+puts it in front of each listener's protocol factory, before TLS and before the connection counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tierlog.clock import Clock
+from tierlog.metadata.client_quotas import CONNECTION_CREATION_RATE, IP
+from tierlog.metadata.image import QuotaEntity
+from tierlog.server.quotas import QuotaWindow, SampledRate, throttle_time_ms
+
+log = logging.getLogger(__name__)
+
+#: Rates not touched for this long are forgotten (Kafka's connection quota sensors expire too).
+SENSOR_EXPIRY_MS = 3_600_000
+#: How many addresses' rates are kept before idle ones are dropped.
+MAX_TRACKED = 10_000
+
+QuotaLookup = Callable[[], Mapping[QuotaEntity, Mapping[str, float]]]
+
+
+def canonical_ip(host: str) -> str:
+    """The address as one spelling (``::ffff:1.2.3.4`` and ``1.2.3.4`` stay distinct, as in Java)."""
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return host
+
+
+@dataclass(slots=True)
+class _Entry:
+    rate: SampledRate
+    touched_ms: int
+
+
+class IpConnectionRates:
+    def __init__(self, quotas: QuotaLookup, window: QuotaWindow) -> None:
+        self._quotas = quotas
+        self.window = window
+        self._rates: dict[str, _Entry] = {}
+        #: Connections refused, and the throttle time they were given, in total.
+        self.throttled_total = 0
+        self.throttle_time_ms_total = 0
+
+    def quota_for(self, host: str) -> float | None:
+        quotas = self._quotas()
+        if not quotas:
+            return None
+        ip = canonical_ip(host)
+        default: float | None = None
+        for entity, values in quotas.items():
+            if len(entity) != 1 or entity[0][0] != IP or CONNECTION_CREATION_RATE not in values:
+                continue
+            name = entity[0][1]
+            if name is None:
+                default = values[CONNECTION_CREATION_RATE]
+            elif canonical_ip(name) == ip:
+                return values[CONNECTION_CREATION_RATE]
+        return default
+
+    def admit(self, host: str, now_ms: int) -> int:
+        """Record a new connection from ``host``: 0 to accept it, else the ms to hold it before closing it."""
+        quota = self.quota_for(host)
+        if quota is None:
+            return 0
+        ip = canonical_ip(host)
+        entry = self._rates.get(ip)
+        if entry is None:
+            if len(self._rates) >= MAX_TRACKED:
+                self._expire(now_ms)
+            entry = self._rates[ip] = _Entry(SampledRate(self.window.num_windows, self.window.window_ms), now_ms)
+        entry.touched_ms = now_ms
+        entry.rate.record(1.0, now_ms)
+        throttle = throttle_time_ms(entry.rate.rate_per_s(now_ms), quota, entry.rate.window_size_ms(now_ms))
+        throttle = min(throttle, self.window.window_ms)
+        if throttle <= 0:
+            return 0
+        # Not accepted, so not counted: the rate measures the connections the broker took.
+        entry.rate.record(-1.0, now_ms)
+        self.throttled_total += 1
+        self.throttle_time_ms_total += throttle
+        return throttle
+
+    def _expire(self, now_ms: int) -> None:
+        for ip in [ip for ip, e in self._rates.items() if now_ms - e.touched_ms > SENSOR_EXPIRY_MS]:
+            del self._rates[ip]
+
+
+class ConnectionRateGate:
+    """Wraps a listener's protocol factory: a connection over its address's rate is held unread and
+    closed after its throttle time; the others go on to the listener's own protocol."""
+
+    def __init__(self, rates: IpConnectionRates, clock: Clock) -> None:
+        self.rates = rates
+        self._clock = clock
+        self._held: set[asyncio.Transport] = set()
+        self._last_report_ms = -10_000_000
+
+    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        def make() -> asyncio.Protocol:
+            return _Gate(self, factory)
+
+        return make
+
+    def close(self) -> None:
+        for transport in list(self._held):
+            transport.abort()
+        self._held.clear()
+
+    def _throttled(self, transport: asyncio.Transport, host: str, throttle_ms: int) -> None:
+        transport.pause_reading()
+        self._held.add(transport)
+
+        def close() -> None:
+            self._held.discard(transport)
+            transport.abort()
+
+        asyncio.get_running_loop().call_later(throttle_ms / 1000.0, close)
+        now_ms = self._clock.monotonic_ns() // 1_000_000
+        # A flood of throttled connections must not flood the log: one line per 10 s.
+        if now_ms - self._last_report_ms >= 10_000:
+            self._last_report_ms = now_ms
+            log.warning("throttling new connections from %s for %d ms (connection_creation_rate; %d throttled so far)",
+                        host, throttle_ms, self.rates.throttled_total)
+
+
+class _Gate(asyncio.Protocol):
+    def __init__(self, owner: ConnectionRateGate, factory: Callable[[], asyncio.Protocol]) -> None:
+        self._owner = owner
+        self._factory = factory
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        peer = transport.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) else ""
+        throttle_ms = self._owner.rates.admit(host, self._owner._clock.monotonic_ns() // 1_000_000) if host else 0
+        if throttle_ms > 0:
+            self._owner._throttled(transport, host, throttle_ms)
+            return
+        inner = self._factory()
+        transport.set_protocol(inner)
+        inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:  # pragma: no cover - a held connection is not read
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass

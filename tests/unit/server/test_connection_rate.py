@@ -1,0 +1,53 @@
+"""The ip entities' connection_creation_rate decision (Kafka's ConnectionQuotas), pure: which quota
+applies to an address, when a new connection is refused and for how long, and that refusals are
+not counted in the rate."""
+
+from __future__ import annotations
+
+from tierlog.server.connection_rate import IpConnectionRates, canonical_ip
+from tierlog.server.quotas import QuotaWindow
+
+RATE = "connection_creation_rate"
+
+
+def _rates(quotas: dict, num: int = 2, size_s: int = 1) -> IpConnectionRates:
+    return IpConnectionRates(lambda: quotas, QuotaWindow(num, size_s))
+
+
+def test_without_an_ip_quota_every_connection_is_accepted() -> None:
+    r = _rates({(("user", None),): {"producer_byte_rate": 1.0}})
+    assert [r.admit("10.0.0.1", 1000) for _ in range(100)] == [0] * 100
+
+
+def test_an_addresss_own_quota_wins_over_the_default() -> None:
+    r = _rates({(("ip", None),): {RATE: 5.0}, (("ip", "10.0.0.2"),): {RATE: 100.0}})
+    assert r.quota_for("10.0.0.1") == 5.0
+    assert r.quota_for("10.0.0.2") == 100.0
+    assert _rates({(("ip", "10.0.0.2"),): {RATE: 1.0}}).quota_for("10.0.0.1") is None
+
+
+def test_over_the_rate_a_connection_is_refused_for_kafkas_throttle_time_and_not_counted() -> None:
+    r = _rates({(("ip", None),): {RATE: 5.0}})
+    # Two windows of 1 s: the rate divides by at least one window, so 5 connections at once pass.
+    assert [r.admit("10.0.0.1", 1000) for _ in range(5)] == [0] * 5
+    # The 6th makes 6/s: (6 - 5) / 5 x 1000 ms.
+    assert r.admit("10.0.0.1", 1000) == 200
+    # Refused ones are un-recorded, so the next gets the same answer, not a longer one.
+    assert r.admit("10.0.0.1", 1000) == 200
+    assert r.throttled_total == 2 and r.throttle_time_ms_total == 400
+    # Another address has its own rate.
+    assert r.admit("10.0.0.9", 1000) == 0
+    # Once the samples age out the address connects again.
+    assert r.admit("10.0.0.1", 3500) == 0
+
+
+def test_the_throttle_time_is_capped_at_one_window() -> None:
+    r = _rates({(("ip", None),): {RATE: 1.0}}, num=2, size_s=1)
+    got = [r.admit("10.0.0.1", 0) for _ in range(50)]
+    assert max(got) <= 1000 and got[-1] == 1000
+
+
+def test_addresses_are_compared_in_one_spelling() -> None:
+    assert canonical_ip("0:0:0:0:0:0:0:1") == canonical_ip("::1") == "::1"
+    r = _rates({(("ip", "0:0:0:0:0:0:0:1"),): {RATE: 7.0}})
+    assert r.quota_for("::1") == 7.0
