@@ -295,7 +295,7 @@ def seed004(s: Session) -> list[Expectation]:
         Expectation(r"^python - <<'EOF'\nfrom confluent_kafka import Producer"),
         Expectation(r"^ls tierlog-data/ledger-0/\*\.log$",
                     has_lines(*(f"tierlog-data/ledger-0/{b:020d}.log" for b in (0, 40, 80, 120)))),
-        Expectation(r"^tierlog spark retention-preview ", _preview, timeout_s=600),
+        Expectation(r"^tierlog spark retention-preview ", _preview),
         Expectation(r"^tierlog topics alter ledger --config retention\.min\.timestamp=1704326400000$",
                     has_lines("altered topic ledger: set retention.min.timestamp=1704326400000")),
         Expectation(r"^sleep \d+$"),
@@ -348,7 +348,7 @@ def operations(s: Session) -> list[Expectation]:
         Expectation(r"^tierlog topics list$", lambda r: _only_audit(r)),
         Expectation(r"^printf 'X' \| dd of=tierlog-data/audit-0/00000000000000000100\.log "),
         Expectation(r"^tierlog dump-log --strict ", has_lines("exit code 1")),
-        Expectation(r"^tierlog spark verify ", _verify, timeout_s=600),
+        Expectation(r"^tierlog spark verify ", _verify),
         Expectation(r"^tierlog consume audit --offset 98 ", lambda r: _served_across_damage(r)),
         Expectation(r'^grep "damaged segment"', matches(r"damaged segment topic=audit partition=0 .*00000000000000000100\.log "
                                                        r"at byte 0, offset 100: CRC mismatch")),

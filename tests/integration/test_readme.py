@@ -132,7 +132,7 @@ def expectations(c: Checks) -> list[Expectation]:
         Expectation(r"^sleep \d+$"),
         Expectation(r"^tierlog tier status$", c.tier_status, eventually=True),
         Expectation(r"^tierlog consume orders --offset 0 ", has_lines("Offset:0\told-1", "Offset:1\told-2")),
-        Expectation(r"^python - <<'EOF'\nfrom tierlog\.pipeline import spark_session", c.spark, timeout_s=600),
+        Expectation(r"^python - <<'EOF'\nfrom tierlog\.pipeline import spark_session", c.spark),
         Expectation(r"^FLOOR=\$\(tierlog consume orders --offset 100 "),
         Expectation(r"^tierlog topics alter orders --config log\.retention\.min\.timestamp=\$FLOOR$", c.floor_set),
         Expectation(r"^tierlog topics describe orders$", c.earliest_moved, eventually=True),

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.walkthrough import Command, Expectation, Session, contains, run_page
+from tests.integration.walkthrough import (
+    SPARK_TIMEOUT_S,
+    Command,
+    Expectation,
+    Session,
+    contains,
+    run_page,
+    timeout_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +56,11 @@ def test_a_failing_check_prints_it_too(tmp_path: Path) -> None:
 def test_without_a_broker_it_says_so(tmp_path: Path) -> None:
     message = run(tmp_path, ["false"], [])
     assert "no broker log" in message
+
+
+def test_a_command_that_starts_spark_gets_the_spark_timeout() -> None:
+    quick = Expectation("", timeout_s=60)
+    assert timeout_of("tierlog spark export --path d --topic t --output a", quick) == SPARK_TIMEOUT_S
+    assert timeout_of("python - <<'EOF'\nfrom tierlog.pipeline import spark_session\nspark = spark_session()", quick) \
+        == SPARK_TIMEOUT_S
+    assert timeout_of("tierlog topics list", quick) == 60

@@ -375,6 +375,16 @@ class Expectation:
 #: What a command no expectation matches must do, where that is allowed: exit 0.
 EXIT_ZERO = Expectation("")
 
+#: The timeout of a command that starts Spark (a JVM, then Python workers): on a 2-core machine shared
+#: with other jobs that takes minutes (at load 20-30, 60-120 s timed out), and the timeout is only there
+#: to stop a hang.
+SPARK_TIMEOUT_S = 600.0
+_STARTS_SPARK = re.compile(r"^tierlog spark |spark_session\(", re.MULTILINE)
+
+
+def timeout_of(command: str, exp: Expectation) -> float:
+    return max(exp.timeout_s, SPARK_TIMEOUT_S) if _STARTS_SPARK.search(command) else exp.timeout_s
+
 
 def run_page(session: Session, commands: list[Command], expectations: list[Expectation],
              *, page: str, every_command_checked: bool = True) -> list[Result]:
@@ -403,7 +413,7 @@ def run_page(session: Session, commands: list[Command], expectations: list[Expec
         deadline = time.monotonic() + exp.within_s
         while True:
             try:
-                result = session.run(command, exp.timeout_s)
+                result = session.run(command, timeout_of(command, exp))
             except AssertionError as e:  # timed out, or the shell exited
                 raise AssertionError(f"{page}:{cmd.line}: {e}\n{session.broker_log_tail()}") from None
             try:

@@ -10,6 +10,7 @@ are missing, the ``kafka_jars`` fixture (tests/jvm/conftest.py) skips the test n
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -73,8 +74,11 @@ def java_missing() -> str | None:
 def _log4j_tools_config() -> Path:
     path = ROOT / "build" / "log4j2-tools.properties"
     if not path.exists() or path.read_text() != _LOG4J2_TOOLS:
+        # Written beside and renamed: another pytest-xdist worker may be starting a tool that reads it.
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_LOG4J2_TOOLS)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J2_TOOLS)
+        os.replace(tmp, path)
     return path
 
 
@@ -111,12 +115,25 @@ def compiled_classes() -> Path:
     out = CLASSES_DIR / digest
     if (out / ".compiled").exists():
         return out
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    proc = subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", classpath(), *map(str, sources)],
+    # Compiled into a directory of this process's own and renamed into place: pytest-xdist workers may
+    # compile at the same time, and none may see another's half-written classes.
+    CLASSES_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = CLASSES_DIR / f"{digest}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    proc = subprocess.run(["javac", "-nowarn", "-d", str(tmp), "-cp", classpath(), *map(str, sources)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}\n{proc.stderr}"
-    (out / ".compiled").touch()
+    (tmp / ".compiled").touch()
+    try:
+        tmp.rename(out)
+    except OSError:  # another worker's copy got there first (or a stale one without .compiled)
+        if not (out / ".compiled").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                tmp.rename(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert (out / ".compiled").exists(), f"{out} was not compiled"
     return out
 
 

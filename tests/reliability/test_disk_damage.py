@@ -29,12 +29,16 @@ FIXED = [
     RoundPlan(16, clean_shutdown=True, lazy=True, kinds=KINDS, frequent_snapshots=False),
 ]
 _SEED = test_seed("disk-damage", 1_000_000)
-#: Two rounds: the seed drawn (or replayed) and the one after it.
-RANDOM = [plan_round(_SEED), plan_round((_SEED + 1) % 1_000_000)]
+#: Two rounds: the seed drawn (or replayed) and the one after it. Their test ids name no seed: each
+#: pytest-xdist worker imports this module and draws its own, and every worker must collect the same ids
+#: (the seed is in the failure message and the test's output).
+RANDOM = [pytest.param(plan_round(_SEED), id="drawn-seed"),
+          pytest.param(plan_round((_SEED + 1) % 1_000_000), id="drawn-seed-plus-1")]
 
 
-@pytest.mark.parametrize("plan", FIXED + RANDOM, ids=lambda p: f"seed{p.seed}")
+@pytest.mark.parametrize("plan", [pytest.param(p, id=f"seed{p.seed}") for p in FIXED] + RANDOM)
 def test_damaged_files_never_cost_records_before_the_damage(plan: RoundPlan, tmp_path: Path) -> None:
+    print(f"disk-damage round: seed {plan.seed} (replay with plan_round({plan.seed}))")
     result = run_planned_round(tmp_path, plan)
     assert result.ok, f"replay with plan_round({plan.seed}) or {plan}:\n{result.describe()}"
     if plan.kinds == KINDS and plan.clean_shutdown:

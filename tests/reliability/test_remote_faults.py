@@ -16,8 +16,10 @@ from tests.reliability.remote_faults import RemoteFaultsResult, run_flaky_plugin
 pytestmark = pytest.mark.integration
 
 #: Once the faults stop, copying has this long to catch up (the backlog meets the copy tasks'
-#: backoff, which doubles per failed attempt from the 100 ms task interval).
-CONVERGE_BOUND_S = 30.0
+#: backoff, which doubles per failed attempt from the 100 ms task interval). A bound against copying
+#: that never resumes, not a speed figure (bench/chaos.py measures that): 48 s were seen on a 2-core
+#: machine at load average 20-30 (the test beside another suite's workers), so it leaves room for that.
+CONVERGE_BOUND_S = 90.0
 
 
 def _check(result: RemoteFaultsResult, seed: int) -> None:
