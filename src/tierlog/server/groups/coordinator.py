@@ -440,13 +440,20 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.NONE  # the group only stores offsets here (manual assignment)
+        # Kafka's order (ClassicGroup.validateOffsetCommit): the member and its generation first, so a
+        # member committing with the generation before a rebalance gets ILLEGAL_GENERATION -- what
+        # clients handle by rejoining -- and only a member of the current generation whose group is
+        # still completing the rebalance gets REBALANCE_IN_PROGRESS.
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            code = group.validate_member(member_id, group_instance_id)
+            if code:
+                return code
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif group.state is not GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # v0-style commits only into an empty group
         if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
-        code = group.validate_member(member_id, group_instance_id)
-        if code:
-            return code
-        if generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
     def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]], now: int,
