@@ -221,7 +221,9 @@ def _kill_broker_mid_copy(broker: ChaosBroker, setup: _Setup, result: RemoteFaul
     if setup.hold_copies is not None:
         setup.hold_copies("*", False)
     try:
-        wait_until(lambda: _copy_in_flight(broker.data_dir, TOPIC), 5.0, 0.005)
+        # Generous: with the S3 server just killed or frozen, copies back off for seconds, and more on
+        # a loaded machine (5 s missed every copy once with four test workers on 2 cores).
+        wait_until(lambda: _copy_in_flight(broker.data_dir, TOPIC), 30.0, 0.005)
         time.sleep(rng.uniform(0, 0.02))
         broker.sigkill()
     finally:
