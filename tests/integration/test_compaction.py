@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.waits import produce_when_queued
 
 METRICS_LINE = "tierlog metrics on "
 KEYS = 200
@@ -51,12 +52,7 @@ def _produce(bootstrap: str, topic: str, model: dict[bytes, bytes | None]) -> No
     for i in range(UPDATES):
         key = b"key-%d" % rng.randrange(KEYS)
         value = None if rng.random() < 0.1 else b"value-%d-" % i + b"x" * rng.randrange(50)
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_queued(producer, topic, key=key, value=value, on_delivery=on_delivery)
         model[key] = value
     assert producer.flush(60) == 0
     assert not errors, errors[:5]

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.waits import produce_when_queued
 from tierlog.tiered.api import RemoteLogSegmentState
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
@@ -93,12 +94,7 @@ def _produce(broker: BrokerProcess, topic: str, model: dict[bytes, bytes | None]
     keys = [b"key-%03d" % rng.randrange(KEYS) for _ in range(UPDATES)] + [b"filler-%04d" % i for i in range(FILLER)]
     for i, key in enumerate(keys):
         value = None if key.startswith(b"key") and rng.random() < 0.1 else b"value-%d-" % i + b"x" * 40
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_queued(producer, topic, key=key, value=value, on_delivery=on_delivery)
         model[key] = value
     assert producer.flush(60) == 0
     assert not errors, errors[:5]
