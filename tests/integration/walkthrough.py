@@ -366,9 +366,8 @@ class Expectation:
     check: Check | None = None
     eventually: bool = False
     within_s: float = 20.0
-    # A hang guard only: a passing command never waits for it. Spark steps start a JVM and take
-    # ~30 s on a quiet 2-core machine and several minutes when the machine is loaded (load 20+
-    # measured), so the guard is generous.
+    # A hang guard only: a passing command never waits for it (generous for a loaded machine; a
+    # command that starts Spark gets SPARK_TIMEOUT_S instead, see timeout_of).
     timeout_s: float = 300.0
 
 
