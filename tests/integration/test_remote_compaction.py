@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
@@ -32,6 +32,8 @@ UPDATES = 3000
 FILLER = 300
 BUCKET = "compacted"
 CRASH_ENV = "TIERLOG_TEST_REMOTE_COMPACTION_CRASH_AT"
+ARMED_BY_ENV = "TIERLOG_TEST_REMOTE_COMPACTION_CRASH_ARMED_BY"
+LATE_BATCH = 200
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -98,6 +100,36 @@ def _produce(broker: BrokerProcess, topic: str, model: dict[bytes, bytes | None]
         model[key] = value
     assert producer.flush(60) == 0
     assert not errors, errors[:5]
+
+
+def _roll_until_killed(broker: BrokerProcess, topic: str, model: dict[bytes, bytes | None],
+                       timeout_s: float = 120.0) -> set[bytes]:
+    """With the crash armed, keep adding a segment's worth of fresh keys (a roll, an upload, a dirtier
+    remote tier) until a remote compaction reaches the step and the broker kills itself. Every key
+    tried goes into the model; returns the keys the broker acknowledged."""
+    acked: set[bytes] = set()
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            acked.add(msg.key())
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 4096,
+                         "message.timeout.ms": 5000})
+    deadline = time.monotonic() + timeout_s
+    n = 0
+    while broker.alive() and time.monotonic() < deadline:
+        for _ in range(LATE_BATCH):
+            key, value = b"late-%05d" % n, b"late-value-%d-" % n + b"x" * 40
+            model[key] = value
+            produce_when_queued(producer, topic, key=key, value=value, on_delivery=on_delivery)
+            n += 1
+        producer.flush(10)
+        settle = time.monotonic() + 3
+        while broker.alive() and time.monotonic() < settle:
+            time.sleep(0.2)
+    producer.purge()
+    producer.flush(5)
+    return acked
 
 
 def _segments(broker: BrokerProcess) -> list[tuple[int, int, S, bool, str]]:
@@ -209,14 +241,16 @@ def test_consumer_reads_the_compacted_remote_tier_from_zero(tmp_path: Path, back
 @pytest.mark.parametrize("step", ["started", "uploaded", "swapped"])
 def test_sigkill_during_remote_compaction_then_a_restart_completes_it(tmp_path: Path, step: str,
                                                                       topic_name: str) -> None:
-    broker = BrokerProcess(tmp_path / "data", FAST, env={CRASH_ENV: step}).start()
+    # Armed only once the model's records are acknowledged: on a fast machine a remote compaction may
+    # reach the step while they are still being produced.
+    armed_by = tmp_path / "arm-crash"
+    broker = BrokerProcess(tmp_path / "data", FAST, env={CRASH_ENV: step, ARMED_BY_ENV: str(armed_by)}).start()
     try:
         _create(broker, topic_name, "compact")
         model: dict[bytes, bytes | None] = {}
         _produce(broker, topic_name, model)
-        deadline = time.monotonic() + 120
-        while broker.alive() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        armed_by.touch()
+        late_acked = _roll_until_killed(broker, topic_name, model)
         assert not broker.alive(), f"no remote compaction reached {step}:\n{broker.stderr_tail()}"
         assert broker.proc is not None and broker.proc.returncode == -9
         assert f"SIGKILL at {step}" in broker.stderr_tail(200)
@@ -226,6 +260,10 @@ def test_sigkill_during_remote_compaction_then_a_restart_completes_it(tmp_path: 
         broker.start()
         first = _read_all(broker.bootstrap, topic_name)  # the restarted broker serves a whole log
         assert len({o for o, _, _ in first}) == len(first)
+        first_keys = {k for _, k, _ in first}
+        assert late_acked <= first_keys, f"acknowledged keys lost: {sorted(late_acked - first_keys)[:5]}"
+        for key in [k for k in model if k.startswith(b"late-") and k not in first_keys]:
+            del model[key]  # tried, never acknowledged, not written before the kill
         assert {k: v for _, k, v in first} == {k: v for k, v in model.items() if k in {k for _, k, _ in first}}
         last_key = _last_model_key_offset(first)
         _wait(broker, "the re-run's remote compaction", lambda: _compacted_and_settled(broker, topic_name, last_key))

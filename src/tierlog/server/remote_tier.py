@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 #: Test-only: one of remote compaction's CRASH_STEPS at which the broker SIGKILLs itself
 #: (tests/integration/test_remote_compaction.py). Unset in any real deployment.
 COMPACTION_CRASH_AT_ENV = "TIERLOG_TEST_REMOTE_COMPACTION_CRASH_AT"
+#: Test-only: a file whose existence arms that hook. A test produces its data first and then creates
+#: the file, so a compaction that runs while the test is still producing (a fast machine) does not
+#: kill the broker under an unacknowledged produce.
+COMPACTION_CRASH_ARMED_BY_ENV = "TIERLOG_TEST_REMOTE_COMPACTION_CRASH_ARMED_BY"
 
 
 def _compaction_crash_hook() -> Callable[[str], None] | None:
@@ -52,8 +56,10 @@ def _compaction_crash_hook() -> Callable[[str], None] | None:
     log.warning("%s=%s: this broker kills itself when a remote compaction reaches that step",
                 COMPACTION_CRASH_AT_ENV, step)
 
+    armed_by = os.environ.get(COMPACTION_CRASH_ARMED_BY_ENV)
+
     def hook(reached: str) -> None:
-        if reached == step:
+        if reached == step and (armed_by is None or os.path.exists(armed_by)):
             log.warning("%s: SIGKILL at %s", COMPACTION_CRASH_AT_ENV, step)
             for handler in logging.getLogger().handlers:
                 handler.flush()
