@@ -78,6 +78,8 @@ CLOSE_GRACE_S = 5.0
 COPY_CHUNK_BYTES = 1 << 20
 
 _connection_ids = itertools.count(1)
+#: Where a closed connection's last reads go (asyncio may read once more before the close lands).
+_DISCARD = bytearray(1 << 16)
 
 
 @dataclass(slots=True)
@@ -181,7 +183,7 @@ class ConnectionRegistry(Protocol):
     def closed(self, connection: KafkaConnection) -> None: ...
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, router: RequestRouter, *, max_frame_bytes: int,
                  registry: ConnectionRegistry | None = None, listener: str = "PLAINTEXT",
                  observer: RequestObserver | None = None, receive_timeout_s: float | None = None,
@@ -203,7 +205,7 @@ class KafkaConnection(asyncio.Protocol):
         self._held_requests = 0
         self._serving_bytes = 0
         self._gate = ReadGate(MAX_QUEUED_FRAMES, MAX_QUEUED_BYTES)
-        self._frames: deque[bytes] = deque()
+        self._frames: deque[bytes | bytearray] = deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
         #: Deferred replies in request order: (the reply, its request, its start, its frame size).
@@ -244,16 +246,32 @@ class KafkaConnection(asyncio.Protocol):
                 return
             self._admitted = True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """asyncio.BufferedProtocol: where the socket's next bytes go (the frame decoder's buffer,
+        or for a large request the request's own: it is read with no copy but the kernel's)."""
+        if self._closed:
+            return memoryview(_DISCARD)
+        return self._decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
             return
+        self._received(self._decoder.buffer_updated, nbytes)
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes read elsewhere (what the TLS acceptor kept from the handshake; tests)."""
+        if self._closed:
+            return
+        self._received(self._decoder.feed, data)
+
+    def _received(self, cut: Callable[[Any], list[bytes | bytearray]], arg: Any) -> None:
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         if self.client.sasl is not None:
             # Before authentication a frame may only be as large as a SASL token may be.
             self._decoder.max_frame_bytes = self.client.sasl.max_frame_bytes(self._max_frame_bytes)
         try:
-            frames = self._decoder.feed(data)
+            frames = cut(arg)
         except FrameError as e:
             self._log_rejection(type(e).__name__, f"closing connection {self.client.connection_id} from "
                                 f"{self.client.host}:{self.client.port}: {e}")
@@ -376,7 +394,7 @@ class KafkaConnection(asyncio.Protocol):
         declared = self._decoder.pending_frame_bytes
         log.info("closing connection %s from %s:%d: a request still incomplete after %d ms (%d of %s bytes "
                  "received; socket.request.receive.timeout.ms)", self.client.connection_id, self.client.host,
-                 self.client.port, int((self._receive_timeout_s or 0) * 1000), self._decoder.buffered_bytes,
+                 self.client.port, int((self._receive_timeout_s or 0) * 1000), self._decoder.received_bytes,
                  declared if declared is not None else "?")
         self.close(abort=True)
 
@@ -533,9 +551,9 @@ class KafkaConnection(asyncio.Protocol):
             self._gate.throttled = False
             self._update_reading()
 
-    async def _handle_frame(self, frame: bytes) -> None:
+    async def _handle_frame(self, frame: bytes | bytearray) -> None:
         if self.client.raw_frames is not None:
-            await self._raw_frame(self.client.raw_frames, frame)
+            await self._raw_frame(self.client.raw_frames, bytes(frame))
             return
         started_ns = self._clock.monotonic_ns()
         try:
@@ -621,7 +639,7 @@ class KafkaConnection(asyncio.Protocol):
                      self.client.host, self.client.port)
             self.close()
 
-    def _reject(self, error: RequestError, frame: bytes) -> None:
+    def _reject(self, error: RequestError, frame: bytes | bytearray) -> None:
         client_id = client_id_of(frame)
         if client_id is None:
             client_id = self.client.client_id

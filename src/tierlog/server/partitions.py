@@ -175,7 +175,7 @@ class PartitionManager:
                 raise UnknownTopicOrPartitionError(f"Topic {topic} was deleted")
         return ulog
 
-    def append_blocking(self, items: list[tuple[str, int, bytes | None]], *, internal: bool = False,
+    def append_blocking(self, items: list[tuple[str, int, bytes | memoryview | None]], *, internal: bool = False,
                         origin: AppendOrigin = AppendOrigin.CLIENT, durable: bool = False) -> list[AppendResult]:
         """Append each record set; with ``durable`` each success carries the future of its fsync."""
         out: list[AppendResult] = []

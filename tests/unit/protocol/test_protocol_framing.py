@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from tierlog.errors import TierlogError
 from tierlog.protocol import FrameDecoder, FrameTooLargeError, InvalidFrameError, ProtocolError, encode_frame
+from tierlog.protocol.framing import DIRECT_FRAME_BYTES, READ_BUFFER_BYTES
 
 
 def test_encode_frame_prefixes_the_big_endian_size() -> None:
@@ -100,3 +101,65 @@ def test_any_split_of_the_stream_yields_the_same_frames(frames: list[bytes], cut
         received.extend(decoder.feed(wire[start:end]))
     assert received == frames
     assert decoder.buffered_bytes == 0
+
+
+def read_in(decoder: FrameDecoder, wire: bytes, sizes: list[int]) -> list[bytes | bytearray]:
+    """Feed ``wire`` as a BufferedProtocol's reads would: into the decoder's own buffer, each read
+    at most the given size (and at most what the buffer has room for)."""
+    frames: list[bytes | bytearray] = []
+    pos, turn = 0, 0
+    while pos < len(wire):
+        target = decoder.get_buffer()
+        assert len(target) > 0
+        n = min(len(target), len(wire) - pos, max(1, sizes[turn % len(sizes)]) if sizes else len(wire))
+        target[:n] = wire[pos:pos + n]
+        pos += n
+        turn += 1
+        frames += decoder.buffer_updated(n)
+    return frames
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 100, DIRECT_FRAME_BYTES - 5, DIRECT_FRAME_BYTES - 4, DIRECT_FRAME_BYTES,
+                                    DIRECT_FRAME_BYTES + 1, 3 * DIRECT_FRAME_BYTES, READ_BUFFER_BYTES + 7]),
+                   max_size=6),
+    reads=st.lists(st.integers(min_value=1, max_value=READ_BUFFER_BYTES + 100), max_size=6),
+)
+def test_reads_into_the_decoders_buffers_yield_the_frames_of_any_size(sizes: list[int], reads: list[int]) -> None:
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    decoder = FrameDecoder(1 << 20)
+    assert read_in(decoder, b"".join(encode_frame(f) for f in frames), reads) == frames
+    assert decoder.buffered_bytes == 0 and decoder.pending_frame_bytes is None
+
+
+def test_a_large_frame_is_read_into_its_own_buffer_and_counted_at_its_size() -> None:
+    decoder = FrameDecoder(1 << 20)
+    body = bytes(range(256)) * 1024  # 256 KiB
+    wire = encode_frame(body)
+    assert read_in(decoder, wire[:1000], [1000]) == []
+    # Its buffer is allocated once the size is in (as Kafka's NetworkReceive does), so that is what it holds.
+    assert decoder.buffered_bytes == len(body) and decoder.received_bytes == 996
+    room = decoder.get_buffer()
+    assert len(room) == len(body) - 996  # the rest of this frame, nothing of the next
+    room[:] = wire[1000:]
+    [frame] = decoder.buffer_updated(len(room))
+    assert type(frame) is bytearray and frame == body
+    assert decoder.buffered_bytes == 0
+
+
+def test_decoders_sharing_the_read_buffer_keep_their_partial_frames_apart() -> None:
+    one, two = FrameDecoder(1 << 20), FrameDecoder(1 << 20)
+    a, b = encode_frame(b"a" * 3000), encode_frame(b"b" * 5000)
+    assert read_in(one, a[:1500], []) == []
+    assert read_in(two, b[:2500], []) == []
+    assert read_in(one, a[1500:], []) == [b"a" * 3000]
+    assert read_in(two, b[2500:], []) == [b"b" * 5000]
+
+
+def test_an_oversized_frame_read_into_the_buffer_is_refused_before_its_body() -> None:
+    decoder = FrameDecoder(DIRECT_FRAME_BYTES)
+    with pytest.raises(FrameTooLargeError):
+        read_in(decoder, struct.pack(">i", DIRECT_FRAME_BYTES + 1), [])
+    with pytest.raises(FrameTooLargeError):
+        decoder.get_buffer()

@@ -29,6 +29,8 @@ TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
 _FIRST_BATCH = struct.Struct(">21xh20xqh")
 _MAGIC_AT = 16
+#: A partition's record set as the request carries it: a view of the request's frame.
+Records = bytes | memoryview
 
 
 async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -37,7 +39,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     acks = body.acks
     image = ctx.image
     # (response topic key, topic name or None when unknown, partition, records)
-    items: list[tuple[Any, str | None, int, bytes | None]] = []
+    items: list[tuple[Any, str | None, int, Records | None]] = []
     for topic_data in body.topic_data:
         if version >= 13:
             key: Any = topic_data.topic_id
@@ -84,7 +86,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     return _response(items, results, acks, version)
 
 
-async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]]) -> None:
+async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]]) -> None:
     """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
     waits = [w for _, name, partition, _ in items if name is not None
              for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
@@ -92,14 +94,14 @@ async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, byte
         await asyncio.gather(*(asyncio.wrap_future(w) for w in waits))
 
 
-async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
                           results: list[AppendResult], version: int) -> ResponseBody | CloseConnection | None:
     results = await _synced(results)
     _notify(ctx, items, results)
     return _response(items, results, -1, version)
 
 
-def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
             results: list[AppendResult]) -> None:
     ctx.partitions.waiters.notify(
         (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
@@ -107,7 +109,7 @@ def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | 
     )
 
 
-def _response(items: list[tuple[Any, str | None, int, bytes | None]], results: list[AppendResult], acks: int,
+def _response(items: list[tuple[Any, str | None, int, Records | None]], results: list[AppendResult], acks: int,
               version: int) -> ResponseBody | CloseConnection | None:
     if acks == 0:
         failed = [r for r in results if r.error_code != ErrorCode.NONE]
@@ -157,7 +159,7 @@ async def _synced(results: list[AppendResult]) -> list[AppendResult]:
     return out
 
 
-async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
                   version: int, durable: bool) -> list[AppendResult]:
     known = [(name, partition, records) for _, name, partition, records in items if name is not None]
     appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable) if known else [])
@@ -170,7 +172,7 @@ async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, by
     return results
 
 
-def _is_transactional(records: bytes | None) -> bool:
+def _is_transactional(records: Records | None) -> bool:
     """Whether the record set's first batch has the transactional bit (v3+ sends one batch per partition;
     message sets of magic 0 and 1 have no such bit)."""
     if records is None or len(records) < _FIRST_BATCH.size or records[_MAGIC_AT] != 2:
@@ -178,7 +180,7 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, Records | None]],
                       version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
     the transaction coordinator does not have in the producer's ongoing transaction. A TV2 Produce
