@@ -103,6 +103,17 @@ class RawResponse:
     part starts with the frame's size prefix."""
 
     parts: tuple[bytes | FileSlice, ...]
+    #: Where in the first part the response's int32 throttle_time_ms is, for quotas to set it
+    #: (-1: nowhere they may: a throttled fetch is answered anew, empty).
+    throttle_at: int = -1
+
+    def with_throttle_time(self, throttle_ms: int) -> RawResponse:
+        first = self.parts[0]
+        if self.throttle_at < 0 or not isinstance(first, bytes):
+            return self
+        at = self.throttle_at
+        patched = first[:at] + throttle_ms.to_bytes(4, "big", signed=True) + first[at + 4:]
+        return RawResponse((patched, *self.parts[1:]), at)
 
     @property
     def size(self) -> int:
@@ -127,7 +138,7 @@ class Deferred:
     for its group commit. The connection goes on with its next requests meanwhile (their appends
     join the same fsync round) and still writes every response in request order."""
 
-    reply: Awaitable[ResponseBody | CloseConnection | None]
+    reply: Awaitable[ResponseBody | RawResponse | CloseConnection | None]
 
 
 #: What a handler returns: a kio response body of the request's version, a pre-encoded response,
@@ -209,8 +220,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
         #: Deferred replies in request order: (the reply, its request, its start, its frame size).
-        self._deferred: deque[tuple[asyncio.Future[ResponseBody | CloseConnection | None], ParsedRequest, int,
-                                    int]] = deque()
+        self._deferred: deque[tuple[asyncio.Future[ResponseBody | RawResponse | CloseConnection | None],
+                                    ParsedRequest, int, int]] = deque()
         #: Completed when a frame arrives while the worker waits for the oldest deferred reply.
         self._frame_waiter: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None

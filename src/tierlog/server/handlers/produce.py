@@ -18,11 +18,12 @@ from typing import Any
 
 from tierlog.errors import ErrorCode
 from tierlog.metadata.acls import AclOperation, ResourceType
-from tierlog.protocol import ApiKey, ParsedRequest, ResponseBody, build_response
-from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, Reply
+from tierlog.protocol import ApiKey, ParsedRequest
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
+from tierlog.server.produce_response import encode_produce_response
 from tierlog.server.txn import rules as txn_rules
 
 TRANSACTIONAL_BIT = 0x10
@@ -81,9 +82,9 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
                    if i in refused else next(appended) for i in range(len(items))]
         if durable:
             # Answered once synced; meanwhile the connection appends its next requests (Deferred).
-            return Deferred(_respond_synced(ctx, items, results, version))
+            return Deferred(_respond_synced(ctx, items, results, request))
         _notify(ctx, items, results)
-    return _response(items, results, acks, version)
+    return _response(items, results, acks, request)
 
 
 async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]]) -> None:
@@ -95,10 +96,10 @@ async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Reco
 
 
 async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
-                          results: list[AppendResult], version: int) -> ResponseBody | CloseConnection | None:
+                          results: list[AppendResult], request: ParsedRequest) -> RawResponse | CloseConnection | None:
     results = await _synced(results)
     _notify(ctx, items, results)
-    return _response(items, results, -1, version)
+    return _response(items, results, -1, request)
 
 
 def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
@@ -110,28 +111,17 @@ def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records 
 
 
 def _response(items: list[tuple[Any, str | None, int, Records | None]], results: list[AppendResult], acks: int,
-              version: int) -> ResponseBody | CloseConnection | None:
+              request: ParsedRequest) -> RawResponse | CloseConnection | None:
     if acks == 0:
         failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:
             return CloseConnection(f"acks=0 produce failed with error {failed[0].error_code}: {failed[0].error_message}")
         return None
 
-    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    by_topic: dict[Any, list[tuple[int, AppendResult]]] = {}
     for (key, _, partition, _), r in zip(items, results, strict=True):
-        by_topic.setdefault(key, []).append({
-            "index": partition,
-            "error_code": r.error_code,
-            "base_offset": r.base_offset,
-            "log_append_time": r.log_append_time_ms,
-            "log_start_offset": r.log_start_offset,
-            "error_message": r.error_message if r.error_code else None,
-            "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors],
-        })
-    topic_key = "topic_id" if version >= 13 else "name"
-    return build_response(ApiKey.PRODUCE, version, {
-        "responses": [{topic_key: key, "partition_responses": parts} for key, parts in by_topic.items()],
-    })
+        by_topic.setdefault(key, []).append((partition, r))
+    return encode_produce_response(request.api_version, request.correlation_id, list(by_topic.items()))
 
 
 def durable_ack(setting: str, acks: int) -> bool:
