@@ -19,7 +19,14 @@ from tierlog.protocol import (
     request_header_version,
 )
 from tierlog.server import Broker
-from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, KafkaConnection, RawResponse, Reply
+from tierlog.server.connection import (
+    ClientInfo,
+    CloseConnection,
+    Deferred,
+    KafkaConnection,
+    RawResponse,
+    Reply,
+)
 from tierlog.server.context import BrokerContext
 from tierlog.server.handlers import all_handlers
 from tierlog.storage.log_manager import LogManagerSettings

@@ -152,7 +152,7 @@ async def _synced(results: list[AppendResult]) -> list[AppendResult]:
 async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
                   version: int, durable: bool) -> list[AppendResult]:
     known = [(name, partition, records) for _, name, partition, records in items if name is not None]
-    appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable) if known else [])
+    appended = iter(await _append_known(ctx, known, durable) if known else [])
     results = []
     for _, name, _, _ in items:
         if name is None:
@@ -160,6 +160,16 @@ async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Re
         else:
             results.append(next(appended))
     return results
+
+
+async def _append_known(ctx: BrokerContext, known: list[tuple[str, int, Records | None]],
+                        durable: bool) -> list[AppendResult]:
+    # On the event loop when that is only a write into the page cache (storage_io.py), else on the pool.
+    size = sum(len(records) for *_, records in known if records is not None)
+    done = ctx.io.try_inline(size, ctx.partitions.append_if_writes_only, known, durable=durable)
+    if done is None:
+        done = await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable)
+    return done
 
 
 def _is_transactional(records: Records | None) -> bool:
