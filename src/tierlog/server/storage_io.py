@@ -11,13 +11,16 @@ produce request, more for small ones). :meth:`StorageIO.try_inline` runs such a 
 when the :class:`InlineGate` lets it; the call itself declines (returns None) when it would wait for
 a lock or do more than write, and the caller then uses the pool. An inline call that turns out slow
 (the kernel throttling writers, a segment roll) sends the next ones to the pool for a while, so a
-slow disk stalls one request at a time again rather than the loop.
+slow disk stalls one request at a time again rather than the loop. Slow means it waited in the
+kernel (a voluntary context switch), not only that the scheduler ran other processes meanwhile: on
+a loaded machine a preempted call is as slow, and moving it to a thread would only add the hand-off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import resource
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,8 +52,9 @@ class InlineGate:
     def allows(self, size_bytes: int, now_ns: int) -> bool:
         return size_bytes <= self.max_bytes and now_ns >= self.paused_until_ns
 
-    def took(self, elapsed_ns: int, now_ns: int) -> None:
-        if elapsed_ns > self.slow_ns:
+    def took(self, elapsed_ns: int, now_ns: int, *, waited: bool) -> None:
+        """A call took ``elapsed_ns``; ``waited``: it slept in the kernel (disk, lock) meanwhile."""
+        if elapsed_ns > self.slow_ns and waited:
             self.paused_until_ns = now_ns + self.pause_ns
 
 
@@ -70,11 +74,19 @@ class StorageIO:
         started_ns = self._clock.monotonic_ns()
         if not self.gate.allows(size_bytes, started_ns):
             return None
+        switches = _voluntary_switches()
         try:
             return fn(*args, **kwargs)
         finally:
             ended_ns = self._clock.monotonic_ns()
-            self.gate.took(ended_ns - started_ns, ended_ns)
+            elapsed_ns = ended_ns - started_ns
+            if elapsed_ns > self.gate.slow_ns:
+                self.gate.took(elapsed_ns, ended_ns, waited=_voluntary_switches() > switches)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _voluntary_switches() -> int:
+    """How often this thread has slept in the kernel (getrusage's ru_nvcsw for the thread)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
