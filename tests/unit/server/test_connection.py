@@ -9,12 +9,21 @@ from typing import Any
 from tests.helpers.server import Router, api_versions, settle
 from tierlog.protocol import (
     ApiKey,
+    ParsedRequest,
+    api_versions_response,
     build_request,
     encode_request,
     parse_response,
 )
 from tierlog.server import connection as connection_module
-from tierlog.server.connection import MAX_DEFERRED_REPLIES, MAX_QUEUED_FRAMES, Deferred, KafkaConnection
+from tierlog.server.connection import (
+    MAX_DEFERRED_REPLIES,
+    MAX_QUEUED_FRAMES,
+    ClientInfo,
+    Deferred,
+    KafkaConnection,
+    Reply,
+)
 from tierlog.server.limits import RequestMemoryPool, RequestSlots
 from tierlog.testing import FakeTransport
 
@@ -398,5 +407,35 @@ def test_over_a_real_socket_large_and_small_pipelined_requests_are_answered_in_o
         writer.close()
         server.close()
         await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_requests_served_without_waiting_send_their_responses_together_in_order() -> None:
+    """Responses of requests already received, served without the loop running in between, leave in
+    one write (one send), in request order; a request that waits lets the earlier ones go first."""
+    async def run() -> None:
+        class Immediate(Router):
+            """Answers at once (Router's sleep(0) would let the loop run) except where told to wait."""
+
+            async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
+                if request.correlation_id == 4:
+                    await asyncio.sleep(0.02)  # the fourth waits: what came before must not wait with it
+                return api_versions_response(request.api_version)
+
+        conn, transport = connect(Immediate())
+        writes: list[int] = []
+        write = transport.write
+
+        def counting(data: Any) -> None:
+            writes.append(len(data))
+            write(data)
+
+        transport.write = counting  # type: ignore[method-assign]
+        conn.data_received(b"".join(api_versions(corr) for corr in (1, 2, 3, 4, 5)))
+        await settle(conn)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == [1, 2, 3, 4, 5]
+        # 1-3 in one write before 4's wait; 4 and 5 in another.
+        assert len(writes) == 2
 
     asyncio.run(run())
