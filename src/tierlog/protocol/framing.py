@@ -21,10 +21,13 @@ _SIZE = struct.Struct(">i")
 
 #: What one read from the socket may bring (asyncio's own reads are 256 KiB).
 READ_BUFFER_BYTES = 256 << 10
-#: A frame at least this large that is not complete after a read gets a buffer of its own once its
-#: size prefix is in, and the rest of it is read straight into that buffer: a 1 MiB produce request
-#: then costs one copy (the kernel's) instead of three.
+#: A frame at least this large that is not complete after a read is collected apart from the
+#: shared read buffer, and once enough of it is in, read straight into a buffer of its own: a 1 MiB
+#: produce request then costs one copy (the kernel's) instead of three.
 DIRECT_FRAME_BYTES = 16 << 10
+#: ... enough: an eighth of its declared size. So a client that declares a large frame and sends a
+#: little of it makes the broker hold at most eight times what it sent, never the declared size.
+DIRECT_AFTER_FRACTION = 8
 
 _read_buffers = threading.local()
 
@@ -46,14 +49,14 @@ class FrameDecoder:
     does): the reader writes into the buffer the decoder hands out and says how many bytes it
     wrote, which returns the frames they completed. ``feed(data)`` does the same for bytes already
     read. Frames come without their size prefix: small ones as ``bytes`` copied out of the receive
-    buffer, large ones as the ``bytearray`` they were read into (never reused, so a view of it may
-    outlive the request).
+    buffer, large ones as the ``bytearray`` they were collected or read into (never reused, so a
+    view of it may outlive the request).
 
     After a :class:`FrameError` the stream is out of sync for good: every later call raises the same
     error, and the connection must be closed.
     """
 
-    __slots__ = ("_error", "_filled", "_frame", "_frame_size", "_lent", "_partial", "max_frame_bytes")
+    __slots__ = ("_error", "_frame", "_frame_size", "_lent", "_partial", "_reading", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: int) -> None:
         if not 0 <= max_frame_bytes <= MAX_FRAME_BYTES:
@@ -61,9 +64,10 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         #: What was received of a frame smaller than DIRECT_FRAME_BYTES, its size prefix included ...
         self._partial = b""
-        #: ... or the buffer of a large frame and how much of it is filled.
+        #: ... or of a large frame, without its prefix: collected (``_frame`` is as long as what came)
+        #: until an eighth of it is in, then a buffer of the frame's size filled up to ``_reading``.
         self._frame: bytearray | None = None
-        self._filled = 0
+        self._reading = -1
         # Size of the frame being received, or -1 while its prefix is still incomplete.
         self._frame_size = -1
         #: Where the last get_buffer's room starts in the shared read buffer (after ``_partial``).
@@ -73,8 +77,7 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Memory held for frames not yet returned: the bytes received of them, or the whole buffer
-        of a large frame being read into its own (allocated when its size arrived, as Kafka's
-        ``NetworkReceive`` allocates a request's buffer). Non-zero at EOF means a torn frame."""
+        of a large frame being read into its own. Non-zero at EOF means a torn frame."""
         if self._frame is not None:
             return len(self._frame)
         return self._partial_body_bytes
@@ -82,7 +85,10 @@ class FrameDecoder:
     @property
     def received_bytes(self) -> int:
         """Bytes received of the frame being read (of its size prefix too while that is incomplete)."""
-        return self._filled if self._frame is not None else self._partial_body_bytes
+        frame = self._frame
+        if frame is not None:
+            return self._reading if self._reading >= 0 else len(frame)
+        return self._partial_body_bytes
 
     @property
     def _partial_body_bytes(self) -> int:
@@ -94,13 +100,17 @@ class FrameDecoder:
         return None if self._frame_size < 0 else self._frame_size
 
     def get_buffer(self) -> memoryview:
-        """Where the next bytes read go (never empty): the rest of a large frame, else the shared
-        read buffer after what was received of a small one."""
+        """Where the next bytes read go (never empty): the rest of a large frame being read into its
+        own buffer; else the shared read buffer, after what was received of a small frame or, for a
+        large one being collected, no longer than what is left of it."""
         if self._error is not None:
             raise self._error
         frame = self._frame
         if frame is not None:
-            return memoryview(frame)[self._filled:]
+            if self._reading >= 0:
+                return memoryview(frame)[self._reading:]
+            self._lent = 0
+            return memoryview(_read_buffer())[:self._frame_size - len(frame)]
         buffer = _read_buffer()
         lent = self._lent = len(self._partial)
         if lent:
@@ -112,13 +122,28 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         frame = self._frame
-        if frame is not None:
-            self._filled += nbytes
-            if self._filled < len(frame):
+        if frame is None:
+            return self._cut(self._lent + nbytes)
+        if self._reading >= 0:
+            self._reading += nbytes
+            if self._reading < self._frame_size:
                 return []
-            self._frame, self._filled, self._frame_size = None, 0, -1
-            return [frame]
-        return self._cut(self._lent + nbytes)
+        else:
+            with memoryview(_read_buffer()) as view:
+                frame += view[:nbytes]
+            if len(frame) < self._frame_size:
+                self._collected(frame)
+                return []
+        self._frame, self._reading, self._frame_size = None, -1, -1
+        return [frame]
+
+    def _collected(self, frame: bytearray) -> None:
+        """Once an eighth of a large frame is in, the rest is read straight into a buffer of its size."""
+        size = self._frame_size
+        if len(frame) < size and len(frame) * DIRECT_AFTER_FRACTION >= size:
+            whole = self._frame = bytearray(size)
+            whole[:len(frame)] = frame
+            self._reading = len(frame)
 
     def _cut(self, end: int) -> list[bytes | bytearray]:
         buffer = _read_buffer()
@@ -141,10 +166,9 @@ class FrameDecoder:
                         self._frame_size = -1
                         continue
                     if size >= DIRECT_FRAME_BYTES:
-                        # The rest of this frame is read into a buffer of its own.
-                        frame = self._frame = bytearray(size)
-                        self._filled = end - body
-                        frame[:self._filled] = view[body:end]
+                        # Collected apart from the shared buffer from now on.
+                        frame = self._frame = bytearray(view[body:end])
+                        self._collected(frame)
                         pos = end
                     break
                 self._partial = bytes(view[pos:end])

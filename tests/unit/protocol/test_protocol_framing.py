@@ -133,19 +133,27 @@ def test_reads_into_the_decoders_buffers_yield_the_frames_of_any_size(sizes: lis
     assert decoder.buffered_bytes == 0 and decoder.pending_frame_bytes is None
 
 
-def test_a_large_frame_is_read_into_its_own_buffer_and_counted_at_its_size() -> None:
+def test_a_large_frame_is_collected_then_read_into_its_own_buffer() -> None:
     decoder = FrameDecoder(1 << 20)
     body = bytes(range(256)) * 1024  # 256 KiB
-    wire = encode_frame(body)
+    wire = encode_frame(body) + encode_frame(b"next")
     assert read_in(decoder, wire[:1000], [1000]) == []
-    # Its buffer is allocated once the size is in (as Kafka's NetworkReceive does), so that is what it holds.
-    assert decoder.buffered_bytes == len(body) and decoder.received_bytes == 996
+    # Less than an eighth of it: held as received, not at its declared size (a client declaring a
+    # large frame and sending a little makes the broker hold what it sent, not what it declared).
+    assert decoder.buffered_bytes == decoder.received_bytes == 996
     room = decoder.get_buffer()
-    assert len(room) == len(body) - 996  # the rest of this frame, nothing of the next
-    room[:] = wire[1000:]
+    assert len(room) == len(body) - 996  # no more than the rest of this frame
+    room[:40_000] = wire[1000:41_000]
+    assert decoder.buffer_updated(40_000) == []
+    # An eighth is in: from now on its bytes are read straight into a buffer of its size.
+    assert decoder.buffered_bytes == len(body) and decoder.received_bytes == 40_996
+    room = decoder.get_buffer()
+    assert len(room) == len(body) - 40_996 and len(room.obj) == len(body)  # a view of the frame's own buffer
+    room[:] = wire[41_000:4 + len(body)]
     [frame] = decoder.buffer_updated(len(room))
     assert type(frame) is bytearray and frame == body
     assert decoder.buffered_bytes == 0
+    assert read_in(decoder, wire[4 + len(body):], []) == [b"next"]
 
 
 def test_decoders_sharing_the_read_buffer_keep_their_partial_frames_apart() -> None:
