@@ -50,6 +50,7 @@ from tierlog.tiered.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tierlog.tiered.compaction_jobs import CompactionRequests
 from tierlog.tiered.context import (
     LogSource,
     PartitionState,
@@ -93,6 +94,7 @@ class RemoteLogManager:
         status_path: Path | None = None,
         workers: Scheduler | None = None,
         compaction_crash_hook: Callable[[str], None] | None = None,
+        compaction_requests_dir: Path | None = None,
     ) -> None:
         """``scheduler`` runs the cheap periodic sync; ``workers`` (default: ``scheduler``) the copy
         tasks and the expiration pass, which wait on the remote store. The manager shuts
@@ -127,6 +129,9 @@ class RemoteLogManager:
         self.reader = RemoteReader(ctx)
         self.compactor = RemoteCompactor(ctx, self.deleter, Path(index_cache_dir) / "remote-compaction",
                                          compaction_crash_hook)
+        #: Swaps asked for by remote compaction jobs outside the broker (``tierlog spark compact``).
+        self.compaction_requests = (None if compaction_requests_dir is None
+                                    else CompactionRequests(ctx, self.deleter, compaction_requests_dir))
         self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
@@ -354,6 +359,8 @@ class RemoteLogManager:
         maintain = getattr(self.rlmm, "maintain_manifests", None)
         if callable(maintain):
             maintain()
+        if self.compaction_requests is not None:
+            self.compaction_requests.poll()
         self.expire_all(wait=False)
 
     def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *,
