@@ -314,3 +314,100 @@ def write_kept(buf: np.ndarray, kept: int, attr_at: np.ndarray, rest_at: np.ndar
         out[out_pos:out_pos + rest_bytes] = buf[rest_at[k]:end_at[k]]
         out_pos += rest_bytes
     return out_pos
+
+
+# -- a run of plain batches of a read chunk, in one call (the map pass) ----------------------------------
+
+
+def _crc32c_tables() -> np.ndarray:
+    """Slicing-by-8 tables of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
+    t = np.zeros((8, 256), np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t[0, i] = c
+    for i in range(256):
+        c = int(t[0, i])
+        for k in range(1, 8):
+            c = int(t[0, c & 0xFF]) ^ (c >> 8)
+            t[k, i] = c
+    return t
+
+
+_CRC_TABLES = _crc32c_tables()
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def crc32c(buf: np.ndarray, start: int, end: int) -> int:
+    t = _CRC_TABLES
+    c = np.uint32(0xFFFFFFFF)
+    p = start
+    while p + 8 <= end:
+        lo = c ^ (np.uint32(buf[p]) | (np.uint32(buf[p + 1]) << np.uint32(8)) | (np.uint32(buf[p + 2]) << np.uint32(16))
+                  | (np.uint32(buf[p + 3]) << np.uint32(24)))
+        c = (t[7, lo & np.uint32(0xFF)] ^ t[6, (lo >> np.uint32(8)) & np.uint32(0xFF)]
+             ^ t[5, (lo >> np.uint32(16)) & np.uint32(0xFF)] ^ t[4, lo >> np.uint32(24)]
+             ^ t[3, buf[p + 4]] ^ t[2, buf[p + 5]] ^ t[1, buf[p + 6]] ^ t[0, buf[p + 7]])
+        p += 8
+    while p < end:
+        c = t[0, (c ^ np.uint32(buf[p])) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+        p += 1
+    return int(c ^ np.uint32(0xFFFFFFFF))
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _be(buf: np.ndarray, pos: int, n: int) -> Any:
+    """A signed big-endian integer of ``n`` bytes (8 wraps to int64 by itself)."""
+    v = np.int64(0)
+    for i in range(n):
+        v = (v << np.int64(8)) | np.int64(buf[pos + i])
+    if n < 8 and v >= np.int64(1) << np.int64(8 * n - 1):
+        v -= np.int64(1) << np.int64(8 * n)
+    return v
+
+
+#: The chunk walk stopped before a batch the Python path must take (its own checks and errors, a
+#: control, transactional or compressed batch, a batch the chunk does not hold whole, one at or past
+#: the end offset, or one whose keys do not fit the map).
+STOPPED = 4
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def map_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, start_offset: int, end_offset: int,
+              h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, size: int,
+              limit: int) -> tuple[int, int, int, int, int, int]:
+    """The map pass over the plain batches (magic 2, uncompressed, neither transactional nor control)
+    of a read chunk from ``pos``, each checked as ``batches.read_batches`` checks it (length, magic,
+    CRC, offsets increasing). Stops (STOPPED) before the first batch it does not take, which the
+    caller reads the usual way. (status, position, previous last offset, map size, highest offset put
+    or -1, keyed records)."""
+    highest = -1
+    keyed = 0
+    while pos + 12 <= end:
+        length = _be(buf, pos + 8, 4)
+        if length < 49 or pos + 12 + length > end:
+            return STOPPED, pos, previous_last, size, highest, keyed
+        batch_end = pos + 12 + length
+        attributes = _be(buf, pos + 21, 2)
+        if buf[pos + 16] != 2 or (attributes & 0x37) != 0:
+            return STOPPED, pos, previous_last, size, highest, keyed
+        stored = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        if crc32c(buf, pos + 21, batch_end) != stored:
+            return STOPPED, pos, previous_last, size, highest, keyed
+        base = _be(buf, pos, 8)
+        last = base + _be(buf, pos + 23, 4)
+        if base <= previous_last or base >= end_offset:
+            return STOPPED, pos, previous_last, size, highest, keyed
+        if last >= start_offset:
+            count = _be(buf, pos + 57, 4)
+            status, new_size, top, n = map_batch(buf, pos + 61, batch_end, count, base, h1s, h2s, offs, size, limit)
+            if status != OK:
+                return STOPPED, pos, previous_last, size, highest, keyed
+            size = new_size
+            keyed += n
+            if top > highest:
+                highest = top
+        previous_last = last
+        pos = batch_end
+    return OK, pos, previous_last, size, highest, keyed

@@ -22,8 +22,8 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.fast_path import map_batch
-from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, key_digest
+from tierlog.storage.cleaner.fast_path import MapWalk, map_batch
+from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, OffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.log import UnifiedLog, segment_settings
@@ -162,7 +162,22 @@ class Cleaner:
             if upper <= start:
                 continue
             seg = self._segment(ulog, base)
-            for h in read_batches(seg.log, self.io_buffer_bytes, self._count_map_read(result)):
+            # Plain batches go through the compiled walk a chunk at a time; the rest come out here.
+            walk = MapWalk(m, start, end) if isinstance(m, OffsetMap) else None
+
+            def on_read(n: int, walk: MapWalk | None = walk) -> None:
+                result.map_bytes_read += n
+                self._read(n)
+                if self._progress_now():  # once a chunk: the walk yields no batch to report at
+                    at = max(covered, walk.covered) if walk is not None else covered  # noqa: B023 - the latest, on purpose
+                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {at} of "
+                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
+
+            for h in read_batches(seg.log, self.io_buffer_bytes, on_read, walk):
+                if walk is not None:
+                    covered = max(covered, walk.covered)
+                    result.map_records += walk.keyed
+                    walk.keyed = 0
                 if h.last_offset < start:
                     continue
                 if h.base_offset >= end:
@@ -184,16 +199,10 @@ class Cleaner:
                     return covered
                 result.map_records += keyed_count
                 covered = h.next_offset
-                if self._progress_now():
-                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {covered} of "
-                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
+            if walk is not None:
+                covered = max(covered, walk.covered)
+                result.map_records += walk.keyed
         return end  # every batch below ``end`` is in the map
-
-    def _count_map_read(self, result: CleanResult) -> Callable[[int], None]:
-        def on_read(n: int) -> None:
-            result.map_bytes_read += n
-            self._read(n)
-        return on_read
 
     @staticmethod
     def _segment(ulog: UnifiedLog, base: int) -> LogSegment:

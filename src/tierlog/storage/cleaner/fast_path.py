@@ -83,6 +83,30 @@ def map_batch(m: OffsetMap, h: BatchHeader) -> tuple[bool, int]:
     return True, int(keyed)
 
 
+class MapWalk:
+    """The map pass's compiled walk over a read chunk's plain batches (``batches.ChunkWalk``): their
+    keys go into ``m`` for offsets in [start, end); ``covered`` and ``keyed`` follow what it took."""
+
+    def __init__(self, m: OffsetMap, start: int, end: int) -> None:
+        self.m = m
+        self.start = start
+        self.end = end
+        self.covered = start
+        self.keyed = 0
+
+    def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
+        m = self.m
+        _status, position, previous_last, size, highest, keyed = _fastclean.map_chunk(
+            _ARRAYS.of(buf), position, len(buf), previous_last, self.start, self.end, m.h1, m.h2, m.offsets,
+            m.size, m.slots)
+        m.size = int(size)
+        if highest > m.latest_offset:
+            m.latest_offset = int(highest)
+        self.keyed += int(keyed)
+        self.covered = max(self.covered, int(previous_last) + 1)
+        return int(position), int(previous_last)
+
+
 def rewrite_data_batch(h: BatchHeader, m: OffsetMap, now_ms: int, delete_retention_ms: int, keep_deletes: bool,
                        horizon: int | None, drop_if_empty: bool) -> tuple[bytes | None, int] | None:
     """The cleaned form of uncompressed CreateTime data batch ``h`` and the records it keeps, or
