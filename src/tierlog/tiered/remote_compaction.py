@@ -48,6 +48,7 @@ from tierlog.config.log_config import LogConfig
 from tierlog.records.builder import build_batch
 from tierlog.records.header import BatchHeader
 from tierlog.storage.cleaner.batches import (
+    CorruptDirtyBatchError,
     FilterContext,
     LastRecord,
     batch_keys,
@@ -75,6 +76,7 @@ from tierlog.tiered.api import (
     RemoteStorageManager,
 )
 from tierlog.tiered.context import PartitionState, TieringContext
+from tierlog.tiered.policy import retry_delay_ms
 from tierlog.tiered.segment_deleter import SegmentDeleter
 
 log = logging.getLogger(__name__)
@@ -277,9 +279,11 @@ class RemoteCompactor:
         if (not ctx.config.compaction_enable or not (ctx.config.remote_compaction_enable or force) or ulog is None or not ulog.config.compact or ulog.deleted
                 or ulog.offline_reason is not None or state.released or ctx.closed()):
             return None
+        now = ctx.now_ms()
+        if not force and state.compaction_retry_at_ms is not None and now < state.compaction_retry_at_ms:
+            return None  # backing off after a failed run
         segments = list(ctx.rlmm.list_remote_log_segments(state.tip))
         finished = any(m.state is S.COPY_SEGMENT_FINISHED for m in segments)
-        now = ctx.now_ms()
         horizon = state.remote_delete_horizon_ms
         # Due by the dirty ratio, or once a kept tombstone's horizon has passed (Kafka's cleaner also
         # picks a log for its expired tombstones), or when asked.
@@ -291,13 +295,31 @@ class RemoteCompactor:
             result = self.compact(state, ulog, now)
         except Exception as e:
             self.errors += 1
-            log.error("remote compaction of %s-%d failed: %s: %s", *state.tp, type(e).__name__, e,
-                      exc_info=not isinstance(e, RemoteStorageError | OSError))
+            state.compaction_errors += 1
+            state.compaction_failures += 1
+            delay = retry_delay_ms(state.compaction_failures, ctx.config.task_interval_ms, ctx.config.retry_max_delay_ms)
+            state.compaction_retry_at_ms = now + delay
+            if isinstance(e, CorruptDirtyBatchError):
+                # Damaged remote data: nothing is replaced or deleted because of it, the partition
+                # keeps serving; retried with backoff (the object may be re-read fine), not every pass.
+                log.error("remote compaction of %s-%d stopped on damaged remote data, nothing replaced: %s; "
+                          "next attempt in %d ms (failure %d)", *state.tp, e, delay, state.compaction_failures)
+            else:
+                log.error("remote compaction of %s-%d failed: %s: %s; next attempt in %d ms (failure %d)", *state.tp,
+                          type(e).__name__, e, delay, state.compaction_failures,
+                          exc_info=not isinstance(e, RemoteStorageError | OSError))
             ctx.record_error(state, f"remote compaction: {type(e).__name__}: {e}")
             return None
         self.last_result = result
+        state.compaction_runs += 1
+        state.compaction_bytes_read += result.bytes_read
+        state.compaction_bytes_written += result.bytes_written
+        state.compaction_last_run_ms = ctx.now_ms()
+        state.compaction_failures = 0
+        state.compaction_retry_at_ms = None
         if result.abandoned is None:
             state.remote_delete_horizon_ms = result.next_delete_horizon_ms
+        ctx.write_status()
         return result
 
     # -- one run ----------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ from tierlog.tiered.restore import (
     take_untiered_offline,
 )
 from tierlog.tiered.segment_deleter import FailedRemoteDelete, SegmentDeleter
-from tierlog.tiered.status import PartitionTierStatus, partition_status, write_status_file
+from tierlog.tiered.status import PartitionTierStatus, compaction_fields, partition_status, write_status_file
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +472,7 @@ class RemoteLogManager:
         entries = {
             f"{s.tp[0]}-{s.tp[1]}": {"copy_task": "stopped" if s.copy_stopped else "active",
                                      "last_error": s.last_error, "last_error_ms": s.last_error_ms,
-                                     "consecutive_failures": s.consecutive_failures}
+                                     "consecutive_failures": s.consecutive_failures, **compaction_fields(s)}
             for s in list(self._partitions.values())
         }
         for (topic, partition), ulog in self.logs.all_logs().items():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.tiered import Env
 from tests.unit.tiered.test_remote_compaction import (
     T0,
@@ -178,3 +180,47 @@ def test_remote_compaction_enable_false_leaves_the_remote_tier_to_the_job(env: E
     assert not any(m.replaces for m in finished(rlm))
     forced = rlm.compact_partition("t", 0, force=True)  # asked for explicitly, it still runs
     assert forced is not None and forced.segments_written >= 1
+
+
+def test_damaged_remote_data_backs_off_with_one_clear_error_and_replaces_nothing(
+        env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """A damaged batch in a remote segment: an ERROR naming it, the failure counted (status, status
+    file, metrics read them), nothing replaced or deleted, the partition served as before; the
+    next passes within the backoff do not read it again, a pass after the backoff does."""
+    from tierlog.tiered.status import offline_status
+
+    _, rlm, remote_end = setup_two_rounds(env)
+    old = finished(rlm)
+    served = read_remote(rlm, old[0].end_offset)
+    damaged = sorted((env.root / "remote").rglob("*.log"))[-1]
+    data = bytearray(damaged.read_bytes())
+    data[70] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    [state] = list(rlm._partitions.values())
+    with caplog.at_level("ERROR", logger="tierlog.tiered.remote_compaction"):
+        assert rlm.compact_partition("t", 0) is None  # due: every remote byte is dirty
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "damaged remote data, nothing replaced" in errors[0] and "next attempt in" in errors[0]
+    assert state.compaction_errors == 1 and state.compaction_retry_at_ms is not None
+    assert finished(rlm) == old and read_remote(rlm, old[0].end_offset) == served
+    caplog.clear()
+    for _ in range(3):  # the copy task's next passes, within the backoff
+        assert rlm.compact_partition("t", 0) is None
+    assert not caplog.records and state.compaction_errors == 1
+    [status] = rlm.status()
+    assert (status.compaction_errors, status.compaction_runs) == (1, 0)
+    [persisted] = offline_status([env.root / "data"])
+    assert persisted.compaction_errors == 1 and persisted.compaction_retry_at_ms == state.compaction_retry_at_ms
+    env.clock.advance(state.compaction_retry_at_ms - env.clock.wall_ms())
+    assert rlm.compact_partition("t", 0) is None
+    assert state.compaction_errors == 2  # tried again after the backoff, backing off longer
+    damaged.write_bytes(bytes(data[:70]) + bytes([data[70] ^ 0xFF]) + bytes(data[71:]))  # repaired
+    env.clock.advance(state.compaction_retry_at_ms - env.clock.wall_ms())
+    result = rlm.compact_partition("t", 0)
+    assert result is not None and result.segments_written >= 1
+    assert (state.compaction_runs, state.compaction_retry_at_ms) == (1, None)
+    assert state.compaction_bytes_read > 0 and state.compaction_bytes_written > 0
+    assert state.compaction_last_run_ms == env.clock.wall_ms()
+    [persisted] = offline_status([env.root / "data"])
+    assert persisted.compaction_runs == 1 and persisted.compaction_bytes_written == state.compaction_bytes_written
+    assert read_remote(rlm, remote_end)
