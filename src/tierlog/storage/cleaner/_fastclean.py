@@ -367,47 +367,54 @@ def _be(buf: np.ndarray, pos: int, n: int) -> Any:
     return v
 
 
-#: The chunk walk stopped before a batch the Python path must take (its own checks and errors, a
-#: control, transactional or compressed batch, a batch the chunk does not hold whole, one at or past
-#: the end offset, or one whose keys do not fit the map).
-STOPPED = 4
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def scan_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, end_offset: int, starts: np.ndarray,
+               ends: np.ndarray, crcs: np.ndarray) -> int:
+    """The run of plain batches (magic 2, uncompressed, neither transactional nor control) a read
+    chunk holds whole from ``pos``, with offsets increasing from ``previous_last`` and below
+    ``end_offset``: fills their [start, end) and stored CRC, returns how many (at most the arrays'
+    size). The caller checks the CRCs (the C library is far faster than a compiled table)."""
+    n = 0
+    while pos + 12 <= end and n < starts.shape[0]:
+        length = _be(buf, pos + 8, 4)
+        if length < 49 or pos + 12 + length > end:
+            break
+        attributes = _be(buf, pos + 21, 2)
+        if buf[pos + 16] != 2 or (attributes & 0x37) != 0:
+            break
+        base = _be(buf, pos, 8)
+        if base <= previous_last or base >= end_offset:
+            break
+        starts[n] = pos
+        ends[n] = pos + 12 + length
+        crcs[n] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        previous_last = base + _be(buf, pos + 23, 4)
+        pos = ends[n]
+        n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
-def map_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, start_offset: int, end_offset: int,
-              h1s: np.ndarray, h2s: np.ndarray, offs: np.ndarray, size: int,
-              limit: int) -> tuple[int, int, int, int, int, int]:
-    """The map pass over the plain batches (magic 2, uncompressed, neither transactional nor control)
-    of a read chunk from ``pos``, each checked as ``batches.read_batches`` checks it (length, magic,
-    CRC, offsets increasing). Stops (STOPPED) before the first batch it does not take, which the
-    caller reads the usual way. (status, position, previous last offset, map size, highest offset put
-    or -1, keyed records)."""
+def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start_offset: int, h1s: np.ndarray,
+            h2s: np.ndarray, offs: np.ndarray, size: int, limit: int) -> tuple[int, int, int, int, int]:
+    """The map pass over the first ``n`` batches :func:`scan_chunk` found (their CRCs checked): stops
+    before one whose keys do not fit or whose records do not parse. (batches taken, their last
+    offset or -1, map size, highest offset put or -1, keyed records)."""
     highest = -1
     keyed = 0
-    while pos + 12 <= end:
-        length = _be(buf, pos + 8, 4)
-        if length < 49 or pos + 12 + length > end:
-            return STOPPED, pos, previous_last, size, highest, keyed
-        batch_end = pos + 12 + length
-        attributes = _be(buf, pos + 21, 2)
-        if buf[pos + 16] != 2 or (attributes & 0x37) != 0:
-            return STOPPED, pos, previous_last, size, highest, keyed
-        stored = _be(buf, pos + 17, 4) & 0xFFFFFFFF
-        if crc32c(buf, pos + 21, batch_end) != stored:
-            return STOPPED, pos, previous_last, size, highest, keyed
+    last = -1
+    for i in range(n):
+        pos = starts[i]
         base = _be(buf, pos, 8)
-        last = base + _be(buf, pos + 23, 4)
-        if base <= previous_last or base >= end_offset:
-            return STOPPED, pos, previous_last, size, highest, keyed
-        if last >= start_offset:
+        batch_last = base + _be(buf, pos + 23, 4)
+        if batch_last >= start_offset:
             count = _be(buf, pos + 57, 4)
-            status, new_size, top, n = map_batch(buf, pos + 61, batch_end, count, base, h1s, h2s, offs, size, limit)
+            status, new_size, top, k = map_batch(buf, pos + 61, ends[i], count, base, h1s, h2s, offs, size, limit)
             if status != OK:
-                return STOPPED, pos, previous_last, size, highest, keyed
+                return i, last, size, highest, keyed
             size = new_size
-            keyed += n
+            keyed += k
             if top > highest:
                 highest = top
-        previous_last = last
-        pos = batch_end
-    return OK, pos, previous_last, size, highest, keyed
+        last = batch_last
+    return n, last, size, highest, keyed

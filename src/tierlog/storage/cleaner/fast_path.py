@@ -45,12 +45,19 @@ class _Arrays(threading.local):
         self._buf: object = None
         self._arr = np.empty(0, np.uint8)
         self.scratch = np.empty((4, 0), np.int64)
+        self._runs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def of(self, buf: bytes) -> np.ndarray:
         if buf is not self._buf:
             self._buf = buf
             self._arr = np.frombuffer(buf, np.uint8)
         return self._arr
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scratch arrays for one chunk's run of batches (a run longer than them takes more calls)."""
+        if self._runs is None:
+            self._runs = (np.empty(4096, np.int64), np.empty(4096, np.int64), np.empty(4096, np.int64))
+        return self._runs
 
     def ensure(self, records: int) -> np.ndarray:
         if self.scratch.shape[1] < records:
@@ -96,15 +103,27 @@ class MapWalk:
 
     def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
         m = self.m
-        _status, position, previous_last, size, highest, keyed = _fastclean.map_chunk(
-            _ARRAYS.of(buf), position, len(buf), previous_last, self.start, self.end, m.h1, m.h2, m.offsets,
-            m.size, m.slots)
+        arr = _ARRAYS.of(buf)
+        starts, ends, crcs = _ARRAYS.runs()
+        n = int(_fastclean.scan_chunk(arr, position, len(buf), previous_last, self.end, starts, ends, crcs))
+        if n == 0:
+            return position, previous_last
+        view = memoryview(buf)
+        for i, (s, e, stored) in enumerate(zip(starts[:n].tolist(), ends[:n].tolist(), crcs[:n].tolist(),
+                                               strict=True)):
+            if crc32c(view[s + CRC_START:e]) != stored:
+                n = i  # the per-batch path reports it
+                break
+        taken, last, size, highest, keyed = _fastclean.map_run(arr, starts, ends, n, self.start, m.h1, m.h2,
+                                                               m.offsets, m.size, m.slots)
+        if taken == 0:
+            return position, previous_last
         m.size = int(size)
         if highest > m.latest_offset:
             m.latest_offset = int(highest)
         self.keyed += int(keyed)
-        self.covered = max(self.covered, int(previous_last) + 1)
-        return int(position), int(previous_last)
+        self.covered = max(self.covered, int(last) + 1)
+        return int(ends[taken - 1]), int(last)
 
 
 def rewrite_data_batch(h: BatchHeader, m: OffsetMap, now_ms: int, delete_retention_ms: int, keep_deletes: bool,
