@@ -16,6 +16,7 @@ from tests.unit.tiered.test_remote_compaction import (
     as_table,
     clean_and_checkpoint,
     finished,
+    local_rsm,
     put_round,
     read_remote,
     setup_two_rounds,
@@ -224,3 +225,25 @@ def test_damaged_remote_data_backs_off_with_one_clear_error_and_replaces_nothing
     [persisted] = offline_status([env.root / "data"])
     assert persisted.compaction_runs == 1 and persisted.compaction_bytes_written == state.compaction_bytes_written
     assert read_remote(rlm, remote_end)
+
+
+def test_the_remote_tombstone_horizon_survives_a_restart(env: Env) -> None:
+    """A tombstone remote compaction kept (delete.retention.ms not passed) goes at its horizon after a
+    restart too: the horizon is in the status file, not only in memory."""
+    _, rlm, remote_end = setup_two_rounds(env)  # round 2 tombstones key 3
+    assert rlm.compact_partition("t", 0) is not None
+    [state] = list(rlm._partitions.values())
+    horizon = state.remote_delete_horizon_ms
+    assert horizon is not None and horizon > env.clock.wall_ms()
+    assert b"key-03" in {k for _, k, _ in read_remote(rlm, remote_end)}
+    rlm.close()
+    restarted = env.rlm(local_rsm(env))
+    restarted.sync_partitions()
+    [state] = list(restarted._partitions.values())
+    assert state.remote_delete_horizon_ms == horizon
+    assert restarted.compact_partition("t", 0) is None  # clean, and the horizon has not passed
+    env.clock.advance(horizon - env.clock.wall_ms())
+    result = restarted.compact_partition("t", 0)  # due by the horizon alone
+    assert result is not None and result.segments_written >= 1
+    assert b"key-03" not in {k for _, k, _ in read_remote(restarted, remote_end)}
+    assert state.remote_delete_horizon_ms is None
