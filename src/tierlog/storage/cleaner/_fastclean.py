@@ -316,44 +316,7 @@ def write_kept(buf: np.ndarray, kept: int, attr_at: np.ndarray, rest_at: np.ndar
     return out_pos
 
 
-# -- a run of plain batches of a read chunk, in one call (the map pass) ----------------------------------
-
-
-def _crc32c_tables() -> np.ndarray:
-    """Slicing-by-8 tables of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78)."""
-    t = np.zeros((8, 256), np.uint32)
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t[0, i] = c
-    for i in range(256):
-        c = int(t[0, i])
-        for k in range(1, 8):
-            c = int(t[0, c & 0xFF]) ^ (c >> 8)
-            t[k, i] = c
-    return t
-
-
-_CRC_TABLES = _crc32c_tables()
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
-def crc32c(buf: np.ndarray, start: int, end: int) -> int:
-    t = _CRC_TABLES
-    c = np.uint32(0xFFFFFFFF)
-    p = start
-    while p + 8 <= end:
-        lo = c ^ (np.uint32(buf[p]) | (np.uint32(buf[p + 1]) << np.uint32(8)) | (np.uint32(buf[p + 2]) << np.uint32(16))
-                  | (np.uint32(buf[p + 3]) << np.uint32(24)))
-        c = (t[7, lo & np.uint32(0xFF)] ^ t[6, (lo >> np.uint32(8)) & np.uint32(0xFF)]
-             ^ t[5, (lo >> np.uint32(16)) & np.uint32(0xFF)] ^ t[4, lo >> np.uint32(24)]
-             ^ t[3, buf[p + 4]] ^ t[2, buf[p + 5]] ^ t[1, buf[p + 6]] ^ t[0, buf[p + 7]])
-        p += 8
-    while p < end:
-        c = t[0, (c ^ np.uint32(buf[p])) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
-        p += 1
-    return int(c ^ np.uint32(0xFFFFFFFF))
+# -- a run of plain batches of a read chunk, in one call (the map pass and the rewrite) -----------------
 
 
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -418,3 +381,86 @@ def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start
                 highest = top
         last = batch_last
     return n, last, size, highest, keyed
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _put_be(out: np.ndarray, pos: int, value: int, n: int) -> None:
+    v = np.int64(value)
+    for i in range(n - 1, -1, -1):
+        out[pos + i] = np.uint8(v & np.int64(0xFF))
+        v >>= np.int64(8)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def filter_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, h1s: np.ndarray, h2s: np.ndarray,
+               offs: np.ndarray, now_ms: int, delete_retention_ms: int, keep_deletes: bool, last_pids: np.ndarray,
+               last_offsets: np.ndarray, out: np.ndarray, out_ends: np.ndarray, rewritten: np.ndarray,
+               attr_at: np.ndarray, rest_at: np.ndarray, end_at: np.ndarray,
+               timestamps: np.ndarray) -> tuple[int, int, int, int, int]:
+    """The rewrite of the first ``n`` batches :func:`scan_chunk` found (CRCs checked) into ``out``, by
+    the rules of ``batches.filter_batch`` and the same bytes as ``fast_path.rewrite_data_batch``: a
+    batch kept whole is copied, one emptied is dropped, the others rewritten with their kept records
+    (CRC left 0 and flagged in ``rewritten``: the caller fills it). Stops before a LogAppendTime batch,
+    one whose records do not parse, and an emptied batch that may be its producer's last (sorted
+    ``last_pids`` with their last data offsets): the per-batch path decides those. (batches taken,
+    output bytes, output batches, records read, records kept)."""
+    out_pos = 0
+    out_n = 0
+    records_read = 0
+    records_kept = 0
+    for i in range(n):
+        pos = starts[i]
+        attributes = _be(buf, pos + 21, 2)
+        if attributes & 0x08:
+            return i, out_pos, out_n, records_read, records_kept
+        base = _be(buf, pos, 8)
+        base_timestamp = _be(buf, pos + 27, 8)
+        count = _be(buf, pos + 57, 4)
+        if count < 0 or count > attr_at.shape[0]:
+            return i, out_pos, out_n, records_read, records_kept
+        has_horizon = (attributes & 0x40) != 0
+        keep = keep_deletes or not has_horizon or now_ms < base_timestamp
+        status, kept, records, has_tombstone = retain(buf, pos + 61, ends[i], count, base, base_timestamp, h1s,
+                                                       h2s, offs, keep, attr_at, rest_at, end_at, timestamps)
+        if status != OK:
+            return i, out_pos, out_n, records_read, records_kept
+        new_horizon = has_horizon or has_tombstone
+        horizon = base_timestamp if has_horizon else now_ms + delete_retention_ms
+        if kept == 0:
+            producer_id = _be(buf, pos + 43, 8)
+            if producer_id >= 0:
+                j = np.searchsorted(last_pids, producer_id)
+                if j < last_pids.shape[0] and last_pids[j] == producer_id and \
+                        last_offsets[j] == base + _be(buf, pos + 23, 4):
+                    return i, out_pos, out_n, records_read, records_kept
+            records_read += count
+            continue
+        records_read += count
+        records_kept += kept
+        if kept == records and new_horizon == has_horizon:
+            size = ends[i] - pos
+            out[out_pos:out_pos + size] = buf[pos:ends[i]]
+            rewritten[out_n] = 0
+        else:
+            new_base_ts = horizon if new_horizon else timestamps[0]
+            end = write_kept(buf, kept, attr_at, rest_at, end_at, timestamps, new_base_ts, out, out_pos + 61)
+            size = end - out_pos
+            out[out_pos:out_pos + 21] = buf[pos:pos + 21]  # base offset, leader epoch, magic (length below)
+            _put_be(out, out_pos + 8, size - 12, 4)
+            _put_be(out, out_pos + 17, 0, 4)
+            new_attributes = (attributes & ~0x40) | (0x40 if new_horizon else 0)
+            _put_be(out, out_pos + 21, new_attributes, 2)
+            out[out_pos + 23:out_pos + 27] = buf[pos + 23:pos + 27]  # last offset delta
+            _put_be(out, out_pos + 27, new_base_ts, 8)
+            largest = timestamps[0]
+            for k in range(1, kept):
+                if timestamps[k] > largest:
+                    largest = timestamps[k]
+            _put_be(out, out_pos + 35, largest, 8)
+            out[out_pos + 43:out_pos + 57] = buf[pos + 43:pos + 57]  # producer id, epoch, base sequence
+            _put_be(out, out_pos + 57, kept, 4)
+            rewritten[out_n] = 1
+        out_pos += size
+        out_ends[out_n] = out_pos
+        out_n += 1
+    return n, out_pos, out_n, records_read, records_kept

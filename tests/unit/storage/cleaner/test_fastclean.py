@@ -103,16 +103,6 @@ def test_the_compiled_map_memory_is_its_table() -> None:
     assert m.table_bytes == 1000 * 24 and m.fits(1) and not m.fits(2)
 
 
-@settings(max_examples=50, deadline=None)
-@given(data=st.binary(max_size=300), start=st.integers(0, 40))
-def test_the_compiled_crc32c_equals_the_library(data: bytes, start: int) -> None:
-    import numpy as np
-
-    from tierlog._util.crc import crc32c
-    from tierlog.storage.cleaner import _fastclean
-
-    start = min(start, len(data))
-    assert _fastclean.crc32c(np.frombuffer(data, np.uint8), start, len(data)) == crc32c(data[start:])
 
 
 def test_the_map_walk_takes_a_chunk_of_plain_batches_and_stops_at_the_others(tmp_path: Path) -> None:
