@@ -161,6 +161,32 @@ def spark_compact(spark: object, rlm: object, ulog: object, data: Path, remote: 
     return elapsed, row["sources"], row["bytes_written"]
 
 
+def repeated(root: Path, source: Path, slots: int, n: int) -> None:
+    """The map pass alone and one whole cleaning, each on a fresh copy, ``n`` + 1 times."""
+    import statistics
+
+    import tierlog
+    from tierlog.storage.cleaner.cleaner import CleanResult
+
+    map_s: list[float] = []
+    clean_s: list[float] = []
+    for i in range(n + 1):
+        d = root / f"repeat-{i}" / "t-0"
+        shutil.copytree(source, d)
+        config = LogConfig(cleanup_policy=("compact",), segment_bytes=16 * 2**20, file_delete_delay_ms=0)
+        ulog = load_log(d, config, LoadOptions(had_clean_shutdown=True), clock=ManualClock(TS))
+        cleaner = Cleaner(OffsetMap(slots, capacity_for(slots)), io_buffer_bytes=IO_BUFFER)
+        started = time.perf_counter()
+        cleaner.build_offset_map(ulog, 0, ulog.segments.base_offsets[-1], CleanResult(0, 0))
+        map_s.append(time.perf_counter() - started)
+        ulog.close()
+        clean_s.append(clean(d, slots)[0])
+        shutil.rmtree(d.parent)
+    src = Path(tierlog.__file__).resolve().parents[1]
+    for name, times in (("map pass", map_s[1:]), ("cleaning", clean_s[1:])):
+        print(f"{name} ({src}): min {min(times):.3f} s, median {statistics.median(times):.3f} s over {n}")
+
+
 def map_memory(keys: int) -> int:
     OffsetMap(1).put(b"warm-up", 0)  # the compiled code's own allocations are not the map's
     tracemalloc.start()
@@ -181,6 +207,10 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=100, help="records per batch")
     ap.add_argument("--dir", type=Path, default=None, help="where to build the log (default: a temp dir)")
     ap.add_argument("--remote", action="store_true", help="also time remote compaction of the same log")
+    ap.add_argument("--repeat", type=int, default=0, metavar="N",
+                    help="also clean N fresh copies of the log and print the map pass's and the cleaning's "
+                         "min and median (the first, with compiling, not counted): for before/after comparisons, "
+                         "run alternately with PYTHONPATH=<tree>/src")
     ap.add_argument("--spark", action="store_true",
                     help="also time tierlog spark compact's path (local[2] Spark) on the same log")
     args = ap.parse_args()
@@ -192,7 +222,7 @@ def main() -> int:
         mb = size / 1e6
         base_s = baseline(log_dir, root / "copy")
         slots = max(args.keys, 1)
-        if args.remote or args.spark:
+        if args.remote or args.spark or args.repeat:
             shutil.copytree(log_dir, root / "pristine")  # the cleaning below rewrites log_dir
         clean_s, written = clean(log_dir, slots)
         report("cleaning", mb / clean_s, "MB/s", "read + write + fsync of the same bytes", mb / base_s)
@@ -203,6 +233,8 @@ def main() -> int:
             report("remote compaction", mb / remote_s, "MB/s", "the local cleaner on the same log", mb / clean_s)
             print(f"remote compaction: {replaced} remote segments compacted in {remote_s:.2f} s (local cleaner "
                   f"{clean_s:.2f} s), {remote_written / 1e6:.2f} MB written")
+        if args.repeat:
+            repeated(root, root / "pristine", slots, args.repeat)
         if args.spark:
             from tierlog.pipeline import spark_session
 
