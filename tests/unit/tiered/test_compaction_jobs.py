@@ -6,6 +6,7 @@ commit without its intent leave no object behind."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,16 @@ def test_the_remote_tombstone_horizon_survives_a_restart(env: Env) -> None:
     assert result is not None and result.segments_written >= 1
     assert b"key-03" not in {k for _, k, _ in read_remote(restarted, remote_end)}
     assert state.remote_delete_horizon_ms is None
+
+
+def test_tier_status_prints_the_remote_compaction_line(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.tiered.test_tier_cmd import run
+
+    _, rlm, _ = setup_two_rounds(env)
+    result = rlm.compact_partition("t", 0)
+    assert result is not None
+    assert run(["tier", "status", "--data-dir", str(env.root / "data")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("remote compaction t-0:")]
+    assert lines == [f"remote compaction t-0: 1 runs, last at "
+                     f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(env.clock.wall_ms() / 1000))}, "
+                     f"{result.bytes_read} bytes read, {result.bytes_written} written, 0 failed"], lines
