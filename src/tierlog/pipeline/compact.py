@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tierlog.clock import Clock
+from tierlog.clock import Clock, monotonic_s
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import TierlogError
 from tierlog.pipeline.catalog import PartitionLog, discover
@@ -270,8 +270,8 @@ def compact(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, config_fo
         for row in rows:
             row["results"] = [] if row["segments_written"] else ["nothing to swap"]
         waiting = {row["job"]: row for row in rows if row["segments_written"]}
-        deadline = time.monotonic() + timeout_s
-        while waiting and time.monotonic() < deadline:
+        deadline = monotonic_s(clock) + timeout_s
+        while waiting and monotonic_s(clock) < deadline:
             for job in list(waiting):
                 answer = read_result(directory, job)
                 if answer is not None:
