@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and this broker.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, this broker and groups.
 
 Changes go through the metadata controller (validated against the one definition of each key, then
 recorded as ConfigRecords); the log sync applies them to open logs. Describing reports each key's
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tierlog.config.definition import ConfigKey, Type, Value
+from tierlog.config.group_keys import GROUP_DEF
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
@@ -28,6 +29,7 @@ from tierlog.server.log_sync import effective_topic_defaults
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 
 class ConfigSource(enum.IntEnum):
@@ -39,6 +41,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 # Kafka's DescribeConfigsResponse.ConfigType ids.
@@ -104,6 +107,33 @@ def topic_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wante
     return out
 
 
+def group_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wanted: set[str] | None, *,
+                         include_synonyms: bool, include_docs: bool) -> list[dict[str, Any]]:
+    """Every group key's value for a group with ``overrides``, as Kafka's ConfigHelper describes a GROUP
+    resource: the group's own value (GROUP_CONFIG), else its broker synonym's (set in server.properties,
+    else that key's default); a key without a broker synonym falls back to its own default."""
+    out: list[dict[str, Any]] = []
+    for name, key in GROUP_DEF.keys.items():
+        if wanted is not None and name not in wanted:
+            continue
+        synonyms: list[dict[str, Any]] = []
+        if name in overrides:
+            synonyms.append({"name": name, "value": overrides[name], "source": int(ConfigSource.GROUP_CONFIG)})
+        for syn, _ in key.broker_synonyms:
+            if ctx.config.is_set(syn):
+                synonyms.append({"name": syn, "value": format_value(ctx.config.get(syn)),
+                                 "source": int(ConfigSource.STATIC_BROKER_CONFIG)})
+            synonyms.append({"name": syn, "value": format_value(BROKER_DEF.require(syn).default),
+                             "source": int(ConfigSource.DEFAULT_CONFIG)})
+        if not key.broker_synonyms:
+            synonyms.append({"name": name, "value": format_value(key.default),
+                             "source": int(ConfigSource.DEFAULT_CONFIG)})
+        value = overrides[name] if name in overrides else synonyms[0]["value"]
+        out.append(_entry(key, value, ConfigSource(synonyms[0]["source"]), read_only=False,
+                          synonyms=synonyms if include_synonyms else [], include_docs=include_docs))
+    return out
+
+
 def broker_config_entries(ctx: BrokerContext, resource_name: str, wanted: set[str] | None, *,
                           include_synonyms: bool, include_docs: bool) -> list[dict[str, Any]]:
     image = ctx.image
@@ -158,6 +188,8 @@ def _config_refusal(ctx: BrokerContext, client: ClientInfo, op: AclOperation, rt
         return 0 if ctx.allowed(client, op, ResourceType.TOPIC, rname) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if rtype in (BROKER, BROKER_LOGGER):
         return 0 if ctx.allowed(client, op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if rtype == GROUP:
+        return 0 if ctx.allowed(client, op, ResourceType.GROUP, rname) else ErrorCode.GROUP_AUTHORIZATION_FAILED
     return 0
 
 
@@ -192,6 +224,13 @@ async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, cl
                                                       include_docs=include_docs)
         elif rtype == BROKER_LOGGER:
             continue  # no per-logger levels to report
+        elif rtype == GROUP:
+            # A group with no configs set, or no group at all, is described with every default (as Kafka).
+            if not rname:
+                result.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Group name must not be empty")
+                continue
+            result["configs"] = group_config_entries(ctx, ctx.image.group_configs(rname), wanted,
+                                                     include_synonyms=include_synonyms, include_docs=include_docs)
         else:
             result.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
     return build_response(ApiKey.DESCRIBE_CONFIGS, request.api_version, {"results": results})
@@ -205,6 +244,8 @@ def _resource_type(ctx: BrokerContext, rtype: int, rname: str) -> ConfigResource
         if message is not None:
             raise _RequestError(message)
         return ConfigResourceType.BROKER
+    if rtype == GROUP:
+        return ConfigResourceType.GROUP
     raise _RequestError(f"Unsupported resource type {rtype}")
 
 
