@@ -130,3 +130,52 @@ def test_dynamic_broker_defaults_reach_topics_without_overrides(tmp_path: Path) 
         assert plain.config.retention_ms == 7_200_000
 
     with_broker(tmp_path, test)
+
+
+def test_group_configs_described_with_broker_synonyms_and_refused_by_kafkas_rules(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        result = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("g", None, 32))).results[0]
+        assert result.error_code == 0
+        by_name = {c.name: c for c in result.configs}
+        assert len(by_name) == 17
+        # The broker's group.consumer.session.timeout.ms (set in its config) is the default.
+        session = by_name["consumer.session.timeout.ms"]
+        assert (session.value, session.config_source, session.read_only) == ("50000", 4, False)
+        assert [(s.name, s.value, s.source) for s in session.synonyms] == [
+            ("group.consumer.session.timeout.ms", "50000", 4), ("group.consumer.session.timeout.ms", "45000", 5)]
+        reset = by_name["share.auto.offset.reset"]
+        assert (reset.value, reset.config_source) == ("latest", 5) and reset.documentation
+
+        legacy = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "value": "55000"}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.ALTER_CONFIGS, 2, legacy)).responses[0].error_code == 0
+        session = {c.name: c for c in (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe(
+            "g", ["consumer.session.timeout.ms"], 32))).results[0].configs}["consumer.session.timeout.ms"]
+        assert (session.value, session.config_source) == ("55000", 8)  # GROUP_CONFIG
+        assert [s.source for s in session.synonyms] == [8, 4, 5]
+
+        incremental = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.heartbeat.interval.ms", "config_operation": 0, "value": "16000"}]}],
+            "validate_only": False}
+        refused = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)).responses[0]
+        assert (refused.error_code, refused.error_message) == (
+            40, "consumer.heartbeat.interval.ms must be less than or equal to group.consumer.max.heartbeat.interval.ms")
+        incremental["resources"][0]["resource_name"] = ""
+        empty = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)).responses[0]
+        assert (empty.error_code, empty.error_message) == (42, "Default group resources are not allowed.")
+        described = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("", None, 32))).results[0]
+        assert (described.error_code, described.error_message) == (42, "Group name must not be empty")
+
+    with_broker(tmp_path, test, **{"group.consumer.session.timeout.ms": "50000"})
+
+
+def test_group_configs_need_the_group_acls(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        assert (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("g", None, 32))).results[0].error_code == 30
+        alter = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False}
+        refused = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0]
+        assert refused.error_code == 30  # GROUP_AUTHORIZATION_FAILED
+        assert dict(ctx.image.group_configs("g")) == {}
+
+    with_broker(tmp_path, test, **{"authorizer.class.name": "tierlog.StandardAuthorizer"})
