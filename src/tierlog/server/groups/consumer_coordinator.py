@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import logging
 import uuid
 from typing import TYPE_CHECKING
@@ -85,10 +84,8 @@ class ConsumerGroups:
             return self.settings
         session_ms = overrides.get("consumer.session.timeout.ms")
         heartbeat_ms = overrides.get("consumer.heartbeat.interval.ms")
-        return dataclasses.replace(
-            self.settings,
-            session_timeout_ms=self.settings.session_timeout_ms if session_ms is None else int(session_ms),
-            heartbeat_interval_ms=self.settings.heartbeat_interval_ms if heartbeat_ms is None else int(heartbeat_ms))
+        return self.settings.for_group(None if session_ms is None else int(session_ms),
+                                       None if heartbeat_ms is None else int(heartbeat_ms))
 
     def _get_or_create(self, group_id: str) -> ConsumerGroup:
         group = self.groups.get(group_id)
