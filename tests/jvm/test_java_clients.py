@@ -82,6 +82,10 @@ def test_kafka_configs_tool_on_groups(kafka_jars: None, tierlog_broker: BrokerPr
     every = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups", "--entity-name",
                      group, "--all").stdout
     assert "consumer.heartbeat.interval.ms=5000" in every, every
+    # Without a name the tool lists the groups that have configs (ListConfigResources, API 74).
+    listed = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups").stdout
+    assert f"Dynamic configs for group {group} are:" in listed and "consumer.session.timeout.ms=50000" in listed, \
+        listed
     refused = run_tool(CONFIGS, "--bootstrap-server", b, "--alter", "--entity-type", "groups", "--entity-name",
                        group, "--add-config", "consumer.session.timeout.ms=1000", check=False)
     assert refused.returncode != 0

@@ -179,3 +179,28 @@ def test_group_configs_need_the_group_acls(tmp_path: Path) -> None:
         assert dict(ctx.image.group_configs("g")) == {}
 
     with_broker(tmp_path, test, **{"authorizer.class.name": "tierlog.StandardAuthorizer"})
+
+
+def test_list_config_resources(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        await call(ctx, ApiKey.CREATE_TOPICS, 7, create("t"))
+        alter = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0].error_code == 0
+        every = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+        assert every.error_code == 0
+        assert [(r.resource_type, r.resource_name) for r in every.config_resources] == [
+            (32, "g"), (8, str(ctx.node_id)), (4, str(ctx.node_id)), (2, "t")]
+        groups = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [32]})
+        assert [r.resource_name for r in groups.config_resources] == ["g"]
+        # v0 (ListClientMetricsResources) lists client-metrics subscriptions only; tierlog has none.
+        assert (await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 0, {})).config_resources == ()
+        unknown = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [99]})
+        assert (unknown.error_code, unknown.config_resources) == (35, ())  # UNSUPPORTED_VERSION
+        # Deleting a group's last config drops it from the list.
+        alter["resources"][0]["configs"][0].update(config_operation=1, value=None)
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0].error_code == 0
+        groups = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [32]})
+        assert groups.config_resources == ()
+
+    with_broker(tmp_path, test)

@@ -330,8 +330,45 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRe
     return build_response(ApiKey.INCREMENTAL_ALTER_CONFIGS, request.api_version, {"responses": responses})
 
 
+CLIENT_METRICS = 16
+#: The resource types ListConfigResources lists, per version (Kafka's ListConfigResourcesRequest:
+#: v0 was ListClientMetricsResources).
+_LISTABLE = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)}
+
+
+async def handle_list_config_resources(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    """Kafka's ListConfigResources (KIP-1142): with DESCRIBE_CONFIGS on the cluster, the config
+    resources of each requested type (all listable types when none is named): groups with configs set,
+    this broker (as BROKER and BROKER_LOGGER) and every topic; tierlog has no client-metrics
+    subscriptions. A type the version does not list: UNSUPPORTED_VERSION."""
+    def answer(error_code: int, resources: list[dict[str, Any]]) -> Reply:
+        return build_response(ApiKey.LIST_CONFIG_RESOURCES, request.api_version,
+                              {"error_code": error_code, "config_resources": resources})
+
+    if not ctx.allowed(client, AclOperation.DESCRIBE_CONFIGS):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+    listable = _LISTABLE[min(request.api_version, 1)]
+    wanted = list(getattr(request.body, "resource_types", ()) or listable)
+    if any(t not in listable for t in wanted):
+        return answer(ErrorCode.UNSUPPORTED_VERSION, [])
+    image = ctx.image
+    resources: list[dict[str, Any]] = []
+    # Kafka's order: groups, client metrics, broker loggers, brokers, topics.
+    if GROUP in wanted:
+        resources += [{"resource_name": name, "resource_type": GROUP}
+                      for (rtype, name), configs in sorted(image.configs.items())
+                      if rtype == ConfigResourceType.GROUP and configs]
+    for rtype in (BROKER_LOGGER, BROKER):
+        if rtype in wanted:
+            resources.append({"resource_name": str(ctx.node_id), "resource_type": rtype})
+    if TOPIC in wanted:
+        resources += [{"resource_name": name, "resource_type": TOPIC} for name in sorted(image.topics_by_name)]
+    return answer(ErrorCode.NONE, resources)
+
+
 HANDLERS = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.LIST_CONFIG_RESOURCES: handle_list_config_resources,
 }
