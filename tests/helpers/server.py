@@ -15,10 +15,18 @@ from tierlog.protocol import (
     api_versions_response,
     build_request,
     encode_request,
+    parse_response,
     request_header_version,
 )
 from tierlog.server import Broker
-from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, KafkaConnection, Reply
+from tierlog.server.connection import (
+    ClientInfo,
+    CloseConnection,
+    Deferred,
+    KafkaConnection,
+    RawResponse,
+    Reply,
+)
 from tierlog.server.context import BrokerContext
 from tierlog.server.handlers import all_handlers
 from tierlog.storage.log_manager import LogManagerSettings
@@ -68,7 +76,11 @@ async def call(ctx: BrokerContext, api: ApiKey, version: int, values: dict[str, 
     request = ParsedRequest(int(api), version, 1, "unit", request_header_version(api, version), body)
     reply = await HANDLERS[int(api)](ctx, request, ClientInfo("c", "127.0.0.1", 1, "unit"))
     # A durable produce answers later (after its group commit), as the connection would write it.
-    return await reply.reply if isinstance(reply, Deferred) else reply
+    answer = await reply.reply if isinstance(reply, Deferred) else reply
+    if isinstance(answer, RawResponse):  # encoded by its handler (Produce, Fetch): read it as a client would
+        frame = b"".join(part for part in answer.parts if isinstance(part, bytes))
+        return parse_response(api, version, frame[4:])[1]
+    return answer
 
 
 def with_broker(tmp_path: Path, test: Callable[[BrokerContext], Awaitable[None]], **overrides: str) -> None:

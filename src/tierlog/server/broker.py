@@ -219,7 +219,7 @@ class Broker:
         specs = parse_listeners(net.listeners)
         advertised = parse_advertised_listeners(net.advertised_listeners)
         controller, manager, remote, cluster_id = await asyncio.to_thread(self._open_storage)
-        io = StorageIO(self._io_threads)
+        io = StorageIO(self._io_threads, clock=self.clock)
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
         handler_settings = request_settings(config)
         partitions.durable_internal = handler_settings.durable_acks != "none"

@@ -115,8 +115,8 @@ class ConnectionRateGate:
         self._held: set[asyncio.Transport] = set()
         self._last_report_ms = -10_000_000
 
-    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        def make() -> asyncio.Protocol:
+    def wrap(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.BaseProtocol]:
+        def make() -> asyncio.BaseProtocol:
             return _Gate(self, factory)
 
         return make
@@ -144,7 +144,7 @@ class ConnectionRateGate:
 
 
 class _Gate(asyncio.Protocol):
-    def __init__(self, owner: ConnectionRateGate, factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, owner: ConnectionRateGate, factory: Callable[[], asyncio.BaseProtocol]) -> None:
         self._owner = owner
         self._factory = factory
 

@@ -175,7 +175,24 @@ class PartitionManager:
                 raise UnknownTopicOrPartitionError(f"Topic {topic} was deleted")
         return ulog
 
-    def append_blocking(self, items: list[tuple[str, int, bytes | None]], *, internal: bool = False,
+    def append_if_writes_only(self, items: list[tuple[str, int, bytes | memoryview | None]], *,
+                              durable: bool = False) -> list[AppendResult] | None:
+        """:meth:`append_blocking` when every log is there and would only be written to (its lock
+        free, nothing to check or fsync first: UnifiedLog.appends_write_only), else None without
+        touching any: what may run on the event loop (StorageIO.try_inline)."""
+        held: list[UnifiedLog] = []
+        try:
+            for topic, partition, _ in items:
+                ulog = self.log_manager.get_log(topic, partition)
+                if ulog is None or not ulog.appends_write_only or not ulog.lock.acquire(blocking=False):
+                    return None
+                held.append(ulog)
+            return self.append_blocking(items, durable=durable)
+        finally:
+            for ulog in held:
+                ulog.lock.release()
+
+    def append_blocking(self, items: list[tuple[str, int, bytes | memoryview | None]], *, internal: bool = False,
                         origin: AppendOrigin = AppendOrigin.CLIENT, durable: bool = False) -> list[AppendResult]:
         """Append each record set; with ``durable`` each success carries the future of its fsync."""
         out: list[AppendResult] = []

@@ -76,8 +76,10 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
     if isinstance(reply, Deferred):
         # A durable produce answers after its group commit: the throttle time goes in that answer.
         return Deferred(_throttled_later(reply, throttle))
-    if reply is None or isinstance(reply, RawResponse):
+    if reply is None:
         return reply
+    if isinstance(reply, RawResponse):
+        return reply.with_throttle_time(throttle)
     if hasattr(reply, "throttle_time"):
         return dataclasses.replace(reply, throttle_time=datetime.timedelta(milliseconds=throttle))
     return reply
@@ -85,6 +87,8 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
 
 async def _throttled_later(reply: Deferred, throttle_ms: int) -> Any:
     body: Any = await reply.reply
+    if isinstance(body, RawResponse):
+        return body.with_throttle_time(throttle_ms)
     if body is not None and hasattr(body, "throttle_time"):
         return dataclasses.replace(body, throttle_time=datetime.timedelta(milliseconds=throttle_ms))
     return body

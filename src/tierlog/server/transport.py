@@ -87,7 +87,7 @@ class KafkaServer:
     async def start(
         self,
         specs: list[ListenerSpec],
-        protocol_factory: Callable[[], asyncio.Protocol],
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
         advertised: dict[str, tuple[str, int]] | None = None,
         *,
         backlog: int = 512,

@@ -603,6 +603,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
 
+    @property
+    def appends_write_only(self) -> bool:
+        """Whether an append now would do no more than write to the page cache (and the indexes):
+        the log open and online, its active segment checked, and no flush.messages fsync to run.
+        (A roll may still come due.) The broker then appends on its event loop."""
+        return (not self.deleted and self.offline_reason is None and self.active_segment.checked
+                and self.config.flush_messages == INT64_MAX)
+
     def _check_online(self) -> None:
         reason = self.offline_reason
         if reason is not None:

@@ -9,10 +9,21 @@ from typing import Any
 from tests.helpers.server import Router, api_versions, settle
 from tierlog.protocol import (
     ApiKey,
+    ParsedRequest,
+    api_versions_response,
+    build_request,
+    encode_request,
     parse_response,
 )
 from tierlog.server import connection as connection_module
-from tierlog.server.connection import MAX_DEFERRED_REPLIES, MAX_QUEUED_FRAMES, Deferred, KafkaConnection
+from tierlog.server.connection import (
+    MAX_DEFERRED_REPLIES,
+    MAX_QUEUED_FRAMES,
+    ClientInfo,
+    Deferred,
+    KafkaConnection,
+    Reply,
+)
 from tierlog.server.limits import RequestMemoryPool, RequestSlots
 from tierlog.testing import FakeTransport
 
@@ -365,5 +376,66 @@ def test_queued_max_requests_stops_reading_connections_that_hold_requests() -> N
         router.pending[2].set_result(None)
         await settle(first)
         assert slots.used == 0 and first_transport.reading and slots.refusals >= 1
+
+    asyncio.run(run())
+
+
+def test_over_a_real_socket_large_and_small_pipelined_requests_are_answered_in_order() -> None:
+    """The connection reads as an asyncio BufferedProtocol: a large request straight into a buffer of
+    its own, small ones through the shared read buffer; whatever way the bytes come, every request
+    is answered, in order."""
+    def big(corr: int) -> bytes:
+        body = build_request(ApiKey.API_VERSIONS, 3, {"client_software_name": "x" * 200_000,
+                                                       "client_software_version": "1"})
+        return encode_request(ApiKey.API_VERSIONS, 3, corr, "unit", body)
+
+    async def run() -> None:
+        router = Router({1: 0.05})  # the first answer is the slowest
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: KafkaConnection(router, max_frame_bytes=1 << 20), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        wire = big(1) + api_versions(2) + big(3) + api_versions(4) + api_versions(5)
+        for start in range(0, len(wire), 70_001):  # pieces that cut frames and size prefixes anywhere
+            writer.write(wire[start:start + 70_001])
+            await writer.drain()
+        corrs = []
+        for _ in range(5):
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            corrs.append(parse_response(ApiKey.API_VERSIONS, 3, await reader.readexactly(size))[0])
+        assert corrs == [1, 2, 3, 4, 5] and router.seen == [1, 2, 3, 4, 5]
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_requests_served_without_waiting_send_their_responses_together_in_order() -> None:
+    """Responses of requests already received, served without the loop running in between, leave in
+    one write (one send), in request order; a request that waits lets the earlier ones go first."""
+    async def run() -> None:
+        class Immediate(Router):
+            """Answers at once (Router's sleep(0) would let the loop run) except where told to wait."""
+
+            async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
+                if request.correlation_id == 4:
+                    await asyncio.sleep(0.02)  # the fourth waits: what came before must not wait with it
+                return api_versions_response(request.api_version)
+
+        conn, transport = connect(Immediate())
+        writes: list[int] = []
+        write = transport.write
+
+        def counting(data: Any) -> None:
+            writes.append(len(data))
+            write(data)
+
+        transport.write = counting  # type: ignore[method-assign]
+        conn.data_received(b"".join(api_versions(corr) for corr in (1, 2, 3, 4, 5)))
+        await settle(conn)
+        assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == [1, 2, 3, 4, 5]
+        # 1-3 in one write before 4's wait; 4 and 5 in another.
+        assert len(writes) == 2
 
     asyncio.run(run())

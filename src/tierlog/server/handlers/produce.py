@@ -18,17 +18,20 @@ from typing import Any
 
 from tierlog.errors import ErrorCode
 from tierlog.metadata.acls import AclOperation, ResourceType
-from tierlog.protocol import ApiKey, ParsedRequest, ResponseBody, build_response
-from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, Reply
+from tierlog.protocol import ApiKey, ParsedRequest
+from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
 from tierlog.server.context import BrokerContext, uuid_bytes
 from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
+from tierlog.server.produce_response import encode_produce_response
 from tierlog.server.txn import rules as txn_rules
 
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
 _FIRST_BATCH = struct.Struct(">21xh20xqh")
 _MAGIC_AT = 16
+#: A partition's record set as the request carries it: a view of the request's frame.
+Records = bytes | memoryview
 
 
 async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
@@ -37,7 +40,7 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
     acks = body.acks
     image = ctx.image
     # (response topic key, topic name or None when unknown, partition, records)
-    items: list[tuple[Any, str | None, int, bytes | None]] = []
+    items: list[tuple[Any, str | None, int, Records | None]] = []
     for topic_data in body.topic_data:
         if version >= 13:
             key: Any = topic_data.topic_id
@@ -79,12 +82,12 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
                    if i in refused else next(appended) for i in range(len(items))]
         if durable:
             # Answered once synced; meanwhile the connection appends its next requests (Deferred).
-            return Deferred(_respond_synced(ctx, items, results, version))
+            return Deferred(_respond_synced(ctx, items, results, request))
         _notify(ctx, items, results)
-    return _response(items, results, acks, version)
+    return _response(items, results, acks, request)
 
 
-async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]]) -> None:
+async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]]) -> None:
     """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
     waits = [w for _, name, partition, _ in items if name is not None
              for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
@@ -92,14 +95,14 @@ async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, byte
         await asyncio.gather(*(asyncio.wrap_future(w) for w in waits))
 
 
-async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
-                          results: list[AppendResult], version: int) -> ResponseBody | CloseConnection | None:
+async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
+                          results: list[AppendResult], request: ParsedRequest) -> RawResponse | CloseConnection | None:
     results = await _synced(results)
     _notify(ctx, items, results)
-    return _response(items, results, -1, version)
+    return _response(items, results, -1, request)
 
 
-def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
             results: list[AppendResult]) -> None:
     ctx.partitions.waiters.notify(
         (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
@@ -107,29 +110,18 @@ def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | 
     )
 
 
-def _response(items: list[tuple[Any, str | None, int, bytes | None]], results: list[AppendResult], acks: int,
-              version: int) -> ResponseBody | CloseConnection | None:
+def _response(items: list[tuple[Any, str | None, int, Records | None]], results: list[AppendResult], acks: int,
+              request: ParsedRequest) -> RawResponse | CloseConnection | None:
     if acks == 0:
         failed = [r for r in results if r.error_code != ErrorCode.NONE]
         if failed:
             return CloseConnection(f"acks=0 produce failed with error {failed[0].error_code}: {failed[0].error_message}")
         return None
 
-    by_topic: dict[Any, list[dict[str, Any]]] = {}
+    by_topic: dict[Any, list[tuple[int, AppendResult]]] = {}
     for (key, _, partition, _), r in zip(items, results, strict=True):
-        by_topic.setdefault(key, []).append({
-            "index": partition,
-            "error_code": r.error_code,
-            "base_offset": r.base_offset,
-            "log_append_time": r.log_append_time_ms,
-            "log_start_offset": r.log_start_offset,
-            "error_message": r.error_message if r.error_code else None,
-            "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors],
-        })
-    topic_key = "topic_id" if version >= 13 else "name"
-    return build_response(ApiKey.PRODUCE, version, {
-        "responses": [{topic_key: key, "partition_responses": parts} for key, parts in by_topic.items()],
-    })
+        by_topic.setdefault(key, []).append((partition, r))
+    return encode_produce_response(request.api_version, request.correlation_id, list(by_topic.items()))
 
 
 def durable_ack(setting: str, acks: int) -> bool:
@@ -157,10 +149,10 @@ async def _synced(results: list[AppendResult]) -> list[AppendResult]:
     return out
 
 
-async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, bytes | None]],
+async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
                   version: int, durable: bool) -> list[AppendResult]:
     known = [(name, partition, records) for _, name, partition, records in items if name is not None]
-    appended = iter(await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable) if known else [])
+    appended = iter(await _append_known(ctx, known, durable) if known else [])
     results = []
     for _, name, _, _ in items:
         if name is None:
@@ -170,7 +162,17 @@ async def _append(ctx: BrokerContext, items: list[tuple[Any, str | None, int, by
     return results
 
 
-def _is_transactional(records: bytes | None) -> bool:
+async def _append_known(ctx: BrokerContext, known: list[tuple[str, int, Records | None]],
+                        durable: bool) -> list[AppendResult]:
+    # On the event loop when that is only a write into the page cache (storage_io.py), else on the pool.
+    size = sum(len(records) for *_, records in known if records is not None)
+    done = ctx.io.try_inline(size, ctx.partitions.append_if_writes_only, known, durable=durable)
+    if done is None:
+        done = await ctx.io.run(ctx.partitions.append_blocking, known, durable=durable)
+    return done
+
+
+def _is_transactional(records: Records | None) -> bool:
     """Whether the record set's first batch has the transactional bit (v3+ sends one batch per partition;
     message sets of magic 0 and 1 have no such bit)."""
     if records is None or len(records) < _FIRST_BATCH.size or records[_MAGIC_AT] != 2:
@@ -178,7 +180,7 @@ def _is_transactional(records: bytes | None) -> bool:
     return bool(_FIRST_BATCH.unpack_from(records, 0)[0] & TRANSACTIONAL_BIT)
 
 
-async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, bytes | None]],
+async def _unverified(ctx: BrokerContext, body: Any, items: list[tuple[Any, str | None, int, Records | None]],
                       version: int) -> dict[int, int]:
     """Index → error code of each record set whose first batch is transactional but whose partition
     the transaction coordinator does not have in the producer's ongoing transaction. A TV2 Produce

@@ -204,7 +204,7 @@ class ListenerSecurity:
         return self.protocols[listener.upper()]
 
     def factory(self, listener: str, make_connection: Callable[[str], KafkaConnection]
-                ) -> Callable[[], asyncio.Protocol]:
+                ) -> Callable[[], asyncio.BaseProtocol]:
         """The protocol factory of ``listener``'s server socket."""
         name = listener.upper()
         protocol = self.protocol(name)
@@ -221,7 +221,7 @@ class ListenerSecurity:
             return connection
         contexts, mapper, refusals = self.tls[name], self.mappers[name], self.refusals
 
-        def acceptor() -> asyncio.Protocol:
+        def acceptor() -> asyncio.BaseProtocol:
             return TlsAcceptor(connection, contexts, mapper, refusals)
 
         return acceptor

@@ -1,0 +1,143 @@
+"""The broker's own cost per produce and fetch request, without a client library's CPU in the way.
+
+A raw Kafka client in this process sends pre-encoded Produce v9 requests (one batch of ``--record``
+byte records per request, ``--batch-kib`` each, acks=1) pipelined ``--inflight`` deep over one
+connection to ``tierlog serve`` on loopback, then reads everything back with Fetch v11 requests of
+``--fetch-mib``. Printed for each: MB/s beside a loopback TCP copy of the same bytes in the same run
+(the baseline, and the ratio), the broker's CPU per GB and per request (from /proc, so it holds on
+a loaded machine better than throughput does) and its page faults per request. With ``--profile
+FILE`` the broker is sampled by py-spy (``--native``) meanwhile, in py-spy's raw format, which
+docs/performance.md reads as "where the time goes".
+
+    python bench/hotpath.py [--mib 512] [--batch-kib 1024] [--record 1024] [--inflight 5] [--profile FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _common import command_line, report
+from clients import cpu_seconds, create_topic, loopback_copy, start_broker
+from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
+from tierlog.records import SimpleRecord, build_batch
+
+_I32 = struct.Struct(">i")
+_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def minor_faults(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+def read_frame(sock: socket.socket) -> bytearray:
+    size = _I32.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
+    out = bytearray(size)
+    view, got = memoryview(out), 0
+    while got < size:
+        got += sock.recv_into(view[got:])
+    return out
+
+
+def produce(sock: socket.socket, batch: bytes, count: int, inflight: int) -> None:
+    body = build_request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 30000, "topic_data": [
+        {"name": "hotpath", "partition_data": [{"index": 0, "records": batch}]}]})
+    frame = encode_request(ApiKey.PRODUCE, 9, 1, "hotpath", body)
+    sent = answered = 0
+    while answered < count:
+        while sent < count and sent - answered < inflight:
+            sock.sendall(frame)
+            sent += 1
+        _, answer = parse_response(ApiKey.PRODUCE, 9, read_frame(sock))
+        error = answer.responses[0].partition_responses[0].error_code
+        if error:
+            raise SystemExit(f"produce failed: error {error}")
+        answered += 1
+
+
+def fetch(sock: socket.socket, end_offset: int, fetch_bytes: int) -> tuple[int, int]:
+    """Fetch from offset 0 to ``end_offset``; the (requests, bytes) it took."""
+    offset = requests = moved = 0
+    while offset < end_offset:
+        body = build_request(ApiKey.FETCH, 11, {
+            "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": fetch_bytes, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": [{"topic": "hotpath", "partitions": [
+                {"partition": 0, "fetch_offset": offset, "partition_max_bytes": fetch_bytes, "log_start_offset": -1,
+                 "current_leader_epoch": -1}]}]})
+        sock.sendall(encode_request(ApiKey.FETCH, 11, 2, "hotpath", body))
+        frame = read_frame(sock)
+        requests, moved = requests + 1, moved + len(frame)
+        records = parse_response(ApiKey.FETCH, 11, frame)[1].responses[0].partitions[0].records
+        pos = 0
+        while pos + _BATCH_HEAD.size <= len(records):
+            base, length = _BATCH_HEAD.unpack_from(records, pos)
+            if pos + 12 + length > len(records):
+                break  # a partial batch at the end of the response
+            offset = base + _I32.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)[0] + 1
+            pos += 12 + length
+    return requests, moved
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=512, help="MiB produced (then fetched)")
+    ap.add_argument("--batch-kib", type=int, default=1024, help="size of each produce request's batch")
+    ap.add_argument("--record", type=int, default=1024, help="record value size in bytes")
+    ap.add_argument("--inflight", type=int, default=5, help="produce requests in flight")
+    ap.add_argument("--fetch-mib", type=int, default=8, help="fetch max_bytes")
+    ap.add_argument("--profile", type=Path, help="sample the broker with py-spy into this file (raw format)")
+    args = ap.parse_args()
+    print(f"command: {command_line()}", flush=True)
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    per_batch = max(1, (args.batch_kib << 10) // (args.record + 20))
+    batch = build_batch([SimpleRecord(None, os.urandom(args.record), timestamp=int(time.time() * 1000))
+                         for _ in range(per_batch)])
+    count = max(1, (args.mib << 20) // len(batch))
+    moved = count * len(batch)
+    baseline = moved / loopback_copy(moved) / 1e6
+    data_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-hotpath-"))
+    proc, [address] = start_broker(data_dir)
+    spy: subprocess.Popen[bytes] | None = None
+    try:
+        create_topic(address, "hotpath", 1)
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if args.profile:
+            spy = subprocess.Popen(["py-spy", "record", "--native", "-r", "250", "-f", "raw", "-o", str(args.profile),
+                                    "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.5)  # attached before the clock starts
+        for name, run, requests_of in (
+                (f"produce {count} x {len(batch):,} B, {args.inflight} in flight",
+                 lambda: produce(sock, batch, count, args.inflight), lambda _: count),
+                (f"fetch, {args.fetch_mib} MiB per request",
+                 lambda: fetch(sock, count * per_batch, args.fetch_mib << 20), lambda r: r[0])):
+            cpu0, faults0, wall0 = cpu_seconds(proc.pid), minor_faults(proc.pid), time.perf_counter()
+            result = run()
+            wall = time.perf_counter() - wall0
+            cpu, faults = cpu_seconds(proc.pid) - cpu0, minor_faults(proc.pid) - faults0
+            requests = requests_of(result)
+            report(name, moved / wall / 1e6, "MB/s", "loopback socket copy", baseline)
+            print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (moved / 1e9):.2f} core-s/GB, "
+                  f"{cpu / requests * 1e6:,.0f} µs and {faults / requests:.0f} page faults per request", flush=True)
+        sock.close()
+    finally:
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

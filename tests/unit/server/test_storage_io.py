@@ -1,0 +1,99 @@
+"""Appends on the event loop (StorageIO.try_inline): only writes into the page cache, and never when
+that would mean waiting (a held log lock, a log not yet open, an fsync by flush.messages)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.server import call, with_broker
+from tierlog.errors import ErrorCode
+from tierlog.protocol import ApiKey
+from tierlog.records import SimpleRecord, build_batch
+from tierlog.server.context import BrokerContext
+from tierlog.server.storage_io import InlineGate, StorageIO
+from tierlog.testing import ManualClock
+
+
+def test_the_gate_allows_small_calls_and_pauses_after_a_slow_one() -> None:
+    gate = InlineGate(max_bytes=100, slow_ns=10, pause_ns=1000)
+    assert gate.allows(100, 0) and not gate.allows(101, 0)
+    gate.took(10, 50, waited=True)  # not slower than the bound
+    assert gate.allows(1, 50)
+    gate.took(500, 55, waited=False)  # slow only because other processes had the CPU meanwhile
+    assert gate.allows(1, 55)
+    gate.took(11, 60, waited=True)
+    assert not gate.allows(1, 60) and not gate.allows(1, 1059)
+    assert gate.allows(1, 1060)
+
+
+def test_try_inline_times_the_call_and_passes_on_a_decline() -> None:
+    clock = ManualClock()
+    io = StorageIO(1, clock=clock, gate=InlineGate(max_bytes=10, slow_ns=5_000_000, pause_ns=100_000_000))
+    try:
+        assert io.try_inline(11, lambda: "too big") is None
+        assert io.try_inline(1, lambda: None) is None  # the call declined
+
+        def slow() -> str:
+            clock.advance(6)  # ms
+            time.sleep(0.001)  # a sleep in the kernel, as a write throttled by the disk would
+            return "done"
+
+        assert io.try_inline(1, slow) == "done"
+        assert io.try_inline(1, lambda: "paused") is None
+        clock.advance(100)
+        assert io.try_inline(1, lambda: "again") == "again"
+    finally:
+        io.shutdown()
+
+
+def _batch(i: int) -> bytes:
+    return build_batch([SimpleRecord(b"k", f"v{i}".encode(), timestamp=int(time.time() * 1000))])
+
+
+def _produce(ctx: BrokerContext, topic: str, i: int) -> Any:
+    return call(ctx, ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 30000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": _batch(i)}]}]})
+
+
+def test_appends_run_on_the_loop_only_when_they_would_not_wait(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        await ctx.io.run(ctx.controller.create_topic, "t", 1, 1, {})
+        await ctx.io.run(ctx.controller.create_topic, "flushed", 1, 1, {"flush.messages": "1"})
+        items: list[tuple[str, int, bytes | memoryview | None]] = [("t", 0, _batch(0))]
+        # A partition with no log open: creating one is file work, left to the pool.
+        assert ctx.partitions.append_if_writes_only([("t", 7, _batch(0))]) is None
+        answer = (await _produce(ctx, "t", 1)).responses[0].partition_responses[0]
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 0)
+        # Open and idle: appended here, on the loop's thread.
+        [result] = ctx.partitions.append_if_writes_only(items) or []
+        assert (result.error_code, result.base_offset) == (ErrorCode.NONE, 1)
+        # Its lock held by another thread (a flush, the cleaner): declined without waiting for it.
+        ulog = ctx.log_manager.get_log("t", 0)
+        assert ulog is not None
+        taken, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with ulog.lock:
+                taken.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait(10)
+        try:
+            assert ctx.partitions.append_if_writes_only(items) is None
+        finally:
+            release.set()
+            holder.join()
+        # flush.messages asks for an fsync after appends: never on the loop. The pool still appends.
+        answer = (await _produce(ctx, "flushed", 0)).responses[0].partition_responses[0]
+        assert answer.error_code == ErrorCode.NONE
+        assert ctx.partitions.append_if_writes_only([("flushed", 0, _batch(2))]) is None
+        # Every produce's records are there, in order, whichever thread appended them.
+        answer = (await _produce(ctx, "t", 3)).responses[0].partition_responses[0]
+        assert answer.base_offset == 2 and ulog.log_end_offset == 3
+
+    with_broker(tmp_path, test)
