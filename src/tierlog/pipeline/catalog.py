@@ -448,11 +448,12 @@ def offset_for_timestamp(plog: PartitionLog, timestamp_ms: int, spec: RemoteSpec
     ranges = plog.ranges(plog.earliest, plog.latest)
     for i, rng in enumerate(ranges):
         base = segment_base_offset(rng)
+        # A remote segment's largest timestamp is in its metadata: one too old is passed over
+        # without fetching its time index.
+        if rng.remote is not None and rng.remote.max_timestamp_ms < timestamp_ms:
+            continue
         ts, offs = time_index_entries(read_index(rng, IndexType.TIMESTAMP, spec), base)
-        if rng.remote is not None:
-            largest = rng.remote.max_timestamp_ms
-        else:
-            largest = int(ts[-1]) if len(ts) else -1
+        largest = rng.remote.max_timestamp_ms if rng.remote is not None else (int(ts[-1]) if len(ts) else -1)
         # The active segment's newest batches are not in its time index yet: always look there.
         if largest < timestamp_ms and not (i == len(ranges) - 1 and not rng.is_remote):
             continue

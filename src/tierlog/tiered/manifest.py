@@ -22,7 +22,12 @@ Format, version 1 (bytes as standard base64)::
      "segments": [{"id": "<base64 uuid>", "start_offset": 0, "end_offset": 99, "max_timestamp_ms": ...,
                    "broker_id": 1, "event_timestamp_ms": ..., "size_bytes": ...,
                    "leader_epochs": [[0, 0]], "state": "COPY_SEGMENT_FINISHED",
-                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false}, ...]}
+                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false,
+                   "min_timestamp_ms": ... | null}, ...]}
+
+``min_timestamp_ms`` (the smallest data record timestamp, for pruning by an upper timestamp bound)
+was added to version 1 without a new version: readers take a missing one as null (unknown), and a
+reader that predates it ignores it.
 
 Segments are listed by start offset, every state but DELETE_SEGMENT_FINISHED (a reader reads only
 COPY_SEGMENT_FINISHED ones; the others say an upload or a deletion is under way).
@@ -114,7 +119,7 @@ def encode(manifest: PartitionManifest) -> bytes:
             "event_timestamp_ms": m.event_timestamp_ms, "size_bytes": m.segment_size_in_bytes,
             "leader_epochs": [list(e) for e in m.segment_leader_epochs], "state": m.state.name,
             "custom_metadata": _b64(m.custom_metadata),
-            "max_timestamp_from_records": m.max_timestamp_from_records,
+            "max_timestamp_from_records": m.max_timestamp_from_records, "min_timestamp_ms": m.min_timestamp_ms,
         } for m in manifest.segments],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -158,6 +163,10 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 raise ManifestError(f"{at}: field 'custom_metadata' is {custom!r}, not base64")
             epochs = _field(s, "leader_epochs", list, at)
             state = _field(s, "state", str, at)
+            # Added in place (not a new version): a manifest written before it has none, read as unknown.
+            smallest = s.get("min_timestamp_ms")
+            if smallest is not None and (not isinstance(smallest, int) or isinstance(smallest, bool)):
+                raise ManifestError(f"{at}: field 'min_timestamp_ms' is {smallest!r}, not int")
             if state not in RemoteLogSegmentState.__members__:
                 raise ManifestError(f"{at}: state {state!r} is none of {', '.join(RemoteLogSegmentState.__members__)}")
             segments.append(RemoteLogSegmentMetadata(
@@ -168,7 +177,8 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 tuple((int(e), int(o)) for e, o in epochs),
                 RemoteLogSegmentState[state],
                 None if custom is None else base64.b64decode(custom, validate=True),
-                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at)))
+                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at),
+                min_timestamp_ms=smallest))
     except (KeyError, ValueError, TypeError) as e:
         raise ManifestError(f"{where}: {e}") from None
     return PartitionManifest(tip, start, tuple(segments), sequence, writer)

@@ -366,7 +366,8 @@ class RemoteCompactor:
             max_timestamp_ms=largest if largest >= 0 else max(m.max_timestamp_ms for m in group),
             broker_id=ctx.config.broker_id, event_timestamp_ms=ctx.now_ms(), segment_size_in_bytes=seg.size_bytes,
             segment_leader_epochs=tuple(sorted(epochs.items(), key=lambda e: e[1])),
-            max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group))
+            max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group),
+            min_timestamp_ms=seg.log.min_record_timestamp())
         # Registered before the record exists: a copy run's sweep never sees it unregistered while
         # this job runs.
         ctx.compaction_uploads.add(md.segment_id)

@@ -281,3 +281,23 @@ def _tiered(tmp_path: Path, rsm: Any) -> tuple[Any, Any, FileRemoteLogMetadataMa
     rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _OneLog(ulog), rsm, publisher,
                            index_cache_dir=tmp_path / "data" / "remote-log-index-cache")
     return ulog, rsm, store, publisher, rlm
+
+
+def test_the_smallest_timestamp_is_optional_in_version_1(tmp_path: Path) -> None:
+    """``min_timestamp_ms`` was added to version 1 in place: a manifest written before it (no such
+    key) still reads, as unknown; a value round-trips; a value that is not an integer is refused."""
+    store = FileRemoteLogMetadataManager(tmp_path / "remote-log-metadata", sync=False)
+    _add(store, 0, 9, S.COPY_SEGMENT_FINISHED)
+    manifest = build_manifest(store, TIP)
+    doc = json.loads(encode(manifest))
+    assert doc["segments"][0]["min_timestamp_ms"] is None
+    del doc["segments"][0]["min_timestamp_ms"]
+    old = decode(json.dumps(doc).encode())
+    assert old == manifest and old.segments[0].min_timestamp_ms is None
+    doc["segments"][0]["min_timestamp_ms"] = 1_700_000_000_000
+    assert decode(json.dumps(doc).encode()).segments[0].min_timestamp_ms == 1_700_000_000_000
+    assert json.loads(encode(decode(json.dumps(doc).encode())))["segments"][0]["min_timestamp_ms"] == 1_700_000_000_000
+    doc["segments"][0]["min_timestamp_ms"] = "yesterday"
+    with pytest.raises(ManifestError, match="segment 0: field 'min_timestamp_ms' is 'yesterday', not int"):
+        decode(json.dumps(doc).encode())
+    store.close()
