@@ -13,7 +13,9 @@ log bytes, the ratio (target >= 0.5), and the dedupe buffer's memory bound: the 
 ``--remote`` also times remote compaction (issue 18): the same log, uncompacted, copied to a remote
 tier in a local directory (16 MiB segments), then compacted there by the broker's job
 (``tiered/remote_compaction.py``: download, map, rewrite, upload, swap), against the local cleaner's
-time for the same log in the same run.
+time for the same log in the same run. ``--spark`` times ``tierlog spark compact``'s path on the same
+kind of copy (a local[2] session, started before the clock runs): plan, the executor task (download,
+map, rewrite, upload), the broker's side applying the commit (the swap).
 """
 
 from __future__ import annotations
@@ -83,9 +85,10 @@ def clean(directory: Path, slots: int) -> tuple[float, int]:
     return elapsed, result.bytes_written
 
 
-def remote_compact(root: Path, source: Path, slots: int) -> tuple[float, int, int]:
-    """Copy the log (uncompacted) to a local-directory remote tier, then time one remote compaction.
-    Returns (seconds, segments replaced, bytes written)."""
+def remote_compact(root: Path, source: Path, slots: int, spark: object = None) -> tuple[float, int, int]:
+    """Copy the log (uncompacted) to a local-directory remote tier, then time one remote compaction:
+    the broker's, or with ``spark`` (a session) ``tierlog spark compact``'s -- plan, the executor task,
+    and the broker applying the commit (its swap). Returns (seconds, segments replaced, bytes written)."""
     from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
     from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
     from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
@@ -116,13 +119,72 @@ def remote_compact(root: Path, source: Path, slots: int) -> tuple[float, int, in
                            index_cache_dir=data / "remote-log-index-cache", clock=clock)
     rlm.sync_partitions()
     rlm.copy_partition("t", 0)
-    started = time.perf_counter()
-    result = rlm.compact_partition("t", 0, force=True)
-    elapsed = time.perf_counter() - started
-    assert result is not None and result.abandoned is None, result
+    if spark is not None:
+        out = spark_compact(spark, rlm, ulog, data, root / "remote", slots, clock.wall_ms())
+    else:
+        started = time.perf_counter()
+        result = rlm.compact_partition("t", 0, force=True)
+        elapsed = time.perf_counter() - started
+        assert result is not None and result.abandoned is None, result
+        out = (elapsed, result.sources, result.bytes_written)
     rlm.close()
     ulog.close()
-    return elapsed, result.sources, result.bytes_written
+    return out
+
+
+def spark_compact(spark: object, rlm: object, ulog: object, data: Path, remote: Path, slots: int,
+                  now_ms: int) -> tuple[float, int, int]:
+    """The Spark job's path, timed from planning to the broker's answer (the session is already up)."""
+    from tierlog.pipeline.catalog import PartitionLog
+    from tierlog.pipeline.compact import CompactionSettings, compact_partition, plan, planned_metadata
+    from tierlog.pipeline.reader import RemoteSpec
+    from tierlog.tiered.api import RemoteLogSegmentState
+    from tierlog.tiered.compaction_jobs import CompactionRequests, read_result, write_commit, write_intent
+
+    finished = sorted((m for tip in rlm.rlmm.partitions() for m in rlm.rlmm.list_remote_log_segments(tip)  # type: ignore[attr-defined]
+                       if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED), key=lambda m: m.start_offset)
+    spec = RemoteSpec("tierlog.tiered.backends.local.LocalDirectoryRemoteStorageManager",
+                      (("dir", str(remote)), ("fsync", "true")), str(data / "remote-log-metadata"))
+    settings = CompactionSettings(capacity_for(slots) * ENTRY_BYTES, IO_BUFFER, 1)
+    requests = CompactionRequests(rlm._ctx, rlm.deleter, data / "remote-log-metadata" / "compaction-requests")  # type: ignore[attr-defined]
+    started = time.perf_counter()
+    [work] = plan({("t", 0): PartitionLog("t", 0, None, remote_segments=finished, remote_start=0)},
+                  lambda _t: ulog.config, settings, now_ms, force=True)  # type: ignore[attr-defined]
+    write_intent(requests.directory, work.job, planned_metadata(work))
+    [row] = spark.sparkContext.parallelize([work], 1).map(lambda w: compact_partition(w, spec)).collect()  # type: ignore[attr-defined]
+    assert row["error"] is None, row["error"]
+    write_commit(requests.directory, work.job, row["pairs"])
+    requests.poll()
+    answer = read_result(requests.directory, work.job)
+    elapsed = time.perf_counter() - started
+    assert answer and all(a["result"] == "swapped" for a in answer), answer
+    return elapsed, row["sources"], row["bytes_written"]
+
+
+def repeated(root: Path, source: Path, slots: int, n: int) -> None:
+    """The map pass alone and one whole cleaning, each on a fresh copy, ``n`` + 1 times."""
+    import statistics
+
+    import tierlog
+    from tierlog.storage.cleaner.cleaner import CleanResult
+
+    map_s: list[float] = []
+    clean_s: list[float] = []
+    for i in range(n + 1):
+        d = root / f"repeat-{i}" / "t-0"
+        shutil.copytree(source, d)
+        config = LogConfig(cleanup_policy=("compact",), segment_bytes=16 * 2**20, file_delete_delay_ms=0)
+        ulog = load_log(d, config, LoadOptions(had_clean_shutdown=True), clock=ManualClock(TS))
+        cleaner = Cleaner(OffsetMap(slots, capacity_for(slots)), io_buffer_bytes=IO_BUFFER)
+        started = time.perf_counter()
+        cleaner.build_offset_map(ulog, 0, ulog.segments.base_offsets[-1], CleanResult(0, 0))
+        map_s.append(time.perf_counter() - started)
+        ulog.close()
+        clean_s.append(clean(d, slots)[0])
+        shutil.rmtree(d.parent)
+    src = Path(tierlog.__file__).resolve().parents[1]
+    for name, times in (("map pass", map_s[1:]), ("cleaning", clean_s[1:])):
+        print(f"{name} ({src}): min {min(times):.3f} s, median {statistics.median(times):.3f} s over {n}")
 
 
 def map_memory(keys: int) -> int:
@@ -145,6 +207,12 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=100, help="records per batch")
     ap.add_argument("--dir", type=Path, default=None, help="where to build the log (default: a temp dir)")
     ap.add_argument("--remote", action="store_true", help="also time remote compaction of the same log")
+    ap.add_argument("--repeat", type=int, default=0, metavar="N",
+                    help="also clean N fresh copies of the log and print the map pass's and the cleaning's "
+                         "min and median (the first, with compiling, not counted): for before/after comparisons, "
+                         "run alternately with PYTHONPATH=<tree>/src")
+    ap.add_argument("--spark", action="store_true",
+                    help="also time tierlog spark compact's path (local[2] Spark) on the same log")
     args = ap.parse_args()
     print(command_line())
     root = Path(tempfile.mkdtemp(prefix="tierlog-compaction-", dir=args.dir))
@@ -154,7 +222,7 @@ def main() -> int:
         mb = size / 1e6
         base_s = baseline(log_dir, root / "copy")
         slots = max(args.keys, 1)
-        if args.remote:
+        if args.remote or args.spark or args.repeat:
             shutil.copytree(log_dir, root / "pristine")  # the cleaning below rewrites log_dir
         clean_s, written = clean(log_dir, slots)
         report("cleaning", mb / clean_s, "MB/s", "read + write + fsync of the same bytes", mb / base_s)
@@ -165,6 +233,21 @@ def main() -> int:
             report("remote compaction", mb / remote_s, "MB/s", "the local cleaner on the same log", mb / clean_s)
             print(f"remote compaction: {replaced} remote segments compacted in {remote_s:.2f} s (local cleaner "
                   f"{clean_s:.2f} s), {remote_written / 1e6:.2f} MB written")
+        if args.repeat:
+            repeated(root, root / "pristine", slots, args.repeat)
+        if args.spark:
+            from tierlog.pipeline import spark_session
+
+            session = spark_session("local[2]", app_name="tierlog-bench-compact", conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+            session.sparkContext.setLogLevel("ERROR")
+            session.sparkContext.parallelize([0], 1).map(lambda x: x).collect()  # workers up: not timed
+            try:
+                spark_s, replaced, spark_written = remote_compact(root / "spark", root / "pristine", slots, session)
+            finally:
+                session.stop()
+            report("spark compact", mb / spark_s, "MB/s", "the local cleaner on the same log", mb / clean_s)
+            print(f"spark compact: {replaced} remote segments compacted in {spark_s:.2f} s (local cleaner "
+                  f"{clean_s:.2f} s), {spark_written / 1e6:.2f} MB written")
         measured = map_memory(args.keys)
         capacity = capacity_for(slots)
         print(f"dedupe buffer: {args.keys} keys -> table of {capacity:,} entries = {capacity * ENTRY_BYTES:,} bytes "

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess, message_count
+from tests.helpers.waits import produce_when_queued
 
 PARTITIONS = 4
 MESSAGES = message_count(100_000)
@@ -44,12 +45,7 @@ def produce_sequence(bootstrap: str, topic: str, count: int, codec: str) -> dict
         "queue.buffering.max.messages": 1_000_000,
     })
     for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, key=str(i % 97).encode(), value=str(i).encode(), on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_queued(producer, topic, key=str(i % 97).encode(), value=str(i).encode(), on_delivery=on_delivery)
         if i % 5000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0

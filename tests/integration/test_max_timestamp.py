@@ -43,7 +43,9 @@ def wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
 
 def test_the_record_with_the_highest_timestamp_first_of_equals(broker: BrokerProcess, topic_name: str) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    # retention.ms=-1: these 2023 timestamps are past the default 7 days, and the shared broker's
+    # retention check (every 5 minutes) would delete the segment whenever it runs.
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.ms": "-1"})])[topic_name].result(30)
     t = 1_700_000_000_000
     produce_batch(broker.port, topic_name, [t + 5, t + 1, t + 2])          # offsets 0-2
     produce_batch(broker.port, topic_name, [t + 3, t + 9, t + 2, t + 9])   # offsets 3-6: max at 4 and 6

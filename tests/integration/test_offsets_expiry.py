@@ -63,6 +63,10 @@ def test_expired_offsets_are_gone_after_a_restart_and_an_active_group_keeps_its_
         _wait(lambda: _committed(broker.bootstrap, "tool", topic_name) < 0, "the standalone offset to expire",
               150, lambda: consumer.poll(0.5))
         assert _committed(broker.bootstrap, "active", topic_name) == 9, broker.stderr_tail()
+        # Committed afresh before the member leaves: its first commit is as old as the expired one, and
+        # once the group is empty Kafka's rule expires it at the next check (every 500 ms), which may
+        # come before the broker stops. The restart below is about what the log keeps, not that rule.
+        active.commit(offsets=[TopicPartition(topic_name, 0, 9)], asynchronous=False)
         active.close()
         active = None
         assert broker.stop() == 0, broker.stderr_tail()

@@ -69,6 +69,35 @@ def test_java_admin_client(kafka_jars: None, tierlog_broker: BrokerProcess) -> N
     assert _requests_by_api(tierlog_broker).get("DescribeTopicPartitions", 0.0) - before >= 4
 
 
+def test_kafka_configs_tool_on_groups(kafka_jars: None, tierlog_broker: BrokerProcess) -> None:
+    """kafka-configs --entity-type groups (KIP-848 group configs on the GROUP resource)."""
+    b = tierlog_broker.bootstrap
+    group = f"cfg-{uuid.uuid4().hex[:6]}"
+    run_tool(CONFIGS, "--bootstrap-server", b, "--alter", "--entity-type", "groups", "--entity-name", group,
+             "--add-config", "consumer.session.timeout.ms=50000,share.auto.offset.reset=earliest")
+    described = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups",
+                         "--entity-name", group).stdout
+    assert "consumer.session.timeout.ms=50000" in described and "share.auto.offset.reset=earliest" in described, \
+        described
+    every = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups", "--entity-name",
+                     group, "--all").stdout
+    assert "consumer.heartbeat.interval.ms=5000" in every, every
+    # Without a name the tool lists the groups that have configs (ListConfigResources, API 74).
+    listed = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups").stdout
+    assert f"Dynamic configs for group {group} are:" in listed and "consumer.session.timeout.ms=50000" in listed, \
+        listed
+    refused = run_tool(CONFIGS, "--bootstrap-server", b, "--alter", "--entity-type", "groups", "--entity-name",
+                       group, "--add-config", "consumer.session.timeout.ms=1000", check=False)
+    assert refused.returncode != 0
+    assert "must be greater than or equal to group.consumer.min.session.timeout.ms" in refused.stdout + refused.stderr
+    run_tool(CONFIGS, "--bootstrap-server", b, "--alter", "--entity-type", "groups", "--entity-name", group,
+             "--delete-config", "consumer.session.timeout.ms")
+    described = run_tool(CONFIGS, "--bootstrap-server", b, "--describe", "--entity-type", "groups",
+                         "--entity-name", group).stdout
+    assert "consumer.session.timeout.ms" not in described and "share.auto.offset.reset=earliest" in described, \
+        described
+
+
 def _requests_by_api(broker: BrokerProcess) -> dict[str, float]:
     url = next(line.strip()[len("tierlog metrics on "):] for line in broker.stdout_lines
                if line.startswith("tierlog metrics on "))

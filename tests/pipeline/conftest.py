@@ -25,23 +25,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    import os
-
     from tierlog.pipeline import spark_session
 
-    # Executors inherit the JVM's environment as it is now: started without AWS credentials, so a
-    # test can show that S3 credentials reach them through Spark conf alone (test_s3), whichever
-    # test happened to hold them in its environment when the session started.
-    held = {k: os.environ.pop(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-            if k in os.environ}
-    try:
-        session = spark_session("local[2]", app_name="tierlog-tests", conf={
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.sql.session.timeZone": "UTC",
-        })
-    finally:
-        os.environ.update(held)
+    # Started without AWS credentials in the JVM's environment: tests/conftest.py launches every
+    # gateway without them.
+    session = spark_session("local[2]", app_name="tierlog-tests", conf={
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+    })
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.waits import produce_when_queued
 from tests.reliability.harness import RawClient, create_topic, read_partition
 from tests.reliability.lazyfs import command, mount
 from tests.reliability.pageshim import PageShim
@@ -189,14 +190,9 @@ def test_a_slow_disk_slows_durable_producers_and_bounds_what_waits_for_an_fsync(
         def run(i: int) -> None:
             p = producers[i]
             for n in range(per_producer):
-                while True:
-                    try:
-                        p.produce("t", value + str(i * per_producer + n).encode(), partition=i,
-                                  on_delivery=lambda err, m: failed.append(err.name()) if err is not None
-                                  else delivered.append(m.offset()))
-                        break
-                    except BufferError:
-                        p.poll(0.05)
+                produce_when_queued(p, "t", value=value + str(i * per_producer + n).encode(), partition=i,
+                                    on_delivery=lambda err, m: failed.append(err.name()) if err is not None
+                                    else delivered.append(m.offset()))
                 p.poll(0)
             p.flush(300)
 

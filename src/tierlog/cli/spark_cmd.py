@@ -18,11 +18,11 @@ from tierlog._util.extras import MissingExtraError
 from tierlog.clock import SYSTEM_CLOCK
 from tierlog.errors import TierlogError
 
-JOBS = ("usage", "verify", "retention-preview", "rebuild-snapshots", "export")
+JOBS = ("usage", "verify", "retention-preview", "rebuild-snapshots", "export", "compact")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, retention-preview, rebuild-snapshots, export",
+    p = sub.add_parser("spark", help="maintenance jobs on Spark: usage, verify, retention-preview, rebuild-snapshots, export, compact",
                        description="Run a maintenance job over a data directory and its remote tier on Spark. "
                                    "usage: bytes, records and segments per partition, local and remote. "
                                    "verify: CRCs, offsets, indexes and producer snapshots of every segment. "
@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "rebuild-snapshots: create missing producer snapshots of closed segments "
                                    "(on a cleanly stopped broker's data). "
                                    "export: topics to Parquet partitioned by topic and date, an archive each run appends "
-                                   "the new offsets to (or --mode mirror).")
+                                   "the new offsets to (or --mode mirror). "
+                                   "compact: compact the remote tier of compacted topics on the executors; the "
+                                   "running broker swaps the new segments in (docs/operations.md).")
     p.add_argument("job", choices=JOBS, metavar="JOB", help=", ".join(JOBS))
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="a log directory (repeatable or comma-separated); default: the config's log.dirs, or ./tierlog-data without --config")
@@ -51,7 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
     p.add_argument("--dry-run", action="store_true", help="rebuild-snapshots: list what is missing, write nothing")
     p.add_argument("--force", action="store_true",
-                   help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker)")
+                   help="rebuild-snapshots: write even without the clean-shutdown marker (never beside a running broker); "
+                        "compact: compact every compacted partition, however little of it is dirty")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="compact: how long to wait for the broker to swap the new segments in (default 120)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark conf setting (repeatable), e.g. spark.tierlog.s3.access.key.id=... or "
@@ -186,6 +191,19 @@ def run(args: argparse.Namespace) -> int:
                                               build_settings(LogManagerSettings, broker).producer_id_expiration_ms,
                                               dry_run=args.dry_run, topics=topics)
                 columns = ["topic", "partition", "segment", "snapshot", "producers", "written"]
+            elif args.job == "compact":
+                from tierlog.config.broker_config import BrokerConfig
+                from tierlog.config.settings import RemoteLogManagerSettings, build_settings
+                from tierlog.pipeline.compact import CompactionSettings, compact
+
+                broker = BrokerConfig.from_file(args.config) if args.config is not None else BrokerConfig()
+                rlm = build_settings(RemoteLogManagerSettings, broker, broker_id=broker.node_id)
+                settings = CompactionSettings(rlm.compaction_map_bytes, rlm.compaction_io_buffer_bytes,
+                                              broker.node_id)
+                rows = compact(spark, opts.paths, opts.remote, jobs.topic_configs(opts.paths, broker), settings,
+                               SYSTEM_CLOCK, force=args.force, topics=topics, timeout_s=args.timeout)
+                columns = ["topic", "partition", "sources", "segments_written", "records_read", "records_kept",
+                           "bytes_read", "bytes_written", "swapped", "results", "error"]
             elif args.job == "verify":
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems", "skipped"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -122,11 +123,22 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"backlog: {sum(r.copy_lag_segments for r in waiting)} segments "
           f"({sum(r.copy_lag_bytes for r in waiting)} bytes) waiting to be copied, in {len(waiting)} of "
           f"{len(rows)} partitions")
+    for r in rows:
+        if r.compaction_runs or r.compaction_errors:
+            last = "-" if r.compaction_last_run_ms is None else _ms_time(r.compaction_last_run_ms)
+            retry = "" if r.compaction_retry_at_ms is None else f", next attempt at {_ms_time(r.compaction_retry_at_ms)}"
+            print(f"remote compaction {r.topic}-{r.partition}: {r.compaction_runs} runs, last at {last}, "
+                  f"{r.compaction_bytes_read} bytes read, {r.compaction_bytes_written} written, "
+                  f"{r.compaction_errors} failed{retry}")
     pending = sum(r.deletes_pending for r in rows)
     if pending:
         print(f"remote deletes: {pending} segments whose delete failed are retried with backoff")
     _print_given_up(given_up_deletes(dirs))
     return 0
+
+
+def _ms_time(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def _print_given_up(deletes: list[FailedRemoteDelete]) -> None:

@@ -40,6 +40,7 @@ class Importance(enum.Enum):
 class Scope(enum.Enum):
     BROKER = "broker"
     TOPIC = "topic"
+    GROUP = "group"
 
 
 class Validator(Protocol):

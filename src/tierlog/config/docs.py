@@ -20,6 +20,7 @@ from tierlog.config.definition import (
     Value,
     format_value,
 )
+from tierlog.config.group_keys import GROUP_DEF
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 
 REGENERATE_COMMAND = "tierlog config docs > docs/configuration.md"
@@ -40,6 +41,7 @@ GROUP_TITLES: dict[str, str] = {
     "security": "Security",
     "quotas": "Client quotas",
     "compatibility": "Kafka compatibility (accepted and ignored)",
+    "group": "Group configs",
     "kafka": "Apache Kafka's other keys (accepted, stored and described; tierlog does not act on them)",
 }
 
@@ -177,6 +179,17 @@ def _md_scope(scope: str, intro: str, keys: Sequence[ConfigKey], synonym_of: dic
     return "".join(parts)
 
 
+GROUP_INTRO = (
+    "Set per group (Kafka's GroupConfig, KIP-848) on the GROUP config resource: "
+    "`kafka-configs --entity-type groups --entity-name G --alter --add-config KEY=VALUE`, or an AdminClient's "
+    "IncrementalAlterConfigs on `ConfigResource(GROUP, G)`; a group need not exist to have configs. The broker key "
+    "named in *Synonyms and aliases* sets the default, and each value must lie within the broker's bounds "
+    "(e.g. `consumer.session.timeout.ms` within `group.consumer.min.session.timeout.ms` and "
+    "`group.consumer.max.session.timeout.ms`, and greater than the group's `consumer.heartbeat.interval.ms`), "
+    "else INVALID_CONFIG with Kafka's message. tierlog's consumer groups act on the consumer session timeout and "
+    "heartbeat interval; the keys of share and streams groups, which tierlog does not have, are only stored.")
+
+
 def render_markdown(broker: ConfigDef = BROKER_DEF, topic: ConfigDef = TOPIC_DEF) -> str:
     """The whole reference as Markdown (the content of ``docs/configuration.md``)."""
     synonym_of = _topic_of_synonym(topic)
@@ -198,7 +211,8 @@ def render_markdown(broker: ConfigDef = BROKER_DEF, topic: ConfigDef = TOPIC_DEF
     broker_intro = "Set in `server.properties` or with `--override`."
     topic_intro = "Set per topic; the broker keys named in *Synonyms and aliases* set their defaults."
     return (head + _md_scope("Broker", broker_intro, documented_keys(broker), synonym_of)
-            + "\n" + _md_scope("Topic", topic_intro, documented_keys(topic), synonym_of))
+            + "\n" + _md_scope("Topic", topic_intro, documented_keys(topic), synonym_of)
+            + "\n" + _md_scope("Group", GROUP_INTRO, documented_keys(GROUP_DEF), synonym_of))
 
 
 # -- plain text ----------------------------------------------------------------------------------
@@ -235,7 +249,7 @@ def render_text(broker: ConfigDef = BROKER_DEF, topic: ConfigDef = TOPIC_DEF) ->
     for rule in CROSS_KEY_RULES:
         wrapped = _wrap(rule.replace("`", ""), 100, "  ")
         lines += ["- " + wrapped[0].lstrip(), *wrapped[1:]]
-    for scope_title, definition in (("Broker keys", broker), ("Topic keys", topic)):
+    for scope_title, definition in (("Broker keys", broker), ("Topic keys", topic), ("Group keys", GROUP_DEF)):
         for group, keys in _by_group(documented_keys(definition)):
             lines += ["", *_underline(f"{scope_title}: {_title(group)}", "-")]
             for key in keys:

@@ -422,6 +422,11 @@ BROKER_KEYS: list[ConfigKey] = [
             group="tiered"),
     _broker("remote.log.manager.task.interval.ms", Type.LONG, 30000,
             "How often the copy and expiry passes of the remote tier run.", validator=at_least(1), group="tiered"),
+    _broker("remote.log.compaction.enable", Type.BOOLEAN, True,
+            "tierlog's own (issue 18): compact the remote tier of compacted topics in the broker, after each "
+            "copy run, when it is dirty enough. false leaves that to tierlog spark compact (whose swaps the "
+            "broker still applies); segments are still cleaned locally before they are uploaded.",
+            dynamic=False, group="tiered"),
     _broker("remote.log.manager.delete.retry.max.attempts", Type.INT, 10,
             "Attempts (the first included) to delete a remote segment whose delete failed, e.g. an upload "
             "seed 002 undoes, before the broker gives up: the leftover is then reported (tierlog tier status, "

@@ -153,6 +153,8 @@ class RemoteLogManagerSettings:
     #: Remote compaction of compacted topics (issue 18) runs with the log cleaner: its switch, the
     #: key → offset map's memory bound and the read size are the cleaner's.
     compaction_enable: bool = setting("log.cleaner.enable")
+    #: The broker's own remote compaction; off, ``tierlog spark compact`` does it (issue 18).
+    remote_compaction_enable: bool = setting("remote.log.compaction.enable")
     compaction_map_bytes: int = setting("log.cleaner.dedupe.buffer.size")
     compaction_io_buffer_bytes: int = setting("log.cleaner.io.buffer.size")
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tierlog.config.definition import ConfigDef, ConfigKey, Type, Value, parse_value
+from tierlog.config.group_keys import GROUP_DEF, check_group_configs
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
@@ -57,6 +58,8 @@ def kafka_string(value: object) -> str:
 def _definition(resource_type: ConfigResourceType) -> tuple[ConfigDef, str]:
     if resource_type == ConfigResourceType.TOPIC:
         return TOPIC_DEF, "topic config"
+    if resource_type == ConfigResourceType.GROUP:
+        return GROUP_DEF, "group config"
     return BROKER_DEF, "broker config"
 
 
@@ -145,6 +148,18 @@ def _default_items(default: Value) -> tuple[str, ...]:
     if isinstance(default, tuple):
         return default
     return () if default is None else (str(default),)
+
+
+def validate_group_resource_name(name: str) -> None:
+    """Kafka keeps no cluster-wide default group resource (ControllerConfigurationValidator)."""
+    if not name:
+        raise InvalidRequestError("Default group resources are not allowed.")
+
+
+def check_group_resource(configs: Mapping[str, str], group_bounds: Mapping[str, int]) -> None:
+    """The whole resulting set of a group's configs against the broker's bounds (Kafka's GroupConfig
+    rules); a bound this broker does not know is not checked."""
+    check_group_configs(configs, lambda key: group_bounds.get(key, 2**31 - 1 if ".max." in key else 0))
 
 
 def check_topic_configs(configs: Mapping[str, str], topic_defaults: Mapping[str, Value]) -> None:

@@ -25,9 +25,11 @@ from tierlog.metadata.configs import (
     AlterConfigOp,
     apply_ops,
     canonical_configs,
+    check_group_resource,
     check_topic_configs,
     diff_records,
     validate_broker_resource_name,
+    validate_group_resource_name,
 )
 from tierlog.metadata.delta import MetadataDelta
 from tierlog.metadata.errors import (
@@ -101,6 +103,9 @@ class ControllerSettings:
     cleaner_interval_ms: int = 60000
     #: Broker-derived defaults of topic keys, for validating topic configs as a whole.
     topic_defaults: Mapping[str, Value] = field(default_factory=dict)
+    #: The broker's bounds of group configs (group.consumer.min.session.timeout.ms ...), which the
+    #: controller checks a group's configs against as Kafka's does.
+    group_bounds: Mapping[str, int] = field(default_factory=dict)
 
 
 def metadata_log_dir(config: BrokerConfig) -> Path:
@@ -420,6 +425,8 @@ class Controller:
             self._topic(resource_name)
         elif resource_type == ConfigResourceType.BROKER:
             validate_broker_resource_name(resource_name)
+        elif resource_type == ConfigResourceType.GROUP:
+            validate_group_resource_name(resource_name)
         else:
             raise InvalidRequestError(f"unsupported config resource type {resource_type}")
         return self._image.configs.get((resource_type, resource_name), {})
@@ -428,6 +435,8 @@ class Controller:
                new: dict[str, str], validate_only: bool) -> dict[str, str]:
         if resource_type == ConfigResourceType.TOPIC:
             check_topic_configs(new, self.settings.topic_defaults)
+        elif resource_type == ConfigResourceType.GROUP:
+            check_group_resource(new, self.settings.group_bounds)
         records = diff_records(resource_type, resource_name, old, new)
         if records and not validate_only:
             self._commit(records)

@@ -180,6 +180,10 @@ class MetadataImage:
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get((ConfigResourceType.TOPIC, name), MappingProxyType({}))
 
+    def group_configs(self, name: str) -> Mapping[str, str]:
+        """Configs set on group ``name`` (the GROUP config resource), whether or not the group exists."""
+        return self.configs.get((ConfigResourceType.GROUP, name), MappingProxyType({}))
+
     def broker_configs(self, name: str) -> Mapping[str, str]:
         """Dynamic configs of broker ``name`` (a broker id as a string, or "" for the cluster default)."""
         return self.configs.get((ConfigResourceType.BROKER, name), MappingProxyType({}))

@@ -37,6 +37,7 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
 
 
 class MetadataRecord:

@@ -90,6 +90,11 @@ def render_image(image: MetadataImage, *, topics: Sequence[str] | None = None) -
     ]
     out += ["", f"Broker configs ({len(broker_rows)})"]
     out += table(["BROKER", "NAME", "VALUE"], broker_rows)
+    group_rows = [(name, k, v) for (rtype, name), cfg in sorted(image.configs.items())
+                  if rtype == ConfigResourceType.GROUP for k, v in sorted(cfg.items())]
+    if group_rows:
+        out += ["", f"Group configs ({len(group_rows)})"]
+        out += table(["GROUP", "NAME", "VALUE"], group_rows)
     out += ["", f"ACLs ({len(image.acls)})"]
     out += table(["ID", "RESOURCE TYPE", "PATTERN", "RESOURCE", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"],
                  sorted((uuid_to_base64(a.id), _enum_name(ResourceType, a.resource_type),

@@ -99,6 +99,7 @@ class ApiKey(IntEnum):
     LIST_TRANSACTIONS = 66
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    LIST_CONFIG_RESOURCES = 74
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -173,6 +174,7 @@ _SPECS = (
     ApiSpec(ApiKey.LIST_TRANSACTIONS, "ListTransactions", 0, 2),
     ApiSpec(ApiKey.CONSUMER_GROUP_HEARTBEAT, "ConsumerGroupHeartbeat", 0, 1),
     ApiSpec(ApiKey.CONSUMER_GROUP_DESCRIBE, "ConsumerGroupDescribe", 0, 1),
+    ApiSpec(ApiKey.LIST_CONFIG_RESOURCES, "ListConfigResources", 0, 1),
     ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0),
 )
 

@@ -61,7 +61,6 @@ KAFKA_BROKER_APIS: tuple[AnsweredApi, ...] = (
     _unsupported(48, "DescribeClientQuotas", 0, 1),
     _unsupported(55, "DescribeQuorum", 0, 2),
     _unsupported(64, "UnregisterBroker", 0, 0),
-    _unsupported(74, "ListConfigResources", 0, 1),
     _unsupported(76, "ShareGroupHeartbeat", 1, 1),
     _unsupported(77, "ShareGroupDescribe", 1, 1),
     _unsupported(78, "ShareFetch", 1, 2),

@@ -262,8 +262,26 @@ class BrokerCollector(Collector):
             "tierlog_remote_delete_given_up_segments", "Remote segments whose delete this process gave up on "
             "after remote.log.manager.delete.retry.max.attempts: their objects stay in the remote tier until "
             "tierlog tier retry-delete or forget-delete.", labels=labels)
+        c_runs = CounterMetricFamily("tierlog_remote_compaction_runs", "Remote compaction runs of a compacted "
+                                     "partition this process finished (issue 18).", labels=labels)
+        c_errors = CounterMetricFamily("tierlog_remote_compaction_errors", "Remote compaction runs that failed "
+                                       "(damaged remote data among them); each backs off before the next.",
+                                       labels=labels)
+        c_read = CounterMetricFamily("tierlog_remote_compaction_read_bytes", "Remote segment bytes remote "
+                                     "compaction read.", labels=labels)
+        c_written = CounterMetricFamily("tierlog_remote_compaction_written_bytes", "Bytes of the segments remote "
+                                        "compaction wrote.", labels=labels)
+        c_last = GaugeMetricFamily("tierlog_remote_compaction_last_run_timestamp_seconds", "When a partition's "
+                                   "last remote compaction run ended, Unix time (partitions with a run only; "
+                                   "time() minus it is the time since).", labels=labels)
         for s in rlm.status():
             tp = _labels(s.topic, s.partition)
+            c_runs.add_metric(tp, s.compaction_runs)
+            c_errors.add_metric(tp, s.compaction_errors)
+            c_read.add_metric(tp, s.compaction_bytes_read)
+            c_written.add_metric(tp, s.compaction_bytes_written)
+            if s.compaction_last_run_ms is not None:
+                c_last.add_metric(tp, s.compaction_last_run_ms / 1000.0)
             deletes_pending.add_metric(tp, s.deletes_pending)
             deletes_given_up.add_metric(tp, s.deletes_given_up)
             lag_segments.add_metric(tp, s.copy_lag_segments)
@@ -275,7 +293,7 @@ class BrokerCollector(Collector):
             remote_bytes.add_metric(tp, s.remote_bytes)
             remote_segments.add_metric(tp, s.remote_segments)
         yield from (lag_segments, lag_bytes, copied_bytes, copied_segments, errors, stopped, remote_bytes,
-                    remote_segments, deletes_pending, deletes_given_up)
+                    remote_segments, deletes_pending, deletes_given_up, c_runs, c_errors, c_read, c_written, c_last)
 
     # -- metadata -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from tierlog.tiered.api import (
     plugin_properties,
 )
 from tierlog.tiered.backends.local import DEFAULT_DIR_PROPERTY
+from tierlog.tiered.compaction_jobs import requests_dir
 from tierlog.tiered.layout import (
     CACHE_DIR_NAME,
     METADATA_DIR_NAME,
@@ -102,7 +103,8 @@ def create_remote_log_manager(config: BrokerConfig, logs: LogSource, *, clock: C
     workers = ThreadScheduler(settings.worker_threads, clock, name="remote-log-manager") if own_workers else None
     return RemoteLogManager(settings, logs, rsm, rlmm, index_cache_dir=first_dir / CACHE_DIR_NAME, clock=clock,
                             scheduler=scheduler, status_path=metadata_dir / STATUS_FILE_NAME, workers=workers,
-                            compaction_crash_hook=_compaction_crash_hook())
+                            compaction_crash_hook=_compaction_crash_hook(),
+                            compaction_requests_dir=requests_dir(metadata_dir))
 
 
 def metadata_dir_of(config: BrokerConfig) -> Path:

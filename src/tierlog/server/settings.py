@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tierlog.config.broker_config import BrokerConfig
+from tierlog.config.group_keys import GROUP_BOUND_BROKER_KEYS
 from tierlog.config.settings import RemoteLogManagerSettings, RemoteStorageSettings, build_settings, setting
 from tierlog.metadata.controller import ControllerSettings
 from tierlog.metadata.metadata_log import MetadataLogSettings
@@ -32,7 +33,8 @@ def log_manager_settings(config: BrokerConfig) -> LogManagerSettings:
 def controller_settings(config: BrokerConfig) -> ControllerSettings:
     return build_settings(ControllerSettings, config, node_id=config.node_id,
                           snapshots=build_settings(SnapshotSettings, config),
-                          log=build_settings(MetadataLogSettings, config), topic_defaults=config.topic_defaults())
+                          log=build_settings(MetadataLogSettings, config), topic_defaults=config.topic_defaults(),
+                          group_bounds={key: config.get_int(key) for key in GROUP_BOUND_BROKER_KEYS})
 
 
 def group_settings(config: BrokerConfig) -> GroupSettings:

@@ -64,6 +64,15 @@ class PartitionState:
     #: Remote compaction (issue 18): the earliest delete horizon of a tombstone or marker its last run
     #: kept, when the next run is due whatever the dirty ratio (None: none known to this process).
     remote_delete_horizon_ms: int | None = None
+    #: Remote compaction in this process: finished runs, failed ones, bytes, the last run's end, and
+    #: the backoff after failures (no run before ``compaction_retry_at_ms``).
+    compaction_runs: int = 0
+    compaction_errors: int = 0
+    compaction_bytes_read: int = 0
+    compaction_bytes_written: int = 0
+    compaction_last_run_ms: int | None = None
+    compaction_failures: int = 0
+    compaction_retry_at_ms: int | None = None
 
 
 def is_tierable(ulog: UnifiedLog, system_enable: bool) -> bool:

@@ -44,9 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.clock import monotonic_s
+from tierlog.config.log_config import LogConfig
 from tierlog.records.builder import build_batch
 from tierlog.records.header import BatchHeader
 from tierlog.storage.cleaner.batches import (
+    CorruptDirtyBatchError,
     FilterContext,
     LastRecord,
     batch_keys,
@@ -71,8 +73,10 @@ from tierlog.tiered.api import (
     RemoteLogSegmentState,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStorageManager,
 )
 from tierlog.tiered.context import PartitionState, TieringContext
+from tierlog.tiered.policy import retry_delay_ms
 from tierlog.tiered.segment_deleter import SegmentDeleter
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,133 @@ def group_sources(sources: list[RemoteLogSegmentMetadata], segment_bytes: int) -
     return groups
 
 
+def new_offset_map(map_bytes: int) -> OffsetMap:
+    """The cleaner's key → offset map within ``log.cleaner.dedupe.buffer.size``."""
+    slots = max(1, int(map_bytes // ENTRY_BYTES * _LOAD_FACTOR))
+    return OffsetMap(slots, max(2, map_bytes // ENTRY_BYTES))
+
+
+def aborted_txns(rsm: RemoteStorageManager, sources: list[RemoteLogSegmentMetadata]) -> list[AbortedTxn]:
+    """The aborted transactions of the sources' transaction indexes, by first offset."""
+    out: list[AbortedTxn] = []
+    for md in sources:
+        try:
+            with rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
+                data = stream.read()
+        except RemoteResourceNotFoundError:
+            continue
+        out.extend(AbortedTxn.from_bytes(data, i) for i in range(0, len(data) - ABORTED_TXN_SIZE + 1,
+                                                                   ABORTED_TXN_SIZE))
+    return sorted(out, key=lambda t: t.first_offset)
+
+
+def source_batches(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, scratch: Path, io_buffer_bytes: int,
+                   result: RemoteCompactionResult) -> Iterator[BatchHeader]:
+    """The segment's batches, CRC-checked, from a scratch copy (deleted after)."""
+    path = scratch / f"source-{md.segment_id.id_str}.log"
+    with rsm.fetch_log_segment(md, 0) as stream, open(path, "wb") as out:
+        shutil.copyfileobj(stream, out, 1 << 20)
+    records = FileRecords(path)
+    try:
+        result.bytes_read += records.size_bytes
+        yield from read_batches(records, io_buffer_bytes)
+    finally:
+        records.close()
+        path.unlink(missing_ok=True)
+
+
+#: A source's batches (:func:`source_batches` with the run's settings bound).
+Batches = Callable[[RemoteLogSegmentMetadata], Iterator[BatchHeader]]
+
+
+def map_sources(m: OffsetMap, sources: list[RemoteLogSegmentMetadata], aborted: list[AbortedTxn],
+                batches: Batches) -> int:
+    """Map the sources' keys, whole segments only; returns how many sources were mapped."""
+    txn = TxnTracker(aborted)
+    for i, md in enumerate(sources):
+        before = len(m)
+        for h in batches(md):
+            if h.is_control:
+                txn.on_control_batch_read(h)
+                continue
+            if txn.on_batch_read(h):
+                continue
+            fitted, _ = map_batch(m, h)
+            if not fitted:
+                log.info("remote compaction: the offset map is full (%d keys, %d before segment %d); "
+                         "compacting the %d segments before it", len(m), before, md.start_offset, i)
+                return i
+    return len(sources)
+
+
+def write_replacement(group: list[RemoteLogSegmentMetadata], batches: Batches, fctx: FilterContext,
+                      config: LogConfig, created_ms: int, out_dir: Path, result: RemoteCompactionResult) -> LogSegment:
+    """The new segment replacing ``group`` (open, flushed, in ``out_dir``; the caller closes it): every
+    batch through the cleaner's filter; one left with no record keeps an empty batch at the range's
+    last offset. Lowers ``result.next_delete_horizon_ms`` to the horizon of a tombstone or marker kept."""
+    last = group[-1]
+    seg = LogSegment(out_dir, group[0].start_offset, segment_settings(config), created_ms=created_ms, create=True)
+    try:
+        fctx.kept_aborted = []
+        for md in group:
+            for h in batches(md):
+                out = filter_batch(h, fctx)
+                if out is not None:
+                    kept = BatchHeader(out, 0)
+                    seg.append(out, [kept])
+                    horizon = delete_horizon_of(kept)
+                    # A batch keeps its horizon bit after its tombstones went: only one still holding a
+                    # tombstone or a marker makes a later run due.
+                    if horizon is not None and (kept.is_control or any(
+                            not has_value for _, _, has_value in batch_keys(kept))):
+                        known = result.next_delete_horizon_ms
+                        result.next_delete_horizon_ms = horizon if known is None else min(known, horizon)
+        if seg.size_bytes == 0:
+            empty = build_batch([], base_offset=last.end_offset, last_offset_delta=0,
+                                max_timestamp=max(m.max_timestamp_ms for m in group))
+            seg.append(empty, [BatchHeader(empty, 0)])
+        for aborted in fctx.kept_aborted:
+            seg.txn_index.append(aborted)
+        seg.on_become_inactive()
+        seg.flush()
+    except BaseException:
+        seg.close()
+        raise
+    return seg
+
+
+def replacement(rsm: RemoteStorageManager, segment_id: RemoteLogSegmentId, group: list[RemoteLogSegmentMetadata],
+                seg: LogSegment, out_dir: Path, broker_id: int, now_ms: int
+                ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+    """The COPY_SEGMENT_STARTED metadata of ``seg`` replacing ``group``, and its files for the plugin
+    (the producer snapshot and leader-epoch checkpoint are the last source's)."""
+    first, last = group[0], group[-1]
+    snapshot = out_dir / f"{last.end_offset + 1:020d}.snapshot"
+    with rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT) as stream:
+        snapshot.write_bytes(stream.read())
+    with rsm.fetch_index(last, IndexType.LEADER_EPOCH) as stream:
+        leader_epochs = stream.read()
+    epochs: dict[int, int] = {}
+    for md in group:
+        for epoch, start in md.segment_leader_epochs:
+            epochs.setdefault(epoch, start)
+    txn_path = seg.txn_index.path
+    data = LogSegmentData(
+        log_segment=seg.log_path, offset_index=seg.offset_index_path, time_index=seg.time_index_path,
+        transaction_index=txn_path if txn_path.exists() and txn_path.stat().st_size else None,
+        producer_snapshot_index=snapshot, leader_epoch_index=leader_epochs)
+    largest = seg.largest_timestamp
+    md = RemoteLogSegmentMetadata(
+        segment_id=segment_id, start_offset=first.start_offset, end_offset=last.end_offset,
+        max_timestamp_ms=largest if largest >= 0 else max(m.max_timestamp_ms for m in group),
+        broker_id=broker_id, event_timestamp_ms=now_ms, segment_size_in_bytes=seg.size_bytes,
+        segment_leader_epochs=tuple(sorted(epochs.items(), key=lambda e: e[1])),
+        max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group),
+        # Readers prune by it (the manifest carries it): the smallest timestamp of what was kept.
+        min_timestamp_ms=seg.log.min_record_timestamp())
+    return md, data
+
+
 @dataclass
 class RemoteCompactionResult:
     sources: int = 0
@@ -147,12 +278,14 @@ class RemoteCompactor:
         any ratio). Never raises."""
         ctx = self.ctx
         ulog = ctx.logs.get_log(*state.tp)
-        if (not ctx.config.compaction_enable or ulog is None or not ulog.config.compact or ulog.deleted
+        if (not ctx.config.compaction_enable or not (ctx.config.remote_compaction_enable or force) or ulog is None or not ulog.config.compact or ulog.deleted
                 or ulog.offline_reason is not None or state.released or ctx.closed()):
             return None
+        now = ctx.now_ms()
+        if not force and state.compaction_retry_at_ms is not None and now < state.compaction_retry_at_ms:
+            return None  # backing off after a failed run
         segments = list(ctx.rlmm.list_remote_log_segments(state.tip))
         finished = any(m.state is S.COPY_SEGMENT_FINISHED for m in segments)
-        now = ctx.now_ms()
         horizon = state.remote_delete_horizon_ms
         # Due by the dirty ratio, or once a kept tombstone's horizon has passed (Kafka's cleaner also
         # picks a log for its expired tombstones), or when asked.
@@ -164,13 +297,31 @@ class RemoteCompactor:
             result = self.compact(state, ulog, now)
         except Exception as e:
             self.errors += 1
-            log.error("remote compaction of %s-%d failed: %s: %s", *state.tp, type(e).__name__, e,
-                      exc_info=not isinstance(e, RemoteStorageError | OSError))
+            state.compaction_errors += 1
+            state.compaction_failures += 1
+            delay = retry_delay_ms(state.compaction_failures, ctx.config.task_interval_ms, ctx.config.retry_max_delay_ms)
+            state.compaction_retry_at_ms = now + delay
+            if isinstance(e, CorruptDirtyBatchError):
+                # Damaged remote data: nothing is replaced or deleted because of it, the partition
+                # keeps serving; retried with backoff (the object may be re-read fine), not every pass.
+                log.error("remote compaction of %s-%d stopped on damaged remote data, nothing replaced: %s; "
+                          "next attempt in %d ms (failure %d)", *state.tp, e, delay, state.compaction_failures)
+            else:
+                log.error("remote compaction of %s-%d failed: %s: %s; next attempt in %d ms (failure %d)", *state.tp,
+                          type(e).__name__, e, delay, state.compaction_failures,
+                          exc_info=not isinstance(e, RemoteStorageError | OSError))
             ctx.record_error(state, f"remote compaction: {type(e).__name__}: {e}")
             return None
         self.last_result = result
+        state.compaction_runs += 1
+        state.compaction_bytes_read += result.bytes_read
+        state.compaction_bytes_written += result.bytes_written
+        state.compaction_last_run_ms = ctx.now_ms()
+        state.compaction_failures = 0
+        state.compaction_retry_at_ms = None
         if result.abandoned is None:
             state.remote_delete_horizon_ms = result.next_delete_horizon_ms
+        ctx.write_status()
         return result
 
     # -- one run ----------------------------------------------------------------------------------
@@ -196,10 +347,9 @@ class RemoteCompactor:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         try:
-            slots = max(1, int(ctx.config.compaction_map_bytes // ENTRY_BYTES * _LOAD_FACTOR))
-            offset_map = OffsetMap(slots, max(2, ctx.config.compaction_map_bytes // ENTRY_BYTES))
-            aborted = self._aborted_txns(sources)
-            mapped = self._map(offset_map, sources, aborted, scratch, result)
+            offset_map = new_offset_map(ctx.config.compaction_map_bytes)
+            aborted = aborted_txns(ctx.rsm, sources)
+            mapped = map_sources(offset_map, sources, aborted, self._batches(scratch, result))
             if mapped == len(sources):
                 self._map_local(offset_map, ulog)
             sources = sources[:mapped]
@@ -230,37 +380,6 @@ class RemoteCompactor:
 
     # -- the map ----------------------------------------------------------------------------------
 
-    def _aborted_txns(self, sources: list[RemoteLogSegmentMetadata]) -> list[AbortedTxn]:
-        out: list[AbortedTxn] = []
-        for md in sources:
-            try:
-                with self.ctx.rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
-                    data = stream.read()
-            except RemoteResourceNotFoundError:
-                continue
-            out.extend(AbortedTxn.from_bytes(data, i) for i in range(0, len(data) - ABORTED_TXN_SIZE + 1,
-                                                                       ABORTED_TXN_SIZE))
-        return sorted(out, key=lambda t: t.first_offset)
-
-    def _map(self, m: OffsetMap, sources: list[RemoteLogSegmentMetadata], aborted: list[AbortedTxn],
-             scratch: Path, result: RemoteCompactionResult) -> int:
-        """Map the sources' keys, whole segments only; returns how many sources were mapped."""
-        txn = TxnTracker(aborted)
-        for i, md in enumerate(sources):
-            before = len(m)
-            for h in self._batches(md, scratch, result):
-                if h.is_control:
-                    txn.on_control_batch_read(h)
-                    continue
-                if txn.on_batch_read(h):
-                    continue
-                fitted, _ = map_batch(m, h)
-                if not fitted:
-                    log.info("remote compaction: the offset map is full (%d keys, %d before segment %d); "
-                             "compacting the %d segments before it", len(m), before, md.start_offset, i)
-                    return i
-        return len(sources)
-
     def _map_local(self, m: OffsetMap, ulog: UnifiedLog) -> None:
         """Add the keys of the local log above the remote end (up to the last stable offset): a remote
         record whose key has a later record there is superseded too. Stops quietly when the map is full
@@ -287,87 +406,35 @@ class RemoteCompactor:
             log.info("remote compaction of %s-%d maps the local log up to where it changed: %s",
                      ulog.topic, ulog.partition, e)
 
-    def _batches(self, md: RemoteLogSegmentMetadata, scratch: Path, result: RemoteCompactionResult
-                 ) -> Iterator[BatchHeader]:
-        """The segment's batches, CRC-checked, from a scratch copy (deleted after)."""
-        path = scratch / f"source-{md.segment_id.id_str}.log"
-        with self.ctx.rsm.fetch_log_segment(md, 0) as stream, open(path, "wb") as out:
-            shutil.copyfileobj(stream, out, 1 << 20)
-        records = FileRecords(path)
-        try:
-            result.bytes_read += records.size_bytes
-            yield from read_batches(records, self.ctx.config.compaction_io_buffer_bytes)
-        finally:
-            records.close()
-            path.unlink(missing_ok=True)
+    def _batches(self, scratch: Path, result: RemoteCompactionResult) -> Batches:
+        def batches(md: RemoteLogSegmentMetadata) -> Iterator[BatchHeader]:
+            return source_batches(self.ctx.rsm, md, scratch, self.ctx.config.compaction_io_buffer_bytes, result)
+
+        return batches
 
     # -- one replacement --------------------------------------------------------------------------
 
     def _replace(self, state: PartitionState, ulog: UnifiedLog, group: list[RemoteLogSegmentMetadata],
                  fctx: FilterContext, scratch: Path, result: RemoteCompactionResult) -> bool:
         """Write, upload and swap in the segment replacing ``group``; False when the swap was refused."""
-        ctx = self.ctx
-        first, last = group[0], group[-1]
-        out_dir = scratch / f"out-{first.start_offset}"
+        out_dir = scratch / f"out-{group[0].start_offset}"
         out_dir.mkdir()
-        seg = LogSegment(out_dir, first.start_offset, segment_settings(ulog.config), created_ms=ctx.now_ms(),
-                         create=True)
         try:
-            fctx.kept_aborted = []
-            for md in group:
-                for h in self._batches(md, scratch, result):
-                    out = filter_batch(h, fctx)
-                    if out is not None:
-                        kept = BatchHeader(out, 0)
-                        seg.append(out, [kept])
-                        horizon = delete_horizon_of(kept)
-                        # A batch keeps its horizon bit after its tombstones went: only one still
-                        # holding a tombstone or a marker makes a later run due.
-                        if horizon is not None and (kept.is_control or any(
-                                not has_value for _, _, has_value in batch_keys(kept))):
-                            known = result.next_delete_horizon_ms
-                            result.next_delete_horizon_ms = horizon if known is None else min(known, horizon)
-            if seg.size_bytes == 0:
-                # Nothing left: an empty batch at the range's last offset keeps the segment non-empty.
-                empty = build_batch([], base_offset=last.end_offset, last_offset_delta=0,
-                                    max_timestamp=max(m.max_timestamp_ms for m in group))
-                seg.append(empty, [BatchHeader(empty, 0)])
-            for aborted in fctx.kept_aborted:
-                seg.txn_index.append(aborted)
-            seg.on_become_inactive()
-            seg.flush()
-            return self._upload_and_swap(state, group, seg, out_dir, result)
+            seg = write_replacement(group, self._batches(scratch, result), fctx, ulog.config, self.ctx.now_ms(),
+                                    out_dir, result)
+            try:
+                return self._upload_and_swap(state, group, seg, out_dir, result)
+            finally:
+                seg.close()
         finally:
-            seg.close()
             shutil.rmtree(out_dir, ignore_errors=True)
 
     def _upload_and_swap(self, state: PartitionState, group: list[RemoteLogSegmentMetadata], seg: LogSegment,
                          out_dir: Path, result: RemoteCompactionResult) -> bool:
         ctx = self.ctx
         first, last = group[0], group[-1]
-        snapshot = out_dir / f"{last.end_offset + 1:020d}.snapshot"
-        with ctx.rsm.fetch_index(last, IndexType.PRODUCER_SNAPSHOT) as stream:
-            snapshot.write_bytes(stream.read())
-        with ctx.rsm.fetch_index(last, IndexType.LEADER_EPOCH) as stream:
-            leader_epochs = stream.read()
-        epochs: dict[int, int] = {}
-        for md in group:
-            for epoch, start in md.segment_leader_epochs:
-                epochs.setdefault(epoch, start)
-        txn_path = seg.txn_index.path
-        data = LogSegmentData(
-            log_segment=seg.log_path, offset_index=seg.offset_index_path, time_index=seg.time_index_path,
-            transaction_index=txn_path if txn_path.exists() and txn_path.stat().st_size else None,
-            producer_snapshot_index=snapshot, leader_epoch_index=leader_epochs)
-        largest = seg.largest_timestamp
-        md = RemoteLogSegmentMetadata(
-            segment_id=RemoteLogSegmentId.generate(state.tip), start_offset=first.start_offset,
-            end_offset=last.end_offset,
-            max_timestamp_ms=largest if largest >= 0 else max(m.max_timestamp_ms for m in group),
-            broker_id=ctx.config.broker_id, event_timestamp_ms=ctx.now_ms(), segment_size_in_bytes=seg.size_bytes,
-            segment_leader_epochs=tuple(sorted(epochs.items(), key=lambda e: e[1])),
-            max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group),
-            min_timestamp_ms=seg.log.min_record_timestamp())
+        md, data = replacement(ctx.rsm, RemoteLogSegmentId.generate(state.tip), group, seg, out_dir,
+                               ctx.config.broker_id, ctx.now_ms())
         # Registered before the record exists: a copy run's sweep never sees it unregistered while
         # this job runs.
         ctx.compaction_uploads.add(md.segment_id)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.errors import TierlogError
-from tierlog.ids import TopicPartition
+from tierlog.ids import TopicPartition, uuid_to_base64
 from tierlog.scheduler import Scheduler, TaskHandle
 from tierlog.storage.log import UnifiedLog
 from tierlog.tiered.api import (
@@ -50,6 +50,7 @@ from tierlog.tiered.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tierlog.tiered.compaction_jobs import CompactionRequests
 from tierlog.tiered.context import (
     LogSource,
     PartitionState,
@@ -72,7 +73,13 @@ from tierlog.tiered.restore import (
     take_untiered_offline,
 )
 from tierlog.tiered.segment_deleter import FailedRemoteDelete, SegmentDeleter
-from tierlog.tiered.status import PartitionTierStatus, partition_status, write_status_file
+from tierlog.tiered.status import (
+    PartitionTierStatus,
+    compaction_fields,
+    partition_status,
+    read_status_file,
+    write_status_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +100,7 @@ class RemoteLogManager:
         status_path: Path | None = None,
         workers: Scheduler | None = None,
         compaction_crash_hook: Callable[[str], None] | None = None,
+        compaction_requests_dir: Path | None = None,
     ) -> None:
         """``scheduler`` runs the cheap periodic sync; ``workers`` (default: ``scheduler``) the copy
         tasks and the expiration pass, which wait on the remote store. The manager shuts
@@ -105,6 +113,12 @@ class RemoteLogManager:
         self.scheduler = scheduler
         self.workers = workers if workers is not None else scheduler
         self.status_path = status_path
+        #: What the previous process persisted per partition (read once): the remote tombstone horizon
+        #: a restarted broker keeps (issue 18), so kept tombstones go when due, not only at the next
+        #: run the dirty ratio starts.
+        persisted = read_status_file(status_path) if status_path is not None else None
+        partitions = (persisted or {}).get("partitions")
+        self._persisted_partitions: dict[str, object] = partitions if isinstance(partitions, dict) else {}
         self.index_cache = RemoteIndexCache(index_cache_dir, config.index_cache_bytes, rsm)
         self._partitions: dict[TopicPartition, PartitionState] = {}
         #: One lock per partition's remote segments, kept apart from the partition's state: a state is
@@ -127,6 +141,9 @@ class RemoteLogManager:
         self.reader = RemoteReader(ctx)
         self.compactor = RemoteCompactor(ctx, self.deleter, Path(index_cache_dir) / "remote-compaction",
                                          compaction_crash_hook)
+        #: Swaps asked for by remote compaction jobs outside the broker (``tierlog spark compact``).
+        self.compaction_requests = (None if compaction_requests_dir is None
+                                    else CompactionRequests(ctx, self.deleter, compaction_requests_dir))
         self.expiration = RemoteExpiration(ctx, self.deleter, self.reader.segment_max_timestamp)
         self.partition_deletion = PartitionDeletion(
             ctx, self.deleter, lambda topic, partition: self._release((topic, partition), logs.get_log(topic, partition)))
@@ -222,6 +239,10 @@ class RemoteLogManager:
             ulog.bring_online()
         state = PartitionState(tp, tip, lock=self._segments_lock(tip))
         state.boundary_unchecked = action is RestoreAction.CHECK_BOUNDARY
+        before = self._persisted_partitions.pop(f"{tp[0]}-{tp[1]}", None)
+        if isinstance(before, dict) and before.get("topic_id") == uuid_to_base64(tip.topic_id):
+            horizon = before.get("remote_delete_horizon_ms")
+            state.remote_delete_horizon_ms = horizon if isinstance(horizon, int) else None
         self._partitions[tp] = state
         highest = highest_finished_offset(self.rlmm, tip)
         ulog.enable_tiering(highest)
@@ -354,6 +375,8 @@ class RemoteLogManager:
         maintain = getattr(self.rlmm, "maintain_manifests", None)
         if callable(maintain):
             maintain()
+        if self.compaction_requests is not None:
+            self.compaction_requests.poll()
         self.expire_all(wait=False)
 
     def expire_partition(self, topic: str, partition: int, now_ms: int | None = None, *,
@@ -462,12 +485,16 @@ class RemoteLogManager:
         """Persist what only this process knows (task states and errors) for ``tierlog tier status``."""
         if self.status_path is None:
             return
-        entries = {
+        entries: dict[str, object] = {
             f"{s.tp[0]}-{s.tp[1]}": {"copy_task": "stopped" if s.copy_stopped else "active",
                                      "last_error": s.last_error, "last_error_ms": s.last_error_ms,
-                                     "consecutive_failures": s.consecutive_failures}
+                                     "consecutive_failures": s.consecutive_failures, **compaction_fields(s),
+                                     "topic_id": uuid_to_base64(s.tip.topic_id),
+                                     "remote_delete_horizon_ms": s.remote_delete_horizon_ms}
             for s in list(self._partitions.values())
         }
+        for key, entry in list(self._persisted_partitions.items()):
+            entries.setdefault(key, entry)  # not adopted (yet) by this process: kept as it was
         for (topic, partition), ulog in self.logs.all_logs().items():
             if ulog.offline_reason is not None:
                 entries[f"{topic}-{partition}"] = {"copy_task": "offline", "last_error": ulog.offline_reason,

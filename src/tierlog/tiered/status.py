@@ -71,6 +71,14 @@ class PartitionTierStatus:
     deletes_given_up: int = 0
     #: Seed 001: producer snapshots this process rebuilt before uploading a segment.
     producer_snapshots_rebuilt: int = 0
+    #: Remote compaction (issue 18) in the broker: finished runs, failed runs, bytes read and written,
+    #: when the last run ended, and the earliest next attempt after a failure (backoff).
+    compaction_runs: int = 0
+    compaction_errors: int = 0
+    compaction_bytes_read: int = 0
+    compaction_bytes_written: int = 0
+    compaction_last_run_ms: int | None = None
+    compaction_retry_at_ms: int | None = None
 
 
 def status_as_dict(status: PartitionTierStatus) -> dict[str, object]:
@@ -114,7 +122,22 @@ def partition_status(tp: TopicPartition, ulog: UnifiedLog | None, state: Partiti
         bytes_copied=state.bytes_copied if state else 0, copy_errors=state.copy_errors if state else 0,
         deletes_pending=len(deleting) - gave_up, deletes_given_up=gave_up,
         producer_snapshots_rebuilt=state.producer_snapshots_rebuilt if state else 0,
+        compaction_runs=state.compaction_runs if state else 0,
+        compaction_errors=state.compaction_errors if state else 0,
+        compaction_bytes_read=state.compaction_bytes_read if state else 0,
+        compaction_bytes_written=state.compaction_bytes_written if state else 0,
+        compaction_last_run_ms=state.compaction_last_run_ms if state else None,
+        compaction_retry_at_ms=state.compaction_retry_at_ms if state else None,
     )
+
+
+def compaction_fields(state: PartitionState) -> dict[str, int | None]:
+    """The remote compaction figures of a partition, as the status and the status file hold them."""
+    return {"compaction_runs": state.compaction_runs, "compaction_errors": state.compaction_errors,
+            "compaction_bytes_read": state.compaction_bytes_read,
+            "compaction_bytes_written": state.compaction_bytes_written,
+            "compaction_last_run_ms": state.compaction_last_run_ms,
+            "compaction_retry_at_ms": state.compaction_retry_at_ms}
 
 
 # -- status file ------------------------------------------------------------------------------------
@@ -180,6 +203,14 @@ def given_up_deletes(log_dirs: Sequence[Path]) -> list[FailedRemoteDelete]:
         store.close()
 
 
+_COMPACTION_KEYS = ("compaction_runs", "compaction_errors", "compaction_bytes_read", "compaction_bytes_written",
+                    "compaction_last_run_ms", "compaction_retry_at_ms")
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
 def offline_status(log_dirs: Sequence[Path],
                    uploaded_size: Callable[[bytes], int | None] | None = None) -> list[PartitionTierStatus]:
     """Status of every partition that has local data with tiering history or remote segments."""
@@ -242,6 +273,7 @@ def offline_status(log_dirs: Sequence[Path],
             last_error=info.get("last_error"), last_error_ms=info.get("last_error_ms"),
             consecutive_failures=int(info.get("consecutive_failures", 0) or 0),
             deletes_pending=deleting - given_up[tp], deletes_given_up=given_up[tp],
+            **{k: _int_or_none(info.get(k)) for k in _COMPACTION_KEYS if k in info},  # type: ignore[arg-type]
         ))
     store.close()
     return out

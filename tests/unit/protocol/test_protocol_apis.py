@@ -49,6 +49,7 @@ def test_the_table_is_the_brief() -> None:
         29, 30, 31,  # DescribeAcls, CreateAcls, DeleteAcls (#19)
         48, 49,  # client quotas (#19)
         34, 35, 43,  # AlterReplicaLogDirs, DescribeLogDirs, ElectLeaders per item (#27)
+        74,  # ListConfigResources: the groups with configs, for kafka-configs --entity-type groups (#27)
     }
     assert SUPPORTED_APIS[26].max_version == 5  # EndTxn v5: KIP-890 part 2 (transaction.version 2)
     assert 71 not in SUPPORTED_APIS and 72 not in SUPPORTED_APIS  # never the telemetry APIs

@@ -130,3 +130,77 @@ def test_dynamic_broker_defaults_reach_topics_without_overrides(tmp_path: Path) 
         assert plain.config.retention_ms == 7_200_000
 
     with_broker(tmp_path, test)
+
+
+def test_group_configs_described_with_broker_synonyms_and_refused_by_kafkas_rules(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        result = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("g", None, 32))).results[0]
+        assert result.error_code == 0
+        by_name = {c.name: c for c in result.configs}
+        assert len(by_name) == 17
+        # The broker's group.consumer.session.timeout.ms (set in its config) is the default.
+        session = by_name["consumer.session.timeout.ms"]
+        assert (session.value, session.config_source, session.read_only) == ("50000", 4, False)
+        assert [(s.name, s.value, s.source) for s in session.synonyms] == [
+            ("group.consumer.session.timeout.ms", "50000", 4), ("group.consumer.session.timeout.ms", "45000", 5)]
+        reset = by_name["share.auto.offset.reset"]
+        assert (reset.value, reset.config_source) == ("latest", 5) and reset.documentation
+
+        legacy = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "value": "55000"}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.ALTER_CONFIGS, 2, legacy)).responses[0].error_code == 0
+        session = {c.name: c for c in (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe(
+            "g", ["consumer.session.timeout.ms"], 32))).results[0].configs}["consumer.session.timeout.ms"]
+        assert (session.value, session.config_source) == ("55000", 8)  # GROUP_CONFIG
+        assert [s.source for s in session.synonyms] == [8, 4, 5]
+
+        incremental = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.heartbeat.interval.ms", "config_operation": 0, "value": "16000"}]}],
+            "validate_only": False}
+        refused = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)).responses[0]
+        assert (refused.error_code, refused.error_message) == (
+            40, "consumer.heartbeat.interval.ms must be less than or equal to group.consumer.max.heartbeat.interval.ms")
+        incremental["resources"][0]["resource_name"] = ""
+        empty = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, incremental)).responses[0]
+        assert (empty.error_code, empty.error_message) == (42, "Default group resources are not allowed.")
+        described = (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("", None, 32))).results[0]
+        assert (described.error_code, described.error_message) == (42, "Group name must not be empty")
+
+    with_broker(tmp_path, test, **{"group.consumer.session.timeout.ms": "50000"})
+
+
+def test_group_configs_need_the_group_acls(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        assert (await call(ctx, ApiKey.DESCRIBE_CONFIGS, 4, describe("g", None, 32))).results[0].error_code == 30
+        alter = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False}
+        refused = (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0]
+        assert refused.error_code == 30  # GROUP_AUTHORIZATION_FAILED
+        assert dict(ctx.image.group_configs("g")) == {}
+
+    with_broker(tmp_path, test, **{"authorizer.class.name": "tierlog.StandardAuthorizer"})
+
+
+def test_list_config_resources(tmp_path: Path) -> None:
+    async def test(ctx: BrokerContext) -> None:
+        await call(ctx, ApiKey.CREATE_TOPICS, 7, create("t"))
+        alter = {"resources": [{"resource_type": 32, "resource_name": "g", "configs": [
+            {"name": "consumer.session.timeout.ms", "config_operation": 0, "value": "50000"}]}], "validate_only": False}
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0].error_code == 0
+        every = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+        assert every.error_code == 0
+        assert [(r.resource_type, r.resource_name) for r in every.config_resources] == [
+            (32, "g"), (8, str(ctx.node_id)), (4, str(ctx.node_id)), (2, "t")]
+        groups = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [32]})
+        assert [r.resource_name for r in groups.config_resources] == ["g"]
+        # v0 (ListClientMetricsResources) lists client-metrics subscriptions only; tierlog has none.
+        assert (await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 0, {})).config_resources == ()
+        unknown = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [99]})
+        assert (unknown.error_code, unknown.config_resources) == (35, ())  # UNSUPPORTED_VERSION
+        # Deleting a group's last config drops it from the list.
+        alter["resources"][0]["configs"][0].update(config_operation=1, value=None)
+        assert (await call(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter)).responses[0].error_code == 0
+        groups = await call(ctx, ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [32]})
+        assert groups.config_resources == ()
+
+    with_broker(tmp_path, test)

@@ -183,3 +183,15 @@ def test_offset_commit_checks_member_epoch() -> None:
     assert g.validate_offset_commit("a", 0) == 113  # STALE_MEMBER_EPOCH
     assert g.validate_offset_commit("x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
     assert g.validate_offset_commit("", -1) == ErrorCode.UNKNOWN_MEMBER_ID  # admin commits need an empty group
+
+
+def test_group_configs_override_the_broker_settings_within_its_bounds() -> None:
+    settings = ConsumerGroupSettings(session_timeout_ms=45000, heartbeat_interval_ms=5000,
+                                     min_session_timeout_ms=45000, max_session_timeout_ms=60000,
+                                     min_heartbeat_interval_ms=5000, max_heartbeat_interval_ms=15000)
+    assert settings.for_group(None, None) == settings
+    own = settings.for_group(50000, 7000)
+    assert (own.session_timeout_ms, own.heartbeat_interval_ms) == (50000, 7000)
+    # Values stored under wider bounds are capped, as Kafka's GroupConfig.evaluate caps them.
+    capped = settings.for_group(1000, 20000)
+    assert (capped.session_timeout_ms, capped.heartbeat_interval_ms) == (45000, 15000)

@@ -162,7 +162,9 @@ def test_remote_tier_rows_become_per_partition_metrics(tmp_path: Path) -> None:
         PartitionTierStatus(topic="t", partition=0, topic_id="", copy_task="active", highest_tiered_offset=99,
                             remote_log_start_offset=0, local_log_start_offset=50, log_end_offset=180,
                             local_bytes=4000, remote_bytes=9000, remote_segments=4, copy_lag_segments=3,
-                            copy_lag_bytes=3000, segments_copied=4, bytes_copied=8000, copy_errors=1),
+                            copy_lag_bytes=3000, segments_copied=4, bytes_copied=8000, copy_errors=1,
+                            compaction_runs=3, compaction_errors=1, compaction_bytes_read=9000,
+                            compaction_bytes_written=2500, compaction_last_run_ms=1_700_000_000_500),
         PartitionTierStatus(topic="t", partition=1, topic_id="", copy_task="stopped", highest_tiered_offset=-1,
                             remote_log_start_offset=None, local_log_start_offset=0, log_end_offset=10,
                             local_bytes=100, remote_bytes=0, remote_segments=0, copy_lag_segments=1,
@@ -179,6 +181,13 @@ def test_remote_tier_rows_become_per_partition_metrics(tmp_path: Path) -> None:
     assert registry.get_sample_value("tierlog_remote_copy_lag_segments", p0) == 3
     assert registry.get_sample_value("tierlog_remote_copy_lag_bytes", p0) == 3000
     assert registry.get_sample_value("tierlog_remote_copied_bytes_total", p0) == 8000
+    assert registry.get_sample_value("tierlog_remote_compaction_runs_total", p0) == 3
+    assert registry.get_sample_value("tierlog_remote_compaction_errors_total", p0) == 1
+    assert registry.get_sample_value("tierlog_remote_compaction_read_bytes_total", p0) == 9000
+    assert registry.get_sample_value("tierlog_remote_compaction_written_bytes_total", p0) == 2500
+    assert registry.get_sample_value("tierlog_remote_compaction_last_run_timestamp_seconds", p0) == 1_700_000_000.5
+    assert registry.get_sample_value("tierlog_remote_compaction_last_run_timestamp_seconds", p1) is None
+    assert registry.get_sample_value("tierlog_remote_compaction_runs_total", p1) == 0
     assert registry.get_sample_value("tierlog_remote_copied_segments_total", p0) == 4
     assert registry.get_sample_value("tierlog_remote_copy_errors_total", p0) == 1
     assert registry.get_sample_value("tierlog_remote_copy_task_stopped", p0) == 0

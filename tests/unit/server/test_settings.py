@@ -53,9 +53,11 @@ def test_defaults_are_the_keys_defaults(build: Any, cls: type) -> None:
 
 def test_controller_defaults_are_the_keys_defaults() -> None:
     built = settings.controller_settings(BrokerConfig())
-    # topic_defaults is what the broker adds: the effective defaults of every topic key.
-    assert dataclasses.replace(built, topic_defaults={}) == ControllerSettings()
+    # topic_defaults and group_bounds are what the broker adds: the effective defaults of every topic
+    # key, and the broker's bounds of group configs.
+    assert dataclasses.replace(built, topic_defaults={}, group_bounds={}) == ControllerSettings()
     assert built.topic_defaults["segment.bytes"] == 1073741824
+    assert built.group_bounds["group.consumer.min.session.timeout.ms"] == 45000
 
 
 def test_defaults_of_parts_below_follow_the_keys() -> None:

@@ -19,6 +19,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from tierlog.errors import ErrorCode
+from tierlog.metadata import ConfigResourceType
 from tierlog.server.groups import consumer_records as cr
 from tierlog.server.groups.consumer_group import (
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -74,6 +75,18 @@ class ConsumerGroups:
         return {name: (t.topic_id, t.num_partitions)
                 for name, t in self.coordinator.partitions.image.topics_by_name.items()}
 
+    def settings_for(self, group_id: str) -> ConsumerGroupSettings:
+        """The broker's consumer-group settings with the group's own configs (the GROUP config
+        resource, KIP-848) over them, read from the current metadata image so a change applies at the
+        group's next heartbeat or expiry check, as in Kafka's GroupConfigManager."""
+        overrides = self.coordinator.partitions.image.configs.get((ConfigResourceType.GROUP, group_id))
+        if not overrides:
+            return self.settings
+        session_ms = overrides.get("consumer.session.timeout.ms")
+        heartbeat_ms = overrides.get("consumer.heartbeat.interval.ms")
+        return self.settings.for_group(None if session_ms is None else int(session_ms),
+                                       None if heartbeat_ms is None else int(heartbeat_ms))
+
     def _get_or_create(self, group_id: str) -> ConsumerGroup:
         group = self.groups.get(group_id)
         if group is None:
@@ -108,6 +121,7 @@ class ConsumerGroups:
                 return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id,
                                        error_message=f"group {req.group_id} has no member {req.member_id}")
             group = self._get_or_create(req.group_id)
+        group.settings = self.settings_for(req.group_id)
         result = group.heartbeat(req, self.topics_view(), self.coordinator.now_ms())
         records += result.records
         if records:
@@ -133,6 +147,7 @@ class ConsumerGroups:
         for group in list(self.groups.values()):
             if not group.members:
                 continue
+            group.settings = self.settings_for(group.group_id)
             records = group.expire(now_ms)
             if records:
                 self._store(group.group_id, records)

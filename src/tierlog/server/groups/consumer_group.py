@@ -19,6 +19,7 @@ Time comes in as ``now_ms``.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import re
@@ -67,6 +68,25 @@ class ConsumerGroupSettings:
     heartbeat_interval_ms: int = setting("group.consumer.heartbeat.interval.ms")
     #: Short names (uniform, range); the first is the default.
     assignors: tuple[str, ...] = setting("group.consumer.assignors", _assignor_names)
+    #: The bounds a group's own session timeout and heartbeat interval (group configs) are kept within.
+    min_session_timeout_ms: int = setting("group.consumer.min.session.timeout.ms")
+    max_session_timeout_ms: int = setting("group.consumer.max.session.timeout.ms")
+    min_heartbeat_interval_ms: int = setting("group.consumer.min.heartbeat.interval.ms")
+    max_heartbeat_interval_ms: int = setting("group.consumer.max.heartbeat.interval.ms")
+
+    def for_group(self, session_timeout_ms: int | None, heartbeat_interval_ms: int | None) -> ConsumerGroupSettings:
+        """These settings with a group's own configs over them, each kept within the broker's bounds as
+        Kafka 4.3's GroupConfig.evaluate does (a value stored under wider bounds, before a restart
+        narrowed them, is capped rather than refused)."""
+        def clamp(value: int | None, default: int, low: int, high: int) -> int:
+            return default if value is None else max(low, min(high, value))
+
+        return dataclasses.replace(
+            self,
+            session_timeout_ms=clamp(session_timeout_ms, self.session_timeout_ms, self.min_session_timeout_ms,
+                                     self.max_session_timeout_ms),
+            heartbeat_interval_ms=clamp(heartbeat_interval_ms, self.heartbeat_interval_ms,
+                                        self.min_heartbeat_interval_ms, self.max_heartbeat_interval_ms))
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and this broker.
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, this broker and groups.
 
 Changes go through the metadata controller (validated against the one definition of each key, then
 recorded as ConfigRecords); the log sync applies them to open logs. Describing reports each key's
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tierlog.config.definition import ConfigKey, Type, Value
+from tierlog.config.group_keys import GROUP_DEF
 from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
@@ -28,6 +29,7 @@ from tierlog.server.log_sync import effective_topic_defaults
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 
 class ConfigSource(enum.IntEnum):
@@ -39,6 +41,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 # Kafka's DescribeConfigsResponse.ConfigType ids.
@@ -104,6 +107,33 @@ def topic_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wante
     return out
 
 
+def group_config_entries(ctx: BrokerContext, overrides: Mapping[str, str], wanted: set[str] | None, *,
+                         include_synonyms: bool, include_docs: bool) -> list[dict[str, Any]]:
+    """Every group key's value for a group with ``overrides``, as Kafka's ConfigHelper describes a GROUP
+    resource: the group's own value (GROUP_CONFIG), else its broker synonym's (set in server.properties,
+    else that key's default); a key without a broker synonym falls back to its own default."""
+    out: list[dict[str, Any]] = []
+    for name, key in GROUP_DEF.keys.items():
+        if wanted is not None and name not in wanted:
+            continue
+        synonyms: list[dict[str, Any]] = []
+        if name in overrides:
+            synonyms.append({"name": name, "value": overrides[name], "source": int(ConfigSource.GROUP_CONFIG)})
+        for syn, _ in key.broker_synonyms:
+            if ctx.config.is_set(syn):
+                synonyms.append({"name": syn, "value": format_value(ctx.config.get(syn)),
+                                 "source": int(ConfigSource.STATIC_BROKER_CONFIG)})
+            synonyms.append({"name": syn, "value": format_value(BROKER_DEF.require(syn).default),
+                             "source": int(ConfigSource.DEFAULT_CONFIG)})
+        if not key.broker_synonyms:
+            synonyms.append({"name": name, "value": format_value(key.default),
+                             "source": int(ConfigSource.DEFAULT_CONFIG)})
+        value = overrides[name] if name in overrides else synonyms[0]["value"]
+        out.append(_entry(key, value, ConfigSource(synonyms[0]["source"]), read_only=False,
+                          synonyms=synonyms if include_synonyms else [], include_docs=include_docs))
+    return out
+
+
 def broker_config_entries(ctx: BrokerContext, resource_name: str, wanted: set[str] | None, *,
                           include_synonyms: bool, include_docs: bool) -> list[dict[str, Any]]:
     image = ctx.image
@@ -158,6 +188,8 @@ def _config_refusal(ctx: BrokerContext, client: ClientInfo, op: AclOperation, rt
         return 0 if ctx.allowed(client, op, ResourceType.TOPIC, rname) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
     if rtype in (BROKER, BROKER_LOGGER):
         return 0 if ctx.allowed(client, op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if rtype == GROUP:
+        return 0 if ctx.allowed(client, op, ResourceType.GROUP, rname) else ErrorCode.GROUP_AUTHORIZATION_FAILED
     return 0
 
 
@@ -192,6 +224,13 @@ async def handle_describe_configs(ctx: BrokerContext, request: ParsedRequest, cl
                                                       include_docs=include_docs)
         elif rtype == BROKER_LOGGER:
             continue  # no per-logger levels to report
+        elif rtype == GROUP:
+            # A group with no configs set, or no group at all, is described with every default (as Kafka).
+            if not rname:
+                result.update(error_code=ErrorCode.INVALID_REQUEST, error_message="Group name must not be empty")
+                continue
+            result["configs"] = group_config_entries(ctx, ctx.image.group_configs(rname), wanted,
+                                                     include_synonyms=include_synonyms, include_docs=include_docs)
         else:
             result.update(error_code=ErrorCode.INVALID_REQUEST, error_message=f"Unsupported resource type {rtype}")
     return build_response(ApiKey.DESCRIBE_CONFIGS, request.api_version, {"results": results})
@@ -205,6 +244,8 @@ def _resource_type(ctx: BrokerContext, rtype: int, rname: str) -> ConfigResource
         if message is not None:
             raise _RequestError(message)
         return ConfigResourceType.BROKER
+    if rtype == GROUP:
+        return ConfigResourceType.GROUP
     raise _RequestError(f"Unsupported resource type {rtype}")
 
 
@@ -289,8 +330,45 @@ async def handle_incremental_alter_configs(ctx: BrokerContext, request: ParsedRe
     return build_response(ApiKey.INCREMENTAL_ALTER_CONFIGS, request.api_version, {"responses": responses})
 
 
+CLIENT_METRICS = 16
+#: The resource types ListConfigResources lists, per version (Kafka's ListConfigResourcesRequest:
+#: v0 was ListClientMetricsResources).
+_LISTABLE = {0: (CLIENT_METRICS,), 1: (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)}
+
+
+async def handle_list_config_resources(ctx: BrokerContext, request: ParsedRequest, client: ClientInfo) -> Reply:
+    """Kafka's ListConfigResources (KIP-1142): with DESCRIBE_CONFIGS on the cluster, the config
+    resources of each requested type (all listable types when none is named): groups with configs set,
+    this broker (as BROKER and BROKER_LOGGER) and every topic; tierlog has no client-metrics
+    subscriptions. A type the version does not list: UNSUPPORTED_VERSION."""
+    def answer(error_code: int, resources: list[dict[str, Any]]) -> Reply:
+        return build_response(ApiKey.LIST_CONFIG_RESOURCES, request.api_version,
+                              {"error_code": error_code, "config_resources": resources})
+
+    if not ctx.allowed(client, AclOperation.DESCRIBE_CONFIGS):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+    listable = _LISTABLE[min(request.api_version, 1)]
+    wanted = list(getattr(request.body, "resource_types", ()) or listable)
+    if any(t not in listable for t in wanted):
+        return answer(ErrorCode.UNSUPPORTED_VERSION, [])
+    image = ctx.image
+    resources: list[dict[str, Any]] = []
+    # Kafka's order: groups, client metrics, broker loggers, brokers, topics.
+    if GROUP in wanted:
+        resources += [{"resource_name": name, "resource_type": GROUP}
+                      for (rtype, name), configs in sorted(image.configs.items())
+                      if rtype == ConfigResourceType.GROUP and configs]
+    for rtype in (BROKER_LOGGER, BROKER):
+        if rtype in wanted:
+            resources.append({"resource_name": str(ctx.node_id), "resource_type": rtype})
+    if TOPIC in wanted:
+        resources += [{"resource_name": name, "resource_type": TOPIC} for name in sorted(image.topics_by_name)]
+    return answer(ErrorCode.NONE, resources)
+
+
 HANDLERS = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.LIST_CONFIG_RESOURCES: handle_list_config_resources,
 }

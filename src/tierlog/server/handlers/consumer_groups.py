@@ -52,7 +52,7 @@ async def handle_consumer_group_heartbeat(ctx: BrokerContext, request: ParsedReq
     return build_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, request.api_version, {
         "error_code": result.error_code, "error_message": result.error_message,
         "member_id": result.member_id or None, "member_epoch": result.member_epoch,
-        "heartbeat_interval": coordinator.consumer.settings.heartbeat_interval_ms,
+        "heartbeat_interval": coordinator.consumer.settings_for(body.group_id).heartbeat_interval_ms,
         "assignment": None if result.assignment is None else {
             "topic_partitions": _topic_partitions(result.assignment)},
     })

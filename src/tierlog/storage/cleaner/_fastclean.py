@@ -314,3 +314,153 @@ def write_kept(buf: np.ndarray, kept: int, attr_at: np.ndarray, rest_at: np.ndar
         out[out_pos:out_pos + rest_bytes] = buf[rest_at[k]:end_at[k]]
         out_pos += rest_bytes
     return out_pos
+
+
+# -- a run of plain batches of a read chunk, in one call (the map pass and the rewrite) -----------------
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _be(buf: np.ndarray, pos: int, n: int) -> Any:
+    """A signed big-endian integer of ``n`` bytes (8 wraps to int64 by itself)."""
+    v = np.int64(0)
+    for i in range(n):
+        v = (v << np.int64(8)) | np.int64(buf[pos + i])
+    if n < 8 and v >= np.int64(1) << np.int64(8 * n - 1):
+        v -= np.int64(1) << np.int64(8 * n)
+    return v
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def scan_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, end_offset: int, starts: np.ndarray,
+               ends: np.ndarray, crcs: np.ndarray) -> int:
+    """The run of plain batches (magic 2, uncompressed, neither transactional nor control) a read
+    chunk holds whole from ``pos``, with offsets increasing from ``previous_last`` and below
+    ``end_offset``: fills their [start, end) and stored CRC, returns how many (at most the arrays'
+    size). The caller checks the CRCs (the C library is far faster than a compiled table)."""
+    n = 0
+    while pos + 12 <= end and n < starts.shape[0]:
+        length = _be(buf, pos + 8, 4)
+        if length < 49 or pos + 12 + length > end:
+            break
+        attributes = _be(buf, pos + 21, 2)
+        if buf[pos + 16] != 2 or (attributes & 0x37) != 0:
+            break
+        base = _be(buf, pos, 8)
+        if base <= previous_last or base >= end_offset:
+            break
+        starts[n] = pos
+        ends[n] = pos + 12 + length
+        crcs[n] = _be(buf, pos + 17, 4) & 0xFFFFFFFF
+        previous_last = base + _be(buf, pos + 23, 4)
+        pos = ends[n]
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start_offset: int, h1s: np.ndarray,
+            h2s: np.ndarray, offs: np.ndarray, size: int, limit: int) -> tuple[int, int, int, int, int]:
+    """The map pass over the first ``n`` batches :func:`scan_chunk` found (their CRCs checked): stops
+    before one whose keys do not fit or whose records do not parse. (batches taken, their last
+    offset or -1, map size, highest offset put or -1, keyed records)."""
+    highest = -1
+    keyed = 0
+    last = -1
+    for i in range(n):
+        pos = starts[i]
+        base = _be(buf, pos, 8)
+        batch_last = base + _be(buf, pos + 23, 4)
+        if batch_last >= start_offset:
+            count = _be(buf, pos + 57, 4)
+            status, new_size, top, k = map_batch(buf, pos + 61, ends[i], count, base, h1s, h2s, offs, size, limit)
+            if status != OK:
+                return i, last, size, highest, keyed
+            size = new_size
+            keyed += k
+            if top > highest:
+                highest = top
+        last = batch_last
+    return n, last, size, highest, keyed
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _put_be(out: np.ndarray, pos: int, value: int, n: int) -> None:
+    v = np.int64(value)
+    for i in range(n - 1, -1, -1):
+        out[pos + i] = np.uint8(v & np.int64(0xFF))
+        v >>= np.int64(8)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def filter_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, h1s: np.ndarray, h2s: np.ndarray,
+               offs: np.ndarray, now_ms: int, delete_retention_ms: int, keep_deletes: bool, last_pids: np.ndarray,
+               last_offsets: np.ndarray, out: np.ndarray, out_ends: np.ndarray, rewritten: np.ndarray,
+               attr_at: np.ndarray, rest_at: np.ndarray, end_at: np.ndarray,
+               timestamps: np.ndarray) -> tuple[int, int, int, int, int]:
+    """The rewrite of the first ``n`` batches :func:`scan_chunk` found (CRCs checked) into ``out``, by
+    the rules of ``batches.filter_batch`` and the same bytes as ``fast_path.rewrite_data_batch``: a
+    batch kept whole is copied, one emptied is dropped, the others rewritten with their kept records
+    (CRC left 0 and flagged in ``rewritten``: the caller fills it). Stops before a LogAppendTime batch,
+    one whose records do not parse, and an emptied batch that may be its producer's last (sorted
+    ``last_pids`` with their last data offsets): the per-batch path decides those. (batches taken,
+    output bytes, output batches, records read, records kept)."""
+    out_pos = 0
+    out_n = 0
+    records_read = 0
+    records_kept = 0
+    for i in range(n):
+        pos = starts[i]
+        attributes = _be(buf, pos + 21, 2)
+        if attributes & 0x08:
+            return i, out_pos, out_n, records_read, records_kept
+        base = _be(buf, pos, 8)
+        base_timestamp = _be(buf, pos + 27, 8)
+        count = _be(buf, pos + 57, 4)
+        if count < 0 or count > attr_at.shape[0]:
+            return i, out_pos, out_n, records_read, records_kept
+        has_horizon = (attributes & 0x40) != 0
+        keep = keep_deletes or not has_horizon or now_ms < base_timestamp
+        status, kept, records, has_tombstone = retain(buf, pos + 61, ends[i], count, base, base_timestamp, h1s,
+                                                       h2s, offs, keep, attr_at, rest_at, end_at, timestamps)
+        if status != OK:
+            return i, out_pos, out_n, records_read, records_kept
+        new_horizon = has_horizon or has_tombstone
+        horizon = base_timestamp if has_horizon else now_ms + delete_retention_ms
+        if kept == 0:
+            producer_id = _be(buf, pos + 43, 8)
+            if producer_id >= 0:
+                j = np.searchsorted(last_pids, producer_id)
+                if j < last_pids.shape[0] and last_pids[j] == producer_id and \
+                        last_offsets[j] == base + _be(buf, pos + 23, 4):
+                    return i, out_pos, out_n, records_read, records_kept
+            records_read += count
+            continue
+        records_read += count
+        records_kept += kept
+        if kept == records and new_horizon == has_horizon:
+            size = ends[i] - pos
+            out[out_pos:out_pos + size] = buf[pos:ends[i]]
+            rewritten[out_n] = 0
+        else:
+            new_base_ts = horizon if new_horizon else timestamps[0]
+            end = write_kept(buf, kept, attr_at, rest_at, end_at, timestamps, new_base_ts, out, out_pos + 61)
+            size = end - out_pos
+            out[out_pos:out_pos + 21] = buf[pos:pos + 21]  # base offset, leader epoch, magic (length below)
+            _put_be(out, out_pos + 8, size - 12, 4)
+            _put_be(out, out_pos + 17, 0, 4)
+            new_attributes = (attributes & ~0x40) | (0x40 if new_horizon else 0)
+            _put_be(out, out_pos + 21, new_attributes, 2)
+            out[out_pos + 23:out_pos + 27] = buf[pos + 23:pos + 27]  # last offset delta
+            _put_be(out, out_pos + 27, new_base_ts, 8)
+            largest = timestamps[0]
+            for k in range(1, kept):
+                if timestamps[k] > largest:
+                    largest = timestamps[k]
+            _put_be(out, out_pos + 35, largest, 8)
+            out[out_pos + 43:out_pos + 57] = buf[pos + 43:pos + 57]  # producer id, epoch, base sequence
+            _put_be(out, out_pos + 57, kept, 4)
+            rewritten[out_n] = 1
+        out_pos += size
+        out_ends[out_n] = out_pos
+        out_n += 1
+    return n, out_pos, out_n, records_read, records_kept

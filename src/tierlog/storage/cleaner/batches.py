@@ -40,10 +40,17 @@ class CorruptDirtyBatchError(TierlogError):
         self.position = position
 
 
-def read_batches(records: FileRecords, buffer_bytes: int,
-                 on_read: Callable[[int], None] | None = None) -> Iterator[BatchHeader]:
+#: Takes a run of batches of a read chunk in one call: (chunk, position, last offset so far) ->
+#: (position after the run, its last offset); the position unchanged when it took none.
+ChunkWalk = Callable[[bytes, int, int], tuple[int, int]]
+
+
+def read_batches(records: FileRecords, buffer_bytes: int, on_read: Callable[[int], None] | None = None,
+                 walk: ChunkWalk | None = None) -> Iterator[BatchHeader]:
     """Every batch of the file, in order, each over a buffer holding it whole and CRC-checked;
-    reads ``buffer_bytes`` at a time (a larger batch is read whole). ``on_read`` gets bytes read."""
+    reads ``buffer_bytes`` at a time (a larger batch is read whole). ``on_read`` gets bytes read.
+    ``walk`` (the map pass's compiled loop) is offered each position first: the batches it takes, with
+    the same checks, are not yielded; the first it leaves is read here as usual."""
     size = records.size_bytes
     position = 0
     previous_last = -1
@@ -54,6 +61,10 @@ def read_batches(records: FileRecords, buffer_bytes: int,
             on_read(len(buf))
         offset_in = 0
         while offset_in + LOG_OVERHEAD <= len(buf):
+            if walk is not None:
+                offset_in, previous_last = walk(buf, offset_in, previous_last)
+                if offset_in + LOG_OVERHEAD > len(buf):
+                    break
             length = int.from_bytes(buf[offset_in + _LENGTH_AT:offset_in + LOG_OVERHEAD], "big", signed=True)
             total = length + LOG_OVERHEAD
             if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position + offset_in + total > size:

@@ -22,8 +22,8 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.fast_path import map_batch
-from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, key_digest
+from tierlog.storage.cleaner.fast_path import FilterWalk, MapWalk, map_batch
+from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, OffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
 from tierlog.storage.log import UnifiedLog, segment_settings
@@ -162,7 +162,22 @@ class Cleaner:
             if upper <= start:
                 continue
             seg = self._segment(ulog, base)
-            for h in read_batches(seg.log, self.io_buffer_bytes, self._count_map_read(result)):
+            # Plain batches go through the compiled walk a chunk at a time; the rest come out here.
+            walk = MapWalk(m, start, end) if isinstance(m, OffsetMap) else None
+
+            def on_read(n: int, walk: MapWalk | None = walk) -> None:
+                result.map_bytes_read += n
+                self._read(n)
+                if self._progress_now():  # once a chunk: the walk yields no batch to report at
+                    at = max(covered, walk.covered) if walk is not None else covered  # noqa: B023 - the latest, on purpose
+                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {at} of "
+                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
+
+            for h in read_batches(seg.log, self.io_buffer_bytes, on_read, walk):
+                if walk is not None:
+                    covered = max(covered, walk.covered)
+                    result.map_records += walk.keyed
+                    walk.keyed = 0
                 if h.last_offset < start:
                     continue
                 if h.base_offset >= end:
@@ -184,16 +199,10 @@ class Cleaner:
                     return covered
                 result.map_records += keyed_count
                 covered = h.next_offset
-                if self._progress_now():
-                    self._say(f"cleaning {ulog.topic}-{ulog.partition}: offset map at offset {covered} of "
-                              f"[{start}, {end}), {len(m)} keys, {result.map_bytes_read} bytes read")
+            if walk is not None:
+                covered = max(covered, walk.covered)
+                result.map_records += walk.keyed
         return end  # every batch below ``end`` is in the map
-
-    def _count_map_read(self, result: CleanResult) -> Callable[[int], None]:
-        def on_read(n: int) -> None:
-            result.map_bytes_read += n
-            self._read(n)
-        return on_read
 
     @staticmethod
     def _segment(ulog: UnifiedLog, base: int) -> LogSegment:
@@ -255,24 +264,29 @@ class Cleaner:
                              create=True, file_suffix=files.CLEANED_SUFFIX)
         horizon: int | None = None
         ctx.kept_aborted = []
+        def emit(out: bytes, kept: list[BatchHeader]) -> None:
+            nonlocal horizon
+            cleaned.append(out, kept)
+            result.bytes_written += len(out)
+            self._read(len(out))
+            if self._progress_now():
+                self._say(f"cleaning {ulog.topic}-{ulog.partition}: segment group at {base} up to offset "
+                          f"{kept[-1].last_offset}, {result.bytes_read} bytes read, {result.bytes_written} written")
+            for h in kept:
+                kept_horizon = delete_horizon_of(h)
+                # A horizon already passed has had its tombstones and markers dropped by this pass
+                # (what is left of the batch is live): it must not make the log due again.
+                if kept_horizon is not None and kept_horizon > ctx.now_ms:
+                    horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
+
+        # Plain batches are rewritten by the compiled walk a chunk at a time; the rest come out here.
+        walk = FilterWalk(ctx, emit) if isinstance(ctx.offset_map, OffsetMap) else None
         try:
             for seg in sources:
-                for h in read_batches(seg.log, self.io_buffer_bytes, self._count_read(result)):
+                for h in read_batches(seg.log, self.io_buffer_bytes, self._count_read(result), walk):
                     out = filter_batch(h, ctx)
-                    if out is None:
-                        continue
-                    kept = BatchHeader(out, 0)
-                    cleaned.append(out, [kept])
-                    result.bytes_written += len(out)
-                    self._read(len(out))
-                    if self._progress_now():
-                        self._say(f"cleaning {ulog.topic}-{ulog.partition}: segment group at {base} up to offset "
-                                  f"{h.last_offset}, {result.bytes_read} bytes read, {result.bytes_written} written")
-                    kept_horizon = delete_horizon_of(kept)
-                    # A horizon already passed has had its tombstones and markers dropped by this
-                    # pass (what is left of the batch is live): it must not make the log due again.
-                    if kept_horizon is not None and kept_horizon > ctx.now_ms:
-                        horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
+                    if out is not None:
+                        emit(out, [BatchHeader(out, 0)])
             for txn in ctx.kept_aborted:
                 cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()

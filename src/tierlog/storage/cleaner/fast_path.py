@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,9 @@ from tierlog.records.header import (
 from tierlog.records.reader import _records_region
 from tierlog.storage.cleaner import _fastclean
 from tierlog.storage.cleaner.offset_map import OffsetMap
+
+if TYPE_CHECKING:
+    from tierlog.storage.cleaner.batches import FilterContext
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _U32 = struct.Struct(">I")
@@ -45,12 +50,26 @@ class _Arrays(threading.local):
         self._buf: object = None
         self._arr = np.empty(0, np.uint8)
         self.scratch = np.empty((4, 0), np.int64)
+        self._runs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._outs: tuple[np.ndarray, np.ndarray] | None = None
 
     def of(self, buf: bytes) -> np.ndarray:
         if buf is not self._buf:
             self._buf = buf
             self._arr = np.frombuffer(buf, np.uint8)
         return self._arr
+
+    def outs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Scratch arrays for a rewritten run's batch ends and which of them need their CRC."""
+        if self._outs is None:
+            self._outs = (np.empty(4096, np.int64), np.empty(4096, np.uint8))
+        return self._outs
+
+    def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scratch arrays for one chunk's run of batches (a run longer than them takes more calls)."""
+        if self._runs is None:
+            self._runs = (np.empty(4096, np.int64), np.empty(4096, np.int64), np.empty(4096, np.int64))
+        return self._runs
 
     def ensure(self, records: int) -> np.ndarray:
         if self.scratch.shape[1] < records:
@@ -81,6 +100,101 @@ def map_batch(m: OffsetMap, h: BatchHeader) -> tuple[bool, int]:
     if highest > m.latest_offset:
         m.latest_offset = int(highest)
     return True, int(keyed)
+
+
+class MapWalk:
+    """The map pass's compiled walk over a read chunk's plain batches (``batches.ChunkWalk``): their
+    keys go into ``m`` for offsets in [start, end); ``covered`` and ``keyed`` follow what it took."""
+
+    def __init__(self, m: OffsetMap, start: int, end: int) -> None:
+        self.m = m
+        self.start = start
+        self.end = end
+        self.covered = start
+        self.keyed = 0
+
+    def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
+        m = self.m
+        arr = _ARRAYS.of(buf)
+        starts, ends, crcs = _ARRAYS.runs()
+        n = int(_fastclean.scan_chunk(arr, position, len(buf), previous_last, self.end, starts, ends, crcs))
+        if n == 0:
+            return position, previous_last
+        view = memoryview(buf)
+        for i, (s, e, stored) in enumerate(zip(starts[:n].tolist(), ends[:n].tolist(), crcs[:n].tolist(),
+                                               strict=True)):
+            if crc32c(view[s + CRC_START:e]) != stored:
+                n = i  # the per-batch path reports it
+                break
+        taken, last, size, highest, keyed = _fastclean.map_run(arr, starts, ends, n, self.start, m.h1, m.h2,
+                                                               m.offsets, m.size, m.slots)
+        if taken == 0:
+            return position, previous_last
+        m.size = int(size)
+        if highest > m.latest_offset:
+            m.latest_offset = int(highest)
+        self.keyed += int(keyed)
+        self.covered = max(self.covered, int(last) + 1)
+        return int(ends[taken - 1]), int(last)
+
+
+class FilterWalk:
+    """The rewrite's compiled walk over a read chunk's plain batches (``batches.ChunkWalk``): the
+    cleaned bytes of the batches it takes go to ``emit`` (one buffer and its batch headers, CRCs
+    filled), the counters to ``ctx``; the batches it leaves go through ``filter_batch``."""
+
+    #: Records a batch may hold for the walk (a bigger one goes the per-batch way).
+    MAX_RECORDS = 1 << 16
+
+    def __init__(self, ctx: FilterContext, emit: Callable[[bytes, list[BatchHeader]], None]) -> None:
+        assert isinstance(ctx.offset_map, OffsetMap)
+        self.ctx = ctx
+        self.emit = emit
+        last = sorted((pid, r.last_data_offset) for pid, r in ctx.last_records.items()
+                      if r.last_data_offset is not None)
+        self.last_pids = np.array([p for p, _ in last], np.int64)
+        self.last_offsets = np.array([o for _, o in last], np.int64)
+        self.scratch = np.empty((4, self.MAX_RECORDS), np.int64)
+        self.out = np.empty(0, np.uint8)
+
+    def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
+        ctx = self.ctx
+        m = ctx.offset_map
+        assert isinstance(m, OffsetMap)
+        arr = _ARRAYS.of(buf)
+        starts, ends, crcs = _ARRAYS.runs()
+        n = int(_fastclean.scan_chunk(arr, position, len(buf), previous_last, 1 << 62, starts, ends, crcs))
+        view = memoryview(buf)
+        for i, (s, e, stored) in enumerate(zip(starts[:n].tolist(), ends[:n].tolist(), crcs[:n].tolist(),
+                                               strict=True)):
+            if crc32c(view[s + CRC_START:e]) != stored:
+                n = i  # the per-batch path reports it
+                break
+        if n == 0:
+            return position, previous_last
+        span = int(ends[n - 1]) - position
+        if len(self.out) < 3 * span + BATCH_HEADER_SIZE:  # a kept record grows by at most 10 of its >= 7 bytes
+            self.out = np.empty(3 * span + BATCH_HEADER_SIZE, np.uint8)
+        out_ends, rewritten = _ARRAYS.outs()
+        sc = self.scratch
+        taken, size, out_n, read, kept = _fastclean.filter_run(
+            arr, starts, ends, n, m.h1, m.h2, m.offsets, ctx.now_ms, ctx.delete_retention_ms, ctx.keep_deletes,
+            self.last_pids, self.last_offsets, self.out, out_ends, rewritten, sc[0], sc[1], sc[2], sc[3])
+        if taken == 0:
+            return position, previous_last
+        ctx.records_read += int(read)
+        ctx.records_kept += int(kept)
+        if out_n:
+            data = self.out.data[:size]
+            batch_starts = [0, *out_ends[: out_n - 1].tolist()]
+            for j in np.flatnonzero(rewritten[:out_n]).tolist():
+                s, e = batch_starts[j], int(out_ends[j])
+                _U32.pack_into(data, s + CRC, crc32c(data[s + CRC_START:e]))
+            raw = data.tobytes()
+            self.emit(raw, [BatchHeader(raw, s) for s in batch_starts])
+        last = int(ends[taken - 1])
+        header = BatchHeader(buf, int(starts[taken - 1]))
+        return last, header.last_offset
 
 
 def rewrite_data_batch(h: BatchHeader, m: OffsetMap, now_ms: int, delete_retention_ms: int, keep_deletes: bool,

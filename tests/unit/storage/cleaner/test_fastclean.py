@@ -101,3 +101,31 @@ def test_the_compiled_map_memory_is_its_table() -> None:
     for i in range(899):
         m.put(b"k%d" % i, i)
     assert m.table_bytes == 1000 * 24 and m.fits(1) and not m.fits(2)
+
+
+
+
+def test_the_map_walk_takes_a_chunk_of_plain_batches_and_stops_at_the_others(tmp_path: Path) -> None:
+    """The compiled walk over a read chunk maps what the per-batch path maps, and leaves a
+    transactional batch, a damaged one and one at the end offset to the per-batch path."""
+    from tierlog.storage.cleaner.fast_path import MapWalk
+
+    plain = [build_batch([SimpleRecord(b"key-%d" % (i % 7), b"v", timestamp=TS)], base_offset=i) for i in range(20)]
+    txn = build_batch([SimpleRecord(b"key-1", b"v", timestamp=TS)], base_offset=20, producer_id=5, producer_epoch=0,
+                      base_sequence=0, is_transactional=True)
+    more = [build_batch([SimpleRecord(b"key-%d" % i, b"v", timestamp=TS)], base_offset=21 + i) for i in range(5)]
+    buf = b"".join(plain) + txn + b"".join(more)
+    m = OffsetMap(100)
+    walk = MapWalk(m, 0, 1000)
+    position, last = walk(buf, 0, -1)
+    assert (position, last) == (sum(map(len, plain)), 19) and walk.keyed == 20 and walk.covered == 20
+    assert {k: m.get(b"key-%d" % k) for k in range(7)} == {k: max(i for i in range(20) if i % 7 == k) for k in range(7)}
+    after_txn = position + len(txn)
+    assert walk(buf, after_txn, 20) == (len(buf), 25) and walk.keyed == 25
+    # A damaged byte in a later batch: the walk stops before it.
+    damaged = bytearray(buf)
+    damaged[after_txn + len(more[0]) + 70] ^= 0xFF
+    m2 = OffsetMap(100)
+    assert MapWalk(m2, 0, 1000)(bytes(damaged), after_txn, 20) == (after_txn + len(more[0]), 21)
+    # The end offset: batches at or past it are left alone.
+    assert MapWalk(OffsetMap(100), 0, 10)(buf, 0, -1) == (sum(map(len, plain[:10])), 9)
