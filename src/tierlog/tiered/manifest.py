@@ -26,8 +26,9 @@ Format, version 1 (bytes as standard base64)::
                    "min_timestamp_ms": ... | null}, ...]}
 
 ``min_timestamp_ms`` (the smallest data record timestamp, for pruning by an upper timestamp bound)
-was added to version 1 without a new version: readers take a missing one as null (unknown), and a
-reader that predates it ignores it.
+and the top-level ``partition_delete_state`` (null, or the state of the topic's deletion once it is
+deleted: ``DELETE_PARTITION_MARKED``/``STARTED``/``FINISHED``) were added to version 1 without a new
+version: readers take a missing one as null, and a reader that predates them ignores them.
 
 Segments are listed by start offset, every state but DELETE_SEGMENT_FINISHED (a reader reads only
 COPY_SEGMENT_FINISHED ones; the others say an upload or a deletion is under way).
@@ -83,6 +84,9 @@ class PartitionManifest:
     #: manifests saying the same are equal whatever their sequence).
     sequence: int = field(default=0, compare=False)
     broker_id: int | None = field(default=None, compare=False)
+    #: Set once the partition's topic is deleted (its data is going): readers pass it over, so a
+    #: topic recreated under the same name (another topic id) reads only its own manifest.
+    delete_state: RemotePartitionDeleteState | None = None
 
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         return [s for s in self.segments if s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
@@ -94,7 +98,8 @@ def build_manifest(store: FileRemoteLogMetadataManager, tip: TopicIdPartition) -
     segments = sorted((replace(m, rejected_custom_metadata=None) for m in store.list_remote_log_segments(tip)
                        if m.state is not RemoteLogSegmentState.DELETE_SEGMENT_FINISHED),
                       key=lambda m: (m.start_offset, m.segment_id.id))
-    return PartitionManifest(tip, store.log_start_offset(tip), tuple(segments))
+    return PartitionManifest(tip, store.log_start_offset(tip), tuple(segments),
+                             delete_state=store.remote_partition_delete_state(tip))
 
 
 def is_current(manifest: PartitionManifest | None, store: FileRemoteLogMetadataManager,
@@ -113,6 +118,7 @@ def encode(manifest: PartitionManifest) -> bytes:
         "format": FORMAT, "version": VERSION, "topic": tip.topic, "partition": tip.partition,
         "topic_id": uuid_to_base64(tip.topic_id), "log_start_offset": manifest.log_start_offset,
         "sequence": manifest.sequence, "broker_id": manifest.broker_id,
+        "partition_delete_state": None if manifest.delete_state is None else manifest.delete_state.name,
         "segments": [{
             "id": uuid_to_base64(m.segment_id.id), "start_offset": m.start_offset, "end_offset": m.end_offset,
             "max_timestamp_ms": m.max_timestamp_ms, "broker_id": m.broker_id,
@@ -153,6 +159,10 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
         writer = doc.get("broker_id")
         if writer is not None and (not isinstance(writer, int) or isinstance(writer, bool)):
             raise ManifestError(f"{where}: field 'broker_id' is {writer!r}, not int")
+        deleting = doc.get("partition_delete_state")  # added in place, like min_timestamp_ms
+        if deleting is not None and deleting not in RemotePartitionDeleteState.__members__:
+            raise ManifestError(f"{where}: partition_delete_state {deleting!r} is none of "
+                                f"{', '.join(RemotePartitionDeleteState.__members__)}")
         segments = []
         for i, s in enumerate(_field(doc, "segments", list, where)):
             at = f"{where} segment {i}"
@@ -181,7 +191,8 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 min_timestamp_ms=smallest))
     except (KeyError, ValueError, TypeError) as e:
         raise ManifestError(f"{where}: {e}") from None
-    return PartitionManifest(tip, start, tuple(segments), sequence, writer)
+    return PartitionManifest(tip, start, tuple(segments), sequence, writer,
+                             None if deleting is None else RemotePartitionDeleteState[deleting])
 
 
 def write_local(directory: Path, manifest: PartitionManifest, *, sync: bool = True) -> Path:
