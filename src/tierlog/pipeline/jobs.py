@@ -368,8 +368,7 @@ def _verify_once(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
 
 
 def on_cluster(spark: Any) -> bool:
-    """Whether the executors may run on other machines (any master but ``local``): they do not see
-    the broker's disk then."""
+    """Whether executors may run elsewhere (any master but ``local``), not seeing the broker's disk."""
     return not str(spark.sparkContext.master).startswith("local")
 
 
@@ -393,8 +392,7 @@ def _spread(spark: Any, items: Sequence[Any], needs_disk: Callable[[Any], bool],
 
 
 def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: Any) -> list[Any]:
-    """``fn`` of each segment task, local segments' on the driver when on a cluster (:func:`_spread`)."""
-    return _spread(spark, tasks, lambda t: t.tier == "local", lambda t: fn(t, spec))
+    return _spread(spark, tasks, lambda t: t.tier == "local", lambda t: fn(t, spec))  # local ones on the driver
 
 
 def _logs(paths: Sequence[str], spec: RemoteSpec | None,
@@ -591,9 +589,9 @@ def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
     work = [logs[tp] for tp in sorted(logs) if logs[tp].directory is not None and (wanted is None or tp[0] in wanted)]
     # Every rebuild reads local segments only: on a cluster all of it runs on the driver, beside the
     # log dir, and no executor writes (or needs) anything.
-    per_partition = _spread(spark, work, lambda plog: True,
-                            lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run))
-    rows = [row for found in per_partition for row in found]
+    rows = [row for found in _spread(spark, work, lambda plog: True,
+                                     lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run))
+            for row in found]
     for row in rows:
         content = row.pop("content", None)
         if content is not None:
