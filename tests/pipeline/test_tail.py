@@ -104,6 +104,20 @@ def test_tail_broker_reads_history_from_s3_and_the_rest_through_the_broker(spark
     assert {r[0]: r[1] for r in got} == {0: 1001, 1: 1000}
 
 
+def test_tail_broker_plans_from_the_manifests_of_the_topic_id_the_broker_names(tiered_broker: dict[str, Any]) -> None:
+    """The broker's DescribeTopics gives the topic id the planner matches manifests by (a topic
+    recreated under the same name leaves the old id's manifest behind for a while)."""
+    from tierlog.pipeline.broker_tail import broker_topic_ids
+    from tierlog.pipeline.catalog import remote_manifests
+
+    opts = parse_options({**tiered_broker["remote"], "subscribe": TOPIC, "tail": "broker",
+                          "kafka.bootstrap.servers": tiered_broker["broker"].bootstrap})
+    assert opts.broker is not None and opts.remote is not None
+    ids = broker_topic_ids(opts.broker, [TOPIC])
+    manifests = [m for m in remote_manifests(opts.remote) or [] if m.tip.topic == TOPIC]
+    assert len(manifests) == 2 and {m.tip.topic_id for m in manifests} == {ids[TOPIC]}
+
+
 def test_tail_none_reads_exactly_the_tiered_offsets(spark: Any, tiered_broker: dict[str, Any]) -> None:
     consumed = tiered_broker["consumed"]
     options = {**tiered_broker["remote"], "tail": "none", "subscribe": TOPIC}

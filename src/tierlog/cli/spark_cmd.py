@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--mode", choices=("archive", "mirror"), default="archive",
                    help="export: archive (default) appends only offsets not exported before and never deletes "
                         "a row; mirror makes each date written equal to what the log holds now")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                   help="export: the broker that serves the offsets the remote tier does not hold, read with the "
+                        "Kafka protocol (tail=broker); needed on a cluster, whose executors cannot see --path")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="retention-preview: a topic config to assume for every topic, e.g. retention.ms=3600000")
     p.add_argument("--now", type=int, help="retention-preview: the time to evaluate at, in ms (default: now)")
@@ -205,7 +208,15 @@ def run(args: argparse.Namespace) -> int:
                 rows = jobs.verify(spark, opts.paths, opts.remote, topics)
                 columns = ["topic", "partition", "tier", "base_offset", "batches", "ok", "problems", "skipped"]
             else:
-                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output, mode=args.mode)
+                source = {"kafka.bootstrap.servers": args.bootstrap_server} if args.bootstrap_server else None
+                if jobs.on_cluster(spark) and source is None and not conf_options(session_conf(spark)).get(
+                        "kafka.bootstrap.servers"):
+                    raise TierlogError(
+                        f"export on a cluster ({args.master}) reads the offsets the remote tier does not hold "
+                        "through the broker, since the executors cannot see --path: give --bootstrap-server HOST:PORT "
+                        "(or --conf spark.tierlog.kafka.bootstrap.servers=HOST:PORT)")
+                written = jobs.export(spark, opts.paths, opts.remote, args.topic, args.output, mode=args.mode,
+                                      options=source)
                 rows = [{"topics": ",".join(args.topic), "output": args.output, "rows": written}]
                 columns = ["topics", "output", "rows"]
         finally:

@@ -92,6 +92,28 @@ def broker_partitions(spec: BrokerSpec, wanted: Any) -> dict[TopicPartition, tup
     return {tp: (lo, hi) for tp, (lo, hi) in out.items()}
 
 
+def broker_topic_ids(spec: BrokerSpec, topics: list[str]) -> dict[str, bytes]:
+    """Each topic's id as the broker knows it (DescribeTopics), so a reader picks the remote
+    manifests of the topic that exists now, not those of one deleted under the same name. A topic
+    the broker cannot describe is left out (the caller then chooses without its id)."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    if not topics:
+        return {}
+    admin = _admin(spec)  # held until the answers are in
+    futures = admin.describe_topics(TopicCollection(sorted(topics)), request_timeout=_REQUEST_TIMEOUT_S)
+    out: dict[str, bytes] = {}
+    for name, future in futures.items():
+        try:
+            found = future.result(_REQUEST_TIMEOUT_S).topic_id
+        except KafkaException:
+            continue
+        if found is not None:
+            out[name] = (found.get_most_significant_bits().to_bytes(8, "big", signed=True)
+                         + found.get_least_significant_bits().to_bytes(8, "big", signed=True))
+    return out
+
+
 def broker_offset_for_timestamp(spec: BrokerSpec, tp: TopicPartition, timestamp_ms: int) -> int | None:
     """The broker's ListOffsets for a timestamp (None when no record is at or after it)."""
     from confluent_kafka import IsolationLevel, KafkaException

@@ -5,8 +5,9 @@ offsets for timestamps (ListOffsets, answered from the files)."""
 from __future__ import annotations
 
 import io
+import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -14,8 +15,13 @@ from typing import BinaryIO
 import numpy as np
 
 from tierlog.errors import TierlogError
-from tierlog.ids import TopicPartition
-from tierlog.pipeline.broker_tail import BrokerSpec, broker_offset_for_timestamp, broker_partitions
+from tierlog.ids import TopicPartition, uuid_to_base64
+from tierlog.pipeline.broker_tail import (
+    BrokerSpec,
+    broker_offset_for_timestamp,
+    broker_partitions,
+    broker_topic_ids,
+)
 from tierlog.pipeline.reader import (
     RemoteSpec,
     ScanRange,
@@ -44,6 +50,8 @@ from tierlog.storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition
 from tierlog.tiered.manifest import PartitionManifest, build_manifest, decode
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
+
+log = logging.getLogger(__name__)
 
 #: Directories beside the partitions in a log dir (tiering state, the metadata log).
 SKIPPED_DIRS = frozenset({"remote-log-metadata", "remote-log-index-cache", "__cluster_metadata-0"})
@@ -280,12 +288,15 @@ def discover_without_disk(remote: RemoteSpec | None, broker: BrokerSpec | None,
     and where it starts and ends (the broker reads what the manifests do not cover). Without one,
     each partition is what its manifest holds: [its first tiered offset, its last + 1)."""
     logs: dict[TopicPartition, PartitionLog] = {}
-    if remote is not None:
-        _add_remote(logs, remote)
     if broker is None:
+        if remote is not None:
+            _add_remote(logs, remote)
         return {tp: plog for tp, plog in logs.items() if plog.remote_segments and wanted(tp[0])}
+    found = broker_partitions(broker, wanted)
+    if remote is not None:
+        _add_remote(logs, remote, broker_topic_ids(broker, sorted({t for t, _ in found})))
     out: dict[TopicPartition, PartitionLog] = {}
-    for tp, (low, high) in broker_partitions(broker, wanted).items():
+    for tp, (low, high) in found.items():
         plog = logs.get(tp) or PartitionLog(tp[0], tp[1], None)
         plog.broker, plog.broker_start, plog.log_end_offset = broker, low, high
         plog._last_stable = high  # the broker's ListOffsets answered with the reader's isolation level
@@ -374,7 +385,11 @@ def remote_manifests(spec: RemoteSpec) -> list[PartitionManifest] | None:
     try:
         raw = listing()
     except RemoteStorageError as e:
-        raise TierlogError(f"reading the remote tier's manifests ({spec.class_name.rsplit('.', 1)[-1]}): {e}") from None
+        # The store's first line names the request and its status; the client's debug dump after it
+        # stays in the chained exception (--verbose).
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise TierlogError(f"reading the remote tier's manifests ({spec.class_name.rsplit('.', 1)[-1]}): "
+                           f"{first}") from e
     return [decode(data, "a remote manifest") for data in raw]
 
 
@@ -387,7 +402,26 @@ def _journal_manifests(metadata_dir: Path) -> list[PartitionManifest]:
         store.close()
 
 
-def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> None:
+def _choose(found: list[PartitionManifest], wanted: bytes | None) -> PartitionManifest | None:
+    """The manifest of the topic that exists now among those of one partition name. A deleted
+    topic's (its deletion under way) never; then the topic id the local partition or the broker
+    gives; failing that (tail=none, or a broker that cannot say), the one whose newest segment was
+    written last, with a warning naming the others: a topic deleted without its deletion reaching
+    the remote tier, then recreated, leaves two live ones."""
+    live = [m for m in found if m.delete_state is None]
+    if wanted is not None:
+        live = [m for m in live if m.tip.topic_id == wanted]
+    if len(live) <= 1:
+        return live[0] if live else None
+    newest = max(live, key=lambda m: (max((s.event_timestamp_ms for s in m.segments), default=-1), m.sequence))
+    log.warning("the remote tier holds manifests of %s-%d for %d topic ids (%s); reading %s, whose newest segment "
+                "is the newest", newest.tip.topic, newest.tip.partition, len(live),
+                ", ".join(uuid_to_base64(m.tip.topic_id) for m in live), uuid_to_base64(newest.tip.topic_id))
+    return newest
+
+
+def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec,
+                topic_ids: Mapping[str, bytes] | None = None) -> None:
     manifests = remote_manifests(spec) or []
     source = "the remote tier's manifests"
     if not manifests and spec.metadata_dir and Path(spec.metadata_dir).is_dir():
@@ -395,20 +429,19 @@ def _add_remote(logs: dict[TopicPartition, PartitionLog], spec: RemoteSpec) -> N
         # newer one): the journal on this disk says the same.
         manifests, source = _journal_manifests(Path(spec.metadata_dir)), str(spec.metadata_dir)
     by_tp: dict[TopicPartition, list[PartitionManifest]] = {}
-    for manifest in manifests:
-        by_tp.setdefault((manifest.tip.topic, manifest.tip.partition), []).append(manifest)
+    for each in manifests:
+        by_tp.setdefault((each.tip.topic, each.tip.partition), []).append(each)
     for tp, found in by_tp.items():
-        plog = logs.get(tp)
-        if plog is None:
-            plog = logs[tp] = PartitionLog(tp[0], tp[1], None)
-        wanted = _topic_id(plog)
-        # A topic deleted and recreated under the same name keeps the old id's metadata until
-        # it is cleaned up: only the id the local partition carries is this topic.
-        matching = [m for m in found if wanted is None or m.tip.topic_id == wanted] or found
-        manifest = matching[-1]
+        local = logs.get(tp)
+        # A topic deleted and recreated under the same name keeps the old id's manifest until its
+        # deletion is done: only the id the local partition (or the broker) carries is this topic.
+        manifest = _choose(found, (None if local is None else _topic_id(local)) or (topic_ids or {}).get(tp[0]))
+        if manifest is None:
+            continue
         finished = sorted(manifest.finished(), key=lambda m: m.start_offset)
         if not finished:
             continue
+        plog = local if local is not None else logs.setdefault(tp, PartitionLog(tp[0], tp[1], None))
         plog.remote_error = _check_plugin(spec, manifest.tip, finished, source)
         plog.remote_segments = finished
         plog.remote_start = max(finished[0].start_offset, manifest.log_start_offset or 0)
@@ -448,11 +481,12 @@ def offset_for_timestamp(plog: PartitionLog, timestamp_ms: int, spec: RemoteSpec
     ranges = plog.ranges(plog.earliest, plog.latest)
     for i, rng in enumerate(ranges):
         base = segment_base_offset(rng)
+        # A remote segment's largest timestamp is in its metadata: one too old is passed over
+        # without fetching its time index.
+        if rng.remote is not None and rng.remote.max_timestamp_ms < timestamp_ms:
+            continue
         ts, offs = time_index_entries(read_index(rng, IndexType.TIMESTAMP, spec), base)
-        if rng.remote is not None:
-            largest = rng.remote.max_timestamp_ms
-        else:
-            largest = int(ts[-1]) if len(ts) else -1
+        largest = rng.remote.max_timestamp_ms if rng.remote is not None else (int(ts[-1]) if len(ts) else -1)
         # The active segment's newest batches are not in its time index yet: always look there.
         if largest < timestamp_ms and not (i == len(ranges) - 1 and not rng.is_remote):
             continue

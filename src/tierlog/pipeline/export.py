@@ -123,10 +123,16 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
 
     from pyspark.sql import functions as F
 
-    from tierlog.pipeline.options import parse_options
+    from tierlog.pipeline.options import conf_options, parse_options, with_defaults
+    from tierlog.pipeline.source import session_conf
 
     # Where each partition ends now, fixed on the driver: the manifest records exactly what is read.
-    opts = parse_options({**_source_options(paths, spec, options), "subscribe": ",".join(topics)})
+    # Parsed as format("tierlog") parses them (the session's conf under the options, the master
+    # deciding the default tail): on a cluster the offsets not tiered come from the broker.
+    conf = session_conf(spark)
+    opts = parse_options(with_defaults(conf_options(conf), {**_source_options(paths, spec, options),
+                                                            "subscribe": ",".join(topics)}),
+                         master=conf.get("spark.master"))
     parts = opts.partitions(opts.discover())
     done = exported_offsets(spark, output, topics)
     todo = {}

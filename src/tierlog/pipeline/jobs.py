@@ -367,23 +367,32 @@ def _verify_once(task: SegmentTask, spec: RemoteSpec | None) -> SegmentCheck:
 # -- running on Spark --------------------------------------------------------------------------------------
 
 
-def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: Any) -> list[Any]:
-    """``fn`` of each task, in order. On a cluster the executors do not see the broker's disk: the
-    local segments' tasks run here, on the driver (the job was given the log dir, so it runs beside
-    the broker), and only the remote tier's go to the executors."""
-    if not tasks:
+def on_cluster(spark: Any) -> bool:
+    """Whether executors may run elsewhere (any master but ``local``), not seeing the broker's disk."""
+    return not str(spark.sparkContext.master).startswith("local")
+
+
+def _spread(spark: Any, items: Sequence[Any], needs_disk: Callable[[Any], bool], fn: Callable[[Any], Any]) -> list[Any]:
+    """``fn`` of each item, in order. On a cluster the executors do not see the broker's disk: the
+    items that read it run here, on the driver (the job was given the log dir, so it runs beside
+    the broker), and only the others (the remote tier's) go to the executors."""
+    if not items:
         return []
-    local_master = str(spark.sparkContext.master).startswith("local")
-    here = {i for i, t in enumerate(tasks) if not local_master and t.tier == "local"}
-    out: list[Any] = [None] * len(tasks)
+    cluster = on_cluster(spark)
+    here = {i for i, item in enumerate(items) if cluster and needs_disk(item)}
+    out: list[Any] = [None] * len(items)
     for i in sorted(here):
-        out[i] = fn(tasks[i], spec)
-    away = [i for i in range(len(tasks)) if i not in here]
+        out[i] = fn(items[i])
+    away = [i for i in range(len(items)) if i not in here]
     if away:
-        rdd = spark.sparkContext.parallelize([tasks[i] for i in away], len(away))
-        for i, result in zip(away, rdd.map(lambda t: fn(t, spec)).collect(), strict=True):
+        rdd = spark.sparkContext.parallelize([items[i] for i in away], len(away))
+        for i, result in zip(away, rdd.map(fn).collect(), strict=True):
             out[i] = result
     return out
+
+
+def _run(spark: Any, tasks: Sequence[SegmentTask], spec: RemoteSpec | None, fn: Any) -> list[Any]:
+    return _spread(spark, tasks, lambda t: t.tier == "local", lambda t: fn(t, spec))  # local ones on the driver
 
 
 def _logs(paths: Sequence[str], spec: RemoteSpec | None,
@@ -501,10 +510,11 @@ def retention_preview(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
     logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [(logs[tp], config_for(tp[0])) for tp in sorted(logs) if wanted is None or tp[0] in wanted]
-    if not work:
-        return []
-    rdd = spark.sparkContext.parallelize(work, len(work))
-    return list(rdd.flatMap(lambda item: partition_retention(item[0], item[1], now_ms)).collect())
+    # A partition's local segments are read for their largest timestamps: on the driver when on a
+    # cluster; the remote tier's figures are in its metadata, so partitions held only there go anywhere.
+    per_partition = _spread(spark, work, lambda item: bool(item[0].local_segments),
+                            lambda item: partition_retention(item[0], item[1], now_ms))
+    return [row for rows in per_partition for row in rows]
 
 
 # -- rebuild-snapshots (seed 001 as a backfill) --------------------------------------------------------------
@@ -515,10 +525,10 @@ def partition_rebuild_snapshots(plog: PartitionLog, expiration_ms: int, dry_run:
     from only the segments within ``producer.id.expiration.ms`` before the segment's end (seed 001),
     so tiering them later uploads real state rather than a placeholder.
 
-    Runs on an executor and writes nothing where the log is: each snapshot's bytes go back in its
-    row (``content``) and the driver writes them into the partition directory (on a cluster a file
-    written by a task would land on whichever node ran it). Scratch files stay in the executor's
-    own temporary directory."""
+    Writes nothing where the log is: each snapshot's bytes go back in its row (``content``) and the
+    driver writes them into the partition directory (a file written by a task would land on
+    whichever node ran it). It reads the local segments, so on a cluster it runs on the driver
+    (:func:`rebuild_snapshots`); scratch files stay in the process's own temporary directory."""
     if plog.directory is None:
         return []
     bounds = plog.local_bounds()[:-1]  # the active segment has no end yet
@@ -577,10 +587,11 @@ def rebuild_snapshots(spark: Any, paths: Sequence[str], spec: RemoteSpec | None,
     logs = _logs(paths, spec, topics)
     wanted = None if topics is None else set(topics)
     work = [logs[tp] for tp in sorted(logs) if logs[tp].directory is not None and (wanted is None or tp[0] in wanted)]
-    if not work:
-        return []
-    rdd = spark.sparkContext.parallelize(work, len(work))
-    rows = list(rdd.flatMap(lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run)).collect())
+    # Every rebuild reads local segments only: on a cluster all of it runs on the driver, beside the
+    # log dir, and no executor writes (or needs) anything.
+    rows = [row for found in _spread(spark, work, lambda plog: True,
+                                     lambda plog: partition_rebuild_snapshots(plog, expiration_ms, dry_run))
+            for row in found]
     for row in rows:
         content = row.pop("content", None)
         if content is not None:

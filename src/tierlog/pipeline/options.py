@@ -462,9 +462,27 @@ def _report_data_loss(message: str) -> None:
     log.warning("%s. %s", message, DATA_LOSS_WARNING)
 
 
+def _outside(rng: ScanRange, timestamps_ms: tuple[int | None, int | None]) -> bool:
+    """Whether no row of the remote segment ``rng`` reads can have a timestamp in the inclusive
+    bounds: its smallest record timestamp (recorded at upload, the manifest's ``min_timestamp_ms``)
+    above the upper one, or its largest (taken from its records) below the lower one. Timestamps
+    need not grow with offsets (CreateTime), so this is per segment, not a cut of the offset range;
+    local segments and the broker's offsets have no such figures and are always read."""
+    md = rng.remote
+    if md is None:
+        return False
+    low, high = timestamps_ms
+    if high is not None and md.min_timestamp_ms is not None and md.min_timestamp_ms > high:
+        return True
+    return low is not None and md.max_timestamp_from_records and md.max_timestamp_ms < low
+
+
 def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, int],
-                ends: Mapping[TopicPartition, int], opts: ReadOptions) -> list[ScanRange]:
-    """One range per segment overlapping each partition's [start, end), split for minPartitions."""
+                ends: Mapping[TopicPartition, int], opts: ReadOptions,
+                timestamps_ms: tuple[int | None, int | None] = (None, None)) -> list[ScanRange]:
+    """One range per segment overlapping each partition's [start, end), split for minPartitions;
+    remote segments holding no row within ``timestamps_ms`` (inclusive bounds of pushed filters on
+    ``timestamp``) left out unopened."""
     ranges: list[ScanRange] = []
     for plog in parts:
         tp = (plog.topic, plog.partition)
@@ -482,6 +500,8 @@ def plan_ranges(parts: Sequence[PartitionLog], starts: Mapping[TopicPartition, i
             _report_data_loss(f"{plog.topic}-{plog.partition}: offsets [{lo}, {hi}) are in neither the local log "
                               "nor the remote tier")
         for r in plog.ranges(start, end):
+            if _outside(r, timestamps_ms):
+                continue
             if opts.read_committed:
                 aborted = tuple(a for a in aborted_transactions(plog, opts.remote)
                                 if a[1] < r.end_offset and a[2] >= r.start_offset)

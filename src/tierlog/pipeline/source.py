@@ -110,6 +110,8 @@ class _Pruning:
         self.min_offset: int | None = None
         self.max_offset: int | None = None  # exclusive
         self.min_timestamp_ms: int | None = None
+        #: Inclusive: no row with a larger timestamp (in ms) passes the filters.
+        self.max_timestamp_ms: int | None = None
 
     def take(self, f: Filter) -> None:
         column = getattr(f, "attribute", None)
@@ -137,9 +139,16 @@ class _Pruning:
                 self.min_offset = lo if self.min_offset is None else max(self.min_offset, lo)
             if hi is not None:
                 self.max_offset = hi if self.max_offset is None else min(self.max_offset, hi)
-        elif name == "timestamp" and isinstance(value, datetime) and isinstance(f, GreaterThan | GreaterThanOrEqual):
-            ms = math.floor(value.timestamp() * 1000)
-            self.min_timestamp_ms = ms if self.min_timestamp_ms is None else max(self.min_timestamp_ms, ms)
+        elif name == "timestamp" and isinstance(value, datetime):
+            # Rows carry milliseconds; the literal may have microseconds: the bounds are the
+            # millisecond values a row may have and still pass.
+            micros = math.floor(value.timestamp()) * 1_000_000 + value.microsecond
+            if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+                ms = math.floor(micros / 1000)  # the existing start lookup keeps its inclusive floor
+                self.min_timestamp_ms = ms if self.min_timestamp_ms is None else max(self.min_timestamp_ms, ms)
+            if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
+                ms = micros // 1000 if not isinstance(f, LessThan) else -(-micros // 1000) - 1
+                self.max_timestamp_ms = ms if self.max_timestamp_ms is None else min(self.max_timestamp_ms, ms)
 
     def keep(self, plog: PartitionLog) -> bool:
         return ((self.partitions is None or plog.partition in self.partitions)
@@ -180,7 +189,7 @@ class TierlogBatchReader(DataSourceReader):
                 start = end if found is None else max(start, min(found, end))
             starts[tp], ends[tp] = start, end
             kept.append(plog)
-        return plan_ranges(kept, starts, ends, opts)
+        return plan_ranges(kept, starts, ends, opts, timestamps_ms=(pruning.min_timestamp_ms, pruning.max_timestamp_ms))
 
     def partitions(self) -> Sequence[InputPartition]:
         return [SegmentPartition(r) for r in self.plan()]

@@ -42,6 +42,7 @@ from tierlog.records.reader import (
     iter_batches,
     iter_records,
     records_max_timestamp,
+    records_min_timestamp,
     validate_batch,
     walk_batch,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "iter_records",
     "parse_control_record_type",
     "records_max_timestamp",
+    "records_min_timestamp",
     "set_base_offset",
     "set_log_append_time",
     "set_max_timestamp",

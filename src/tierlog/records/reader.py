@@ -253,3 +253,19 @@ def records_max_timestamp(header: BatchHeader) -> int:
         return walk_batch(header).max_timestamp
     except TierlogError:
         return header.max_timestamp
+
+
+def records_min_timestamp(header: BatchHeader) -> int | None:
+    """A lower bound of the timestamps a reader gets from a stored batch's records (exact for every
+    batch a producer writes): a LogAppendTime batch's records all carry its header's timestamp; a
+    CreateTime batch's smallest record timestamp, or -1 (NO_TIMESTAMP) when its first timestamp is
+    -1, since such records read as -1. None when the records cannot be walked: nothing is known."""
+    if header.timestamp_type == LOG_APPEND_TIME:
+        return header.max_timestamp
+    try:
+        smallest = walk_batch(header).min_timestamp
+    except TierlogError:
+        return None
+    if smallest == NO_TIMESTAMP or header.base_timestamp == NO_TIMESTAMP:
+        return NO_TIMESTAMP
+    return min(smallest, header.base_timestamp)

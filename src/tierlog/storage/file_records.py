@@ -19,12 +19,14 @@ from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH,
+    LOG_APPEND_TIME,
     LOG_OVERHEAD,
     MAGIC,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     BatchHeader,
 )
+from tierlog.records.reader import records_min_timestamp
 from tierlog.storage.io_errors import disk_errors
 
 _I32 = struct.Struct(">i")
@@ -143,6 +145,25 @@ class FileRecords:
             header.position = pos
             yield header
             pos += LOG_OVERHEAD + length
+
+    def min_record_timestamp(self) -> int | None:
+        """The smallest timestamp a reader gets from the file's data records (``records_min_timestamp``
+        per batch, LogAppendTime batches from their header alone; control and empty batches are never
+        rows), -1 when a record has none; None when the file holds no data record or a batch whose
+        records cannot be walked. Reads every CreateTime batch: the tiering copy calls it once per
+        segment, beside reading it for the upload."""
+        smallest: int | None = None
+        for header in self.iter_headers_from(0):
+            if header.is_control or header.records_count == 0:
+                continue
+            if header.timestamp_type == LOG_APPEND_TIME:
+                found: int | None = header.max_timestamp
+            else:
+                found = records_min_timestamp(BatchHeader(self.read(header.position, header.size_bytes), 0))
+            if found is None:
+                return None
+            smallest = found if smallest is None else min(smallest, found)
+        return smallest
 
     def flush(self) -> None:
         if self._fd is not None:

@@ -163,6 +163,11 @@ class RemoteLogSegmentMetadata:
     #: of them to DELETE_SEGMENT_STARTED in the same metadata entry (refused unless all are FINISHED),
     #: so a reader sees either the old segments or this one, never both and never neither.
     replaces: tuple[RemoteLogSegmentId, ...] = ()
+    #: tierlog's own: the smallest timestamp a reader gets from the segment's records (a LogAppendTime
+    #: batch's timestamp, else the records' own; -1 when a record has none), recorded at upload. With
+    #: CreateTime a later segment may hold older records, so only this, never the time index, lets a
+    #: reader skip a segment for an upper timestamp bound. None: unknown (an older tierlog's upload).
+    min_timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.rejected_custom_metadata is not None and self.state is not RemoteLogSegmentState.DELETE_SEGMENT_STARTED:

@@ -170,6 +170,8 @@ class SegmentCopier:
             segment_size_in_bytes=seg.size_bytes, segment_leader_epochs=epochs,
             # The segment's largest timestamp comes from its records (seed 004), whatever its headers say.
             max_timestamp_from_records=True,
+            # Its smallest lets readers skip it for an upper timestamp bound (the manifest carries it).
+            min_timestamp_ms=seg.log.min_record_timestamp(),
         )
         txn_path = seg.txn_index.path
         data = LogSegmentData(

@@ -22,7 +22,13 @@ Format, version 1 (bytes as standard base64)::
      "segments": [{"id": "<base64 uuid>", "start_offset": 0, "end_offset": 99, "max_timestamp_ms": ...,
                    "broker_id": 1, "event_timestamp_ms": ..., "size_bytes": ...,
                    "leader_epochs": [[0, 0]], "state": "COPY_SEGMENT_FINISHED",
-                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false}, ...]}
+                   "custom_metadata": "<base64>" | null, "max_timestamp_from_records": false,
+                   "min_timestamp_ms": ... | null}, ...]}
+
+``min_timestamp_ms`` (the smallest data record timestamp, for pruning by an upper timestamp bound)
+and the top-level ``partition_delete_state`` (null, or the state of the topic's deletion once it is
+deleted: ``DELETE_PARTITION_MARKED``/``STARTED``/``FINISHED``) were added to version 1 without a new
+version: readers take a missing one as null, and a reader that predates them ignores them.
 
 Segments are listed by start offset, every state but DELETE_SEGMENT_FINISHED (a reader reads only
 COPY_SEGMENT_FINISHED ones; the others say an upload or a deletion is under way).
@@ -78,6 +84,9 @@ class PartitionManifest:
     #: manifests saying the same are equal whatever their sequence).
     sequence: int = field(default=0, compare=False)
     broker_id: int | None = field(default=None, compare=False)
+    #: Set once the partition's topic is deleted (its data is going): readers pass it over, so a
+    #: topic recreated under the same name (another topic id) reads only its own manifest.
+    delete_state: RemotePartitionDeleteState | None = None
 
     def finished(self) -> list[RemoteLogSegmentMetadata]:
         return [s for s in self.segments if s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
@@ -89,7 +98,8 @@ def build_manifest(store: FileRemoteLogMetadataManager, tip: TopicIdPartition) -
     segments = sorted((replace(m, rejected_custom_metadata=None) for m in store.list_remote_log_segments(tip)
                        if m.state is not RemoteLogSegmentState.DELETE_SEGMENT_FINISHED),
                       key=lambda m: (m.start_offset, m.segment_id.id))
-    return PartitionManifest(tip, store.log_start_offset(tip), tuple(segments))
+    return PartitionManifest(tip, store.log_start_offset(tip), tuple(segments),
+                             delete_state=store.remote_partition_delete_state(tip))
 
 
 def is_current(manifest: PartitionManifest | None, store: FileRemoteLogMetadataManager,
@@ -108,13 +118,14 @@ def encode(manifest: PartitionManifest) -> bytes:
         "format": FORMAT, "version": VERSION, "topic": tip.topic, "partition": tip.partition,
         "topic_id": uuid_to_base64(tip.topic_id), "log_start_offset": manifest.log_start_offset,
         "sequence": manifest.sequence, "broker_id": manifest.broker_id,
+        "partition_delete_state": None if manifest.delete_state is None else manifest.delete_state.name,
         "segments": [{
             "id": uuid_to_base64(m.segment_id.id), "start_offset": m.start_offset, "end_offset": m.end_offset,
             "max_timestamp_ms": m.max_timestamp_ms, "broker_id": m.broker_id,
             "event_timestamp_ms": m.event_timestamp_ms, "size_bytes": m.segment_size_in_bytes,
             "leader_epochs": [list(e) for e in m.segment_leader_epochs], "state": m.state.name,
             "custom_metadata": _b64(m.custom_metadata),
-            "max_timestamp_from_records": m.max_timestamp_from_records,
+            "max_timestamp_from_records": m.max_timestamp_from_records, "min_timestamp_ms": m.min_timestamp_ms,
         } for m in manifest.segments],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode("utf-8")
@@ -148,6 +159,10 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
         writer = doc.get("broker_id")
         if writer is not None and (not isinstance(writer, int) or isinstance(writer, bool)):
             raise ManifestError(f"{where}: field 'broker_id' is {writer!r}, not int")
+        deleting = doc.get("partition_delete_state")  # added in place, like min_timestamp_ms
+        if deleting is not None and deleting not in RemotePartitionDeleteState.__members__:
+            raise ManifestError(f"{where}: partition_delete_state {deleting!r} is none of "
+                                f"{', '.join(RemotePartitionDeleteState.__members__)}")
         segments = []
         for i, s in enumerate(_field(doc, "segments", list, where)):
             at = f"{where} segment {i}"
@@ -158,6 +173,10 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 raise ManifestError(f"{at}: field 'custom_metadata' is {custom!r}, not base64")
             epochs = _field(s, "leader_epochs", list, at)
             state = _field(s, "state", str, at)
+            # Added in place (not a new version): a manifest written before it has none, read as unknown.
+            smallest = s.get("min_timestamp_ms")
+            if smallest is not None and (not isinstance(smallest, int) or isinstance(smallest, bool)):
+                raise ManifestError(f"{at}: field 'min_timestamp_ms' is {smallest!r}, not int")
             if state not in RemoteLogSegmentState.__members__:
                 raise ManifestError(f"{at}: state {state!r} is none of {', '.join(RemoteLogSegmentState.__members__)}")
             segments.append(RemoteLogSegmentMetadata(
@@ -168,10 +187,12 @@ def decode(data: bytes, where: str = "manifest") -> PartitionManifest:
                 tuple((int(e), int(o)) for e, o in epochs),
                 RemoteLogSegmentState[state],
                 None if custom is None else base64.b64decode(custom, validate=True),
-                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at)))
+                max_timestamp_from_records=_field(s, "max_timestamp_from_records", bool, at),
+                min_timestamp_ms=smallest))
     except (KeyError, ValueError, TypeError) as e:
         raise ManifestError(f"{where}: {e}") from None
-    return PartitionManifest(tip, start, tuple(segments), sequence, writer)
+    return PartitionManifest(tip, start, tuple(segments), sequence, writer,
+                             None if deleting is None else RemotePartitionDeleteState[deleting])
 
 
 def write_local(directory: Path, manifest: PartitionManifest, *, sync: bool = True) -> Path:

@@ -238,7 +238,9 @@ def replacement(rsm: RemoteStorageManager, segment_id: RemoteLogSegmentId, group
         max_timestamp_ms=largest if largest >= 0 else max(m.max_timestamp_ms for m in group),
         broker_id=broker_id, event_timestamp_ms=now_ms, segment_size_in_bytes=seg.size_bytes,
         segment_leader_epochs=tuple(sorted(epochs.items(), key=lambda e: e[1])),
-        max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group))
+        max_timestamp_from_records=True, replaces=tuple(m.segment_id for m in group),
+        # Readers prune by it (the manifest carries it): the smallest timestamp of what was kept.
+        min_timestamp_ms=seg.log.min_record_timestamp())
     return md, data
 
 

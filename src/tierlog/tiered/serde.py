@@ -16,6 +16,8 @@ segment's records (``RemoteLogSegmentMetadata.max_timestamp_from_records``); a r
 (an older tierlog's upload) has a max timestamp taken from the batch headers.
 Tagged field 10002 of the segment metadata record: the 16-byte ids of the segments (same partition)
 a remote compaction output replaces (``RemoteLogSegmentMetadata.replaces``).
+Tagged field 10003 of the segment metadata record: the smallest record timestamp of the segment, an
+int64 (``RemoteLogSegmentMetadata.min_timestamp_ms``); absent when unknown.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ LOG_START_OFFSET_API_KEY = 10000
 REJECTED_CUSTOM_METADATA_TAG = 10000
 MAX_TIMESTAMP_FROM_RECORDS_TAG = 10001
 REPLACES_TAG = 10002
+MIN_TIMESTAMP_TAG = 10003
 _ID_BYTES = 16
 
 
@@ -108,15 +111,20 @@ def _read_nullable_bytes(r: Reader) -> bytes | None:
     return bytes(r.buf[start : r.pos])
 
 
-def _read_tags(r: Reader) -> tuple[bytes | None, bool, bytes]:
+def _read_tags(r: Reader) -> tuple[bytes | None, bool, bytes, int | None]:
     """The record's tagged section (unknown tags skipped): the rejected custom metadata in it,
-    whether it says the max timestamp was taken from the records, and the replaced segments' ids."""
+    whether it says the max timestamp was taken from the records, the replaced segments' ids and
+    the smallest record timestamp."""
     tags = r.tagged_fields()
     data = tags.get(REJECTED_CUSTOM_METADATA_TAG)
     replaces = bytes(tags.get(REPLACES_TAG, b""))
     if len(replaces) % _ID_BYTES:
         raise SerdeError(f"replaced segment ids of {len(replaces)} bytes are not whole 16-byte ids")
-    return None if data is None else bytes(data), MAX_TIMESTAMP_FROM_RECORDS_TAG in tags, replaces
+    min_ts = tags.get(MIN_TIMESTAMP_TAG)
+    if min_ts is not None and len(min_ts) != 8:
+        raise SerdeError(f"a smallest timestamp of {len(min_ts)} bytes is not an int64")
+    smallest = None if min_ts is None else int.from_bytes(bytes(min_ts), "big", signed=True)
+    return None if data is None else bytes(data), MAX_TIMESTAMP_FROM_RECORDS_TAG in tags, replaces, smallest
 
 
 def _frame(w: Writer, api_key: int) -> None:
@@ -153,6 +161,8 @@ def encode(record: RemoteLogMetadataRecord) -> bytes:
             tags = {**(tags or {}), MAX_TIMESTAMP_FROM_RECORDS_TAG: b""}
         if record.replaces:
             tags = {**(tags or {}), REPLACES_TAG: b"".join(sid.id for sid in record.replaces)}
+        if record.min_timestamp_ms is not None:
+            tags = {**(tags or {}), MIN_TIMESTAMP_TAG: record.min_timestamp_ms.to_bytes(8, "big", signed=True)}
     elif isinstance(record, RemoteLogSegmentMetadataUpdate):
         _frame(w, SEGMENT_UPDATE_API_KEY)
         _write_segment_id(w, record.segment_id)
@@ -197,18 +207,18 @@ def decode(value: bytes) -> RemoteLogMetadataRecord:
             size = r.i32()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected, from_records, replaced = _read_tags(r)
+            rejected, from_records, replaced, min_ts = _read_tags(r)
             replaces = tuple(RemoteLogSegmentId(sid.topic_id_partition, replaced[i:i + _ID_BYTES])
                              for i in range(0, len(replaced), _ID_BYTES))
             record = RemoteLogSegmentMetadata(sid, start, end, max_ts, broker, event_ts, size, tuple(epochs),
                                               state, custom, rejected, max_timestamp_from_records=from_records,
-                                              replaces=replaces)
+                                              replaces=replaces, min_timestamp_ms=min_ts)
         elif api_key == SEGMENT_UPDATE_API_KEY:
             sid = _read_segment_id(r)
             broker, event_ts = r.i32(), r.i64()
             custom = _read_nullable_bytes(r)
             state = RemoteLogSegmentState(r.i8())
-            rejected, _, _ = _read_tags(r)
+            rejected, _, _, _ = _read_tags(r)
             record = RemoteLogSegmentMetadataUpdate(sid, event_ts, state, broker, custom, rejected)
         elif api_key == PARTITION_DELETE_API_KEY:
             tip = _read_tip(r)

@@ -281,3 +281,45 @@ def _tiered(tmp_path: Path, rsm: Any) -> tuple[Any, Any, FileRemoteLogMetadataMa
     rlm = RemoteLogManager(RemoteLogManagerConfig(system_enable=True), _OneLog(ulog), rsm, publisher,
                            index_cache_dir=tmp_path / "data" / "remote-log-index-cache")
     return ulog, rsm, store, publisher, rlm
+
+
+def test_the_smallest_timestamp_is_optional_in_version_1(tmp_path: Path) -> None:
+    """``min_timestamp_ms`` was added to version 1 in place: a manifest written before it (no such
+    key) still reads, as unknown; a value round-trips; a value that is not an integer is refused."""
+    store = FileRemoteLogMetadataManager(tmp_path / "remote-log-metadata", sync=False)
+    _add(store, 0, 9, S.COPY_SEGMENT_FINISHED)
+    manifest = build_manifest(store, TIP)
+    doc = json.loads(encode(manifest))
+    assert doc["segments"][0]["min_timestamp_ms"] is None
+    del doc["segments"][0]["min_timestamp_ms"]
+    old = decode(json.dumps(doc).encode())
+    assert old == manifest and old.segments[0].min_timestamp_ms is None
+    doc["segments"][0]["min_timestamp_ms"] = 1_700_000_000_000
+    assert decode(json.dumps(doc).encode()).segments[0].min_timestamp_ms == 1_700_000_000_000
+    assert json.loads(encode(decode(json.dumps(doc).encode())))["segments"][0]["min_timestamp_ms"] == 1_700_000_000_000
+    doc["segments"][0]["min_timestamp_ms"] = "yesterday"
+    with pytest.raises(ManifestError, match="segment 0: field 'min_timestamp_ms' is 'yesterday', not int"):
+        decode(json.dumps(doc).encode())
+    store.close()
+
+
+def test_a_deleted_partitions_manifest_says_so(tmp_path: Path) -> None:
+    """``partition_delete_state`` (added to version 1 in place): set once the topic's deletion is
+    recorded, absent in an older manifest (read as null), refused when it names no state."""
+    from tierlog.tiered.api import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
+
+    store = FileRemoteLogMetadataManager(tmp_path / "remote-log-metadata", sync=False)
+    _add(store, 0, 9, S.COPY_SEGMENT_FINISHED)
+    assert build_manifest(store, TIP).delete_state is None
+    store.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+        TIP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 5, 1))
+    manifest = build_manifest(store, TIP)
+    assert manifest.delete_state is RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+    doc = json.loads(encode(manifest))
+    assert doc["partition_delete_state"] == "DELETE_PARTITION_MARKED" and decode(encode(manifest)) == manifest
+    del doc["partition_delete_state"]
+    assert decode(json.dumps(doc).encode()).delete_state is None
+    doc["partition_delete_state"] = "GONE"
+    with pytest.raises(ManifestError, match="partition_delete_state 'GONE' is none of"):
+        decode(json.dumps(doc).encode())
+    store.close()

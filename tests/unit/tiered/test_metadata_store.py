@@ -3,6 +3,7 @@ store surviving restarts, torn tails and compaction."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -62,6 +63,23 @@ def test_update_record_has_kafkas_layout() -> None:
 ])
 def test_records_round_trip(record: serde.RemoteLogMetadataRecord) -> None:
     assert serde.decode(serde.encode(record)) == record
+
+
+def test_the_smallest_timestamp_is_a_tagged_field_older_records_lack() -> None:
+    """Tag 10003 (tierlog's own) carries a segment's smallest record timestamp: a record without it
+    (an older tierlog's journal) reads as unknown, and one without a value is byte for byte what it
+    was before the field existed."""
+    plain = md(0, 99)
+    with_min = dataclasses.replace(plain, min_timestamp_ms=-1)
+    assert serde.decode(serde.encode(with_min)).min_timestamp_ms == -1
+    assert serde.decode(serde.encode(dataclasses.replace(plain, min_timestamp_ms=1_700_000_000_123))) == \
+        dataclasses.replace(plain, min_timestamp_ms=1_700_000_000_123)
+    assert serde.decode(serde.encode(plain)).min_timestamp_ms is None
+    assert serde.encode(plain).endswith(b"\x00")  # an empty tagged section: the old layout
+    assert serde.encode(with_min).endswith(b"\x01" + bytes([0x93, 0x4E]) + b"\x08" + b"\xff" * 8)
+    # A journal's state survives an update and the snapshot.
+    moved = with_min.create_with_updates(update(with_min, S.COPY_SEGMENT_FINISHED))
+    assert moved.min_timestamp_ms == -1
 
 
 def test_unknown_api_key_and_trailing_bytes_are_refused() -> None:

@@ -210,6 +210,14 @@ def test_remote_compaction_keeps_the_latest_record_of_each_key_with_its_offset(e
     assert all(a.end_offset + 1 == b.start_offset for a, b in itertools.pairwise(new))
     going = [m for m in rlm.rlmm.list_remote_log_segments(_tip(rlm)) if m.state is S.DELETE_SEGMENT_STARTED]
     assert {m.segment_id for m in going} == old_ids
+    # Each output records the smallest timestamp of the records it kept (readers prune by it).
+    # (None for one that kept no record: an empty batch holds its last offset.)
+    for md in new:
+        with rlm.rsm.fetch_log_segment(md, 0) as stream:
+            data = stream.read()
+        stamps = [r.timestamp for h in iter_headers(data) if not h.is_control for r in decode_batch(h)]
+        assert md.min_timestamp_ms == (min(stamps) if stamps else None), md
+    assert any(md.min_timestamp_ms is not None for md in new)
     # The next expiration pass deletes the old generation's objects.
     rlm.expire_all()
     assert {m.segment_id for m in rlm.rlmm.list_remote_log_segments(_tip(rlm))} == {m.segment_id for m in new}
