@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -18,6 +20,7 @@ from pyspark.sql.types import (
 from tests.pipeline.data import Row
 from tierlog.pipeline.options import parse_options, plan_ranges, resolve
 from tierlog.pipeline.reader import ARROW_SCHEMA_WITH_HEADERS, read_range
+from tierlog.pipeline.source import FILTER_PUSHDOWN_CONF, PRUNE_BY_FILTERS_CONF, register
 
 # Spark's Kafka source schema, spelled out as KafkaRecordToRowConverter defines it.
 KAFKA_SCHEMA = StructType([
@@ -53,3 +56,18 @@ def scan_options(options: dict[str, str], *, window_bytes: int = 16 << 20) -> li
                             int(d["timestamp"].timestamp() * 1000 + 0.5), d["timestampType"],
                             tuple((h["key"], h["value"]) for h in d["headers"] or ())))
     return sorted(out, key=lambda x: (x[2], x[3], x[4]))
+
+
+@contextmanager
+def filter_pushdown(spark: Any) -> Iterator[None]:
+    """``format("tierlog")`` pruning by Spark's pushed filters within this block (tierlog's sessions
+    leave it off: see ReadOptions.prune_by_filters)."""
+    for key in (FILTER_PUSHDOWN_CONF, PRUNE_BY_FILTERS_CONF):
+        spark.conf.set(key, "true")
+    register(spark)  # the source takes its option defaults from the conf when registered
+    try:
+        yield
+    finally:
+        for key in (FILTER_PUSHDOWN_CONF, PRUNE_BY_FILTERS_CONF):
+            spark.conf.unset(key)
+        register(spark)

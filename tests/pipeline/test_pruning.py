@@ -18,10 +18,11 @@ from typing import Any, ClassVar
 import pytest
 from pyspark.sql.datasource import Filter, GreaterThanOrEqual, LessThan, LessThanOrEqual
 
+from tests.helpers.pipeline import filter_pushdown
 from tierlog.config import LogConfig
 from tierlog.pipeline.options import parse_options
 from tierlog.pipeline.reader import read_range
-from tierlog.pipeline.source import TierlogBatchReader
+from tierlog.pipeline.source import TierlogFilteringBatchReader
 from tierlog.records import SimpleRecord, build_batch
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata
@@ -116,7 +117,7 @@ def _at(ms: int) -> datetime:
 
 def _plan_and_read(tier: dict[str, Any], *filters: Filter) -> tuple[list[Any], list[tuple[int, int]]]:
     opts = parse_options(_options(tier))
-    reader = TierlogBatchReader(opts)
+    reader = TierlogFilteringBatchReader(opts)
     assert len(list(reader.pushFilters(list(filters)))) == len(filters)  # all still evaluated by Spark
     ranges = reader.plan()
     got = []
@@ -187,8 +188,9 @@ def _load(spark: Any, tier: dict[str, Any]) -> Any:
 
 def test_an_upper_bound_read_through_spark_is_exact(spark: Any, tier: dict[str, Any]) -> None:
     bound = T0 + HOUR_MS
-    got = sorted((r[0], r[1]) for r in _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})")
-                 .selectExpr("offset", "unix_millis(timestamp)").collect())
-    assert got == [(o, ts) for o, ts in tier["expected"] if ts <= bound]
-    pruned = _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})").rdd.getNumPartitions()
-    assert pruned == 4 < _load(spark, tier).rdd.getNumPartitions() == len(SEGMENTS)  # segments 0, 1, 4, local
+    with filter_pushdown(spark):
+        got = sorted((r[0], r[1]) for r in _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})")
+                     .selectExpr("offset", "unix_millis(timestamp)").collect())
+        assert got == [(o, ts) for o, ts in tier["expected"] if ts <= bound]
+        pruned = _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})").rdd.getNumPartitions()
+        assert pruned == 4 < _load(spark, tier).rdd.getNumPartitions() == len(SEGMENTS)  # segments 0, 1, 4, local

@@ -75,6 +75,11 @@ class ReadOptions:
     max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
     check_crcs: bool = True
+    #: ``pruneByFilters``: whether the batch reader takes Spark's pushed filters (partition, offset,
+    #: timestamp) to skip what cannot match. Off by default: Spark 4.3 keeps the partitions one query
+    #: planned from its filters on the DataFrame and reuses them for a later query on the same
+    #: DataFrame without filters, which then silently reads too few rows.
+    prune_by_filters: bool = False
     #: The consumer's isolation.level: read_committed stops at the last stable offset and skips
     #: aborted transactions; read_uncommitted (Kafka's and Spark's default) returns both.
     read_committed: bool = False
@@ -385,6 +390,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False, master: st
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         check_crcs=_bool(options, "kafka.check.crcs", True),
+        prune_by_filters=_bool(options, "pruneByFilters", False),
         read_committed=read_committed,
     )
 

@@ -156,14 +156,11 @@ class _Pruning:
 
 
 class TierlogBatchReader(DataSourceReader):
+    """A batch read planned from the options alone (Spark takes no filters from it)."""
+
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self.pruning = _Pruning()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        for f in filters:
-            self.pruning.take(f)
-            yield f
 
     def plan(self) -> list[ScanRange]:
         opts = self.options
@@ -196,6 +193,17 @@ class TierlogBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
+
+
+class TierlogFilteringBatchReader(TierlogBatchReader):
+    """``pruneByFilters=true``: also planned from the filters Spark pushes (it still applies each
+    one to the rows, so pruning only decides what is not read). Spark asks a reader for filters only
+    when its class defines pushFilters, and then refuses it unless FILTER_PUSHDOWN_CONF is on."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            self.pruning.take(f)
+            yield f
 
 
 # -- streaming -------------------------------------------------------------------------------------------
@@ -323,23 +331,32 @@ class TierlogDataSource(DataSource):
         return kafka_schema(include.strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TierlogBatchReader(self._options(streaming=False))
+        options = self._options(streaming=False)
+        return (TierlogFilteringBatchReader if options.prune_by_filters else TierlogBatchReader)(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TierlogStreamReader(self._options(streaming=True))
 
 
+#: Spark's switch for pushing filters into Python data sources (off in Spark by default).
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+#: The session-wide default of the source's ``pruneByFilters`` option (``spark.tierlog.*``).
+PRUNE_BY_FILTERS_CONF = "spark.tierlog.pruneByFilters"
+
+
 def spark_session(master: str | None = None, *, app_name: str = "tierlog",
-                  conf: Mapping[str, str] | None = None) -> SparkSession:
+                  conf: Mapping[str, str] | None = None, prune_by_filters: bool = False) -> SparkSession:
     """A Spark session (``local[*]`` unless told) with ``format("tierlog")`` registered.
 
-    Python workers run this interpreter, which has tierlog and its compiled decoder; filter pushdown
-    for Python data sources is switched on so partition, offset and timestamp filters prune the scan.
+    Python workers run this interpreter, which has tierlog and its compiled decoder.
+    ``prune_by_filters`` switches on Spark's FILTER_PUSHDOWN_CONF and the source's ``pruneByFilters``
+    default together (see ReadOptions.prune_by_filters for why both are off unless asked for); the
+    reader's options (offsets, timestamps, partitions) prune without that hazard.
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
-    settings = {"spark.sql.python.filterPushdown.enabled": "true"}
+    settings = {FILTER_PUSHDOWN_CONF: "true", PRUNE_BY_FILTERS_CONF: "true"} if prune_by_filters else {}
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
