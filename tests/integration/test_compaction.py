@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.waits import produce_when_queued
+from tests.helpers.waits import produce_when_queued, wait_until
 
 METRICS_LINE = "tierlog metrics on "
 KEYS = 200
@@ -118,17 +118,15 @@ def test_compacted_topic_reads_back_as_the_model(cleaner_broker: BrokerProcess, 
     # Compaction removed the superseded updates. The first cleaning may have run while the producer
     # was still writing and covered only the segments closed by then; the later ones follow once
     # their dirty ratio reaches 0.1, so wait for the log to shrink (the table must hold throughout).
-    deadline = time.monotonic() + 90
-    while True:
+    def table_holds_and_log_shrank() -> bool:
         table, records = _read_table(cleaner_broker.bootstrap, topic_name)
         assert _live(table) == _live(model)
         for key, value in model.items():
             if value is None:
                 assert table.get(key) is None  # a tombstone (kept for delete.retention.ms) or nothing
-        if records < UPDATES / 2 or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
-    assert records < UPDATES / 2, cleaner_broker.stderr_tail()
+        return records < UPDATES / 2
+
+    assert wait_until(table_holds_and_log_shrank, 90, 0.5), cleaner_broker.stderr_tail()
 
     # A null key is refused on a compacted topic (INVALID_RECORD).
     errors: list[KafkaError] = []

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
-from tests.helpers.waits import produce_when_queued
+from tests.helpers.waits import produce_when_queued, wait_until
 from tierlog.tiered.api import RemoteLogSegmentState
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
@@ -124,9 +124,7 @@ def _roll_until_killed(broker: BrokerProcess, topic: str, model: dict[bytes, byt
             produce_when_queued(producer, topic, key=key, value=value, on_delivery=on_delivery)
             n += 1
         producer.flush(10)
-        settle = time.monotonic() + 3
-        while broker.alive() and time.monotonic() < settle:
-            time.sleep(0.2)
+        wait_until(lambda: not broker.alive(), 3, 0.2)
     producer.purge()
     producer.flush(5)
     return acked
