@@ -40,8 +40,7 @@ def _log_dir(broker: BrokerProcess) -> str:
 
 
 def test_describe_log_dirs_lists_each_dir_with_the_asked_partitions(broker: BrokerProcess, topic_name: str) -> None:
-    client = RawClient(broker.port, client_id="log-dirs")
-    try:
+    with RawClient(broker.port, client_id="log-dirs") as client:
         _setup(client, topic_name)
         for version in (1, 2, 3, 4, 5):
             body = client.call(ApiKey.DESCRIBE_LOG_DIRS, version, {"topics": [
@@ -62,13 +61,10 @@ def test_describe_log_dirs_lists_each_dir_with_the_asked_partitions(broker: Brok
         assert topic_name in {t.name for t in everything.topics}
         nothing = client.call(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": []}).results[0]
         assert (nothing.error_code, list(nothing.topics)) == (0, [])
-    finally:
-        client.close()
 
 
 def test_alter_replica_log_dirs_answers_each_partition(broker: BrokerProcess, topic_name: str) -> None:
-    client = RawClient(broker.port, client_id="log-dirs")
-    try:
+    with RawClient(broker.port, client_id="log-dirs") as client:
         _setup(client, topic_name)
         for version in (1, 2):
             body = client.call(ApiKey.ALTER_REPLICA_LOG_DIRS, version, {"dirs": [
@@ -79,13 +75,10 @@ def test_alter_replica_log_dirs_answers_each_partition(broker: BrokerProcess, to
             assert got == {(topic_name, 0): 0,  # already there
                            (topic_name, 9): 9, ("no-such-topic", 0): 9,  # REPLICA_NOT_AVAILABLE
                            (topic_name, 1): 57}  # LOG_DIR_NOT_FOUND
-    finally:
-        client.close()
 
 
 def test_elect_leaders_answers_each_partition(broker: BrokerProcess, topic_name: str) -> None:
-    client = RawClient(broker.port, client_id="log-dirs")
-    try:
+    with RawClient(broker.port, client_id="log-dirs") as client:
         _setup(client, topic_name)
         asked = [{"topic": topic_name, "partitions": [0, 1, 5]}, {"topic": "no-such-topic", "partitions": [0]}]
         for version in (0, 1, 2):
@@ -111,8 +104,6 @@ def test_elect_leaders_answers_each_partition(broker: BrokerProcess, topic_name:
                                                      "timeout": 30000})
         assert body.error_code == 42  # INVALID_REQUEST, on the request and each partition
         assert [p.error_code for p in body.replica_election_results[0].partition_result] == [42, 42, 42]
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize("api_key,version,verb,fields", [
@@ -123,10 +114,9 @@ def test_elect_leaders_answers_each_partition(broker: BrokerProcess, topic_name:
     (87, 0, "read share group state summary", {"leader_epoch": 0})])
 def test_share_state_apis_answer_not_coordinator_per_partition(broker: BrokerProcess, api_key: int, version: int,
                                                                 verb: str, fields: dict[str, object]) -> None:
-    client = RawClient(broker.port, client_id="share-state")
     topic_id = uuid.uuid4()
     partition = {"partition": 3, **fields}
-    try:
+    with RawClient(broker.port, client_id="share-state") as client:
         body = client.call(api_key, version, {"group_id": "g", "topics": [
             {"topic_id": topic_id, "partitions": [partition, {**partition, "partition": 4}]}]})
         assert [r.topic_id for r in body.results] == [topic_id]
@@ -142,16 +132,11 @@ def test_share_state_apis_answer_not_coordinator_per_partition(broker: BrokerPro
         versions = {k.api_key for k in client.call(ApiKey.API_VERSIONS, 3, {
             "client_software_name": "t", "client_software_version": "1"}).api_keys}
         assert {34, 35, 43} <= versions and not versions & {83, 84, 85, 86, 87, 90}
-    finally:
-        client.close()
 
 
 def test_admin_clients_describe_log_dirs_and_elect_leaders(broker: BrokerProcess, topic_name: str) -> None:
-    client = RawClient(broker.port, client_id="log-dirs")
-    try:
+    with RawClient(broker.port, client_id="log-dirs") as client:
         _setup(client, topic_name)
-    finally:
-        client.close()
     kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=30000)
     try:
         dirs = kp.describe_log_dirs({topic_name: [0, 1]})
