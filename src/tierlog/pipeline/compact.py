@@ -65,8 +65,8 @@ from tierlog.tiered.remote_compaction import (
     new_offset_map,
     remote_compaction_due,
     replacement,
+    replacement_segment,
     source_batches,
-    write_replacement,
 )
 
 S = RemoteLogSegmentState
@@ -174,20 +174,15 @@ def compact_partition(work: PartitionWork, spec: RemoteSpec) -> dict[str, Any]:
             done += len(group)
             if done > mapped:
                 break  # the map filled up: later groups wait for another run
-            out_dir = scratch / f"out-{group[0].start_offset}"
-            out_dir.mkdir()
-            seg = write_replacement(list(group), batches, fctx, work.config, work.now_ms, out_dir, result)
-            try:
+            with replacement_segment(list(group), batches, fctx, work.config, work.now_ms, scratch,
+                                     result) as (seg, out_dir):
                 md, data = replacement(rsm, sid, list(group), seg, out_dir, work.settings.broker_id, work.now_ms)
                 custom = rsm.copy_log_segment_data(md, data)
-                pairs.append((md, RemoteLogSegmentMetadataUpdate(sid, work.now_ms, S.COPY_SEGMENT_FINISHED,
-                                                                  work.settings.broker_id, custom)))
-                result.sources += len(group)
-                result.segments_written += 1
-                result.bytes_written += md.segment_size_in_bytes
-            finally:
-                seg.close()
-                shutil.rmtree(out_dir, ignore_errors=True)
+            pairs.append((md, RemoteLogSegmentMetadataUpdate(sid, work.now_ms, S.COPY_SEGMENT_FINISHED,
+                                                              work.settings.broker_id, custom)))
+            result.sources += len(group)
+            result.segments_written += 1
+            result.bytes_written += md.segment_size_in_bytes
         result.records_read, result.records_kept = fctx.records_read, fctx.records_kept
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {e}"

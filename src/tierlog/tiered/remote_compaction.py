@@ -40,6 +40,7 @@ import itertools
 import logging
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,6 +211,24 @@ def write_replacement(group: list[RemoteLogSegmentMetadata], batches: Batches, f
         seg.close()
         raise
     return seg
+
+
+@contextmanager
+def replacement_segment(group: list[RemoteLogSegmentMetadata], batches: Batches, fctx: FilterContext,
+                        config: LogConfig, created_ms: int, scratch: Path, result: RemoteCompactionResult
+                        ) -> Iterator[tuple[LogSegment, Path]]:
+    """:func:`write_replacement` into a directory of its own under ``scratch``: the segment and that
+    directory, the segment closed and the directory removed on exit."""
+    out_dir = scratch / f"out-{group[0].start_offset}"
+    out_dir.mkdir()
+    try:
+        seg = write_replacement(group, batches, fctx, config, created_ms, out_dir, result)
+        try:
+            yield seg, out_dir
+        finally:
+            seg.close()
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def replacement(rsm: RemoteStorageManager, segment_id: RemoteLogSegmentId, group: list[RemoteLogSegmentMetadata],
@@ -417,17 +436,9 @@ class RemoteCompactor:
     def _replace(self, state: PartitionState, ulog: UnifiedLog, group: list[RemoteLogSegmentMetadata],
                  fctx: FilterContext, scratch: Path, result: RemoteCompactionResult) -> bool:
         """Write, upload and swap in the segment replacing ``group``; False when the swap was refused."""
-        out_dir = scratch / f"out-{group[0].start_offset}"
-        out_dir.mkdir()
-        try:
-            seg = write_replacement(group, self._batches(scratch, result), fctx, ulog.config, self.ctx.now_ms(),
-                                    out_dir, result)
-            try:
-                return self._upload_and_swap(state, group, seg, out_dir, result)
-            finally:
-                seg.close()
-        finally:
-            shutil.rmtree(out_dir, ignore_errors=True)
+        with replacement_segment(group, self._batches(scratch, result), fctx, ulog.config, self.ctx.now_ms(),
+                                 scratch, result) as (seg, out_dir):
+            return self._upload_and_swap(state, group, seg, out_dir, result)
 
     def _upload_and_swap(self, state: PartitionState, group: list[RemoteLogSegmentMetadata], seg: LogSegment,
                          out_dir: Path, result: RemoteCompactionResult) -> bool:
