@@ -50,7 +50,7 @@ def test_the_record_with_the_highest_timestamp_first_of_equals(broker: BrokerPro
     produce_batch(broker.port, topic_name, [t + 5, t + 1, t + 2])          # offsets 0-2
     produce_batch(broker.port, topic_name, [t + 3, t + 9, t + 2, t + 9])   # offsets 3-6: max at 4 and 6
     produce_batch(broker.port, topic_name, [t + 7, t + 8])                 # offsets 7-8
-    assert max_timestamp(admin, topic_name) == (4, t + 9)
+    assert max_timestamp(admin, topic_name) == (4, t + 9), broker.stderr_tail()
 
 
 @pytest.fixture

@@ -259,7 +259,8 @@ def test_sigkill_during_remote_compaction_then_a_restart_completes_it(tmp_path: 
         first = _read_all(broker.bootstrap, topic_name)  # the restarted broker serves a whole log
         assert len({o for o, _, _ in first}) == len(first)
         first_keys = {k for _, k, _ in first}
-        assert late_acked <= first_keys, f"acknowledged keys lost: {sorted(late_acked - first_keys)[:5]}"
+        assert late_acked <= first_keys, (f"acknowledged keys lost: {sorted(late_acked - first_keys)[:5]}\n"
+                                          f"{broker.stderr_tail()}")
         for key in [k for k in model if k.startswith(b"late-") and k not in first_keys]:
             del model[key]  # tried, never acknowledged, not written before the kill
         assert {k: v for _, k, v in first} == {k: v for k, v in model.items() if k in {k for _, k, _ in first}}
