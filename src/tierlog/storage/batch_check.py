@@ -240,6 +240,17 @@ class BatchWalk:
                     self.position = pos
                     return entry_size
                 feature = unsupported_format(buf, at, entry_size)
+                if feature is not None and buf[at + MAGIC] > MAGIC_V2:
+                    # A newer broker never writes a v2 batch after its own format in one segment, so
+                    # a v2 batch right after this one says the magic byte (outside the CRC) is
+                    # damaged: damage, handled below, not a format.
+                    after = pos + entry_size
+                    if after + HEADER_SIZE_UP_TO_MAGIC <= file_end:
+                        if after + HEADER_SIZE_UP_TO_MAGIC > buf_end:
+                            self.position = pos
+                            return entry_size + HEADER_SIZE_UP_TO_MAGIC
+                        if buf[after - buf_position + MAGIC] == MAGIC_V2:
+                            feature = None
                 if feature is not None:
                     self.position = pos
                     self._fail(pos, feature, unsupported=True)

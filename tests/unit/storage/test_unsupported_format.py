@@ -58,7 +58,9 @@ def data_dir(tmp_path: Path, old_bytes: bytes, *, clean: bool) -> Path:
     (build_batch([SimpleRecord(None, b"v2", timestamp=1_700_000_000_000)]) + legacy_message(1, b"b"),
      "message set of magic 1"),
     (newer_batch(0), "record batch of magic 3"),
-], ids=["magic-1", "magic-0", "v2-then-magic-1", "magic-3"])
+    (build_batch([SimpleRecord(None, b"v2", timestamp=1_700_000_000_000)]) + newer_batch(1) + newer_batch(2),
+     "record batch of magic 3"),
+], ids=["magic-1", "magic-0", "v2-then-magic-1", "magic-3", "v2-then-magic-3"])
 def test_partition_with_an_unsupported_format_is_refused_and_left_as_it_is(
         tmp_path: Path, old_bytes: bytes, feature: str, clean: bool) -> None:
     segment = data_dir(tmp_path, old_bytes, clean=clean)
@@ -93,5 +95,27 @@ def test_garbage_where_the_magic_goes_is_still_a_torn_tail(tmp_path: Path) -> No
         old = manager.get_log("old", 0)
         assert old is not None and old.log_end_offset == 1
         assert segment.stat().st_size == len(good)
+    finally:
+        manager.shutdown()
+
+
+@pytest.mark.parametrize("magic", [3, 77])
+def test_a_newer_magic_followed_by_a_v2_batch_is_a_damaged_byte_not_a_format(tmp_path: Path, magic: int) -> None:
+    """The magic byte lies outside the CRC, so a flipped one leaves a batch whose checksum holds. A
+    newer broker never writes a v2 batch after its own format in one segment: a v2 batch after it
+    says the byte is damaged, so after a crash the segment is truncated there (as Kafka truncates at
+    damage) and the partition loads with the batches before it, instead of being refused."""
+    batches = [build_batch([SimpleRecord(None, b"v%d" % i, timestamp=1_700_000_000_000)], base_offset=i)
+               for i in range(4)]
+    flipped = bytearray(batches[2])
+    flipped[16] = magic
+    segment = data_dir(tmp_path, batches[0] + batches[1] + bytes(flipped) + batches[3], clean=False)
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        assert manager.refused_reason("old", 0) is None
+        old = manager.get_log("old", 0)
+        assert old is not None and old.log_end_offset == 2
+        assert segment.stat().st_size == len(batches[0]) + len(batches[1])
     finally:
         manager.shutdown()
