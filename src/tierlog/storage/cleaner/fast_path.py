@@ -213,7 +213,7 @@ class FilterWalk:
         if len(self.out) < 3 * span + BATCH_HEADER_SIZE:  # a kept record grows by at most 10 of its >= 7 bytes
             self.out = np.empty(3 * span + BATCH_HEADER_SIZE, np.uint8)
         taken, size, out_n, read, kept = self._filter(arr, starts, ends, n)
-        damaged = None
+        damaged = self._first_damaged(buf, starts, ends, crcs, taken)
         if damaged is not None:  # the run up to it is taken; the per-batch path reports it
             taken, size, out_n, read, kept = self._filter(arr, starts, ends, damaged)
         if taken == 0:
