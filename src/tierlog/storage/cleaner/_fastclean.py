@@ -372,12 +372,14 @@ def scan_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, end_offs
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start_offset: int, h1s: np.ndarray,
             h2s: np.ndarray, offs: np.ndarray, size: int, limit: int, bases: np.ndarray, lasts: np.ndarray,
-            live: np.ndarray, tracked: int) -> tuple[int, int, int, int, int, int]:
+            live: np.ndarray, positions: np.ndarray, sizes: np.ndarray, counts: np.ndarray, tracked: int,
+            chunk_position: int) -> tuple[int, int, int, int, int, int]:
     """The map pass over the first ``n`` batches :func:`scan_chunk` found (their CRCs checked): stops
     before one whose keys do not fit or whose records do not parse.
 
-    It also keeps the batch table (``bases``, ``lasts``, ``live``: ``tracked`` rows so far, in
-    offset order; a batch past the arrays' end is not tracked): for each batch mapped, how many map
+    It also keeps the batch table (``bases``, ``lasts``, ``live``, and where the batch is in its file
+    (``chunk_position`` is the chunk's) and its records, for :func:`superseded_runs`: ``tracked`` rows
+    so far, in offset order; a batch past the arrays' end is not tracked): for each batch mapped, how many map
     entries hold one of its offsets. A key put moves its entry from the batch of its previous offset
     (found by offset in the table, if tracked) to the batch being mapped, so once the map is complete
     a batch whose count is 0 has no record the cleaned log keeps (see :func:`filter_run`). (batches
@@ -410,6 +412,9 @@ def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start
                 bases[tracked] = base
                 lasts[tracked] = batch_last
                 live[tracked] = put
+                positions[tracked] = chunk_position + pos
+                sizes[tracked] = ends[i] - pos
+                counts[tracked] = count
                 tracked += 1
             for u in range(put):
                 previous = undo_off[u] - 1
@@ -419,6 +424,57 @@ def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start
                         live[j] -= 1
         last = batch_last
     return n, last, size, highest, keyed, tracked
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def superseded_runs(bases: np.ndarray, lasts: np.ndarray, live: np.ndarray, positions: np.ndarray,
+                    sizes: np.ndarray, counts: np.ndarray, tracked: int,
+                    producer_lasts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """From a complete map pass's batch table: the base offsets of the superseded batches (no map
+    entry in them), and the runs the rewrite may skip unread -- for each superseded batch that is not
+    possibly its producer's last (its last offset not in the sorted ``producer_lasts``), where the run
+    of such batches lying back to back in the file from it ends, the run's last offset and records.
+    (superseded bases, skippable bases, their positions, run end positions, run last offsets and
+    run records as one (2, n) array)."""
+    superseded = np.empty(tracked, np.int64)
+    n_sup = 0
+    skippable = np.zeros(tracked, np.bool_)
+    for j in range(tracked):
+        if live[j] == 0:
+            superseded[n_sup] = bases[j]
+            n_sup += 1
+            k = np.searchsorted(producer_lasts, lasts[j])
+            skippable[j] = not (k < producer_lasts.shape[0] and producer_lasts[k] == lasts[j])
+    n_skip = 0
+    for j in range(tracked):
+        if skippable[j]:
+            n_skip += 1
+    skip_bases = np.empty(n_skip, np.int64)
+    skip_positions = np.empty(n_skip, np.int64)
+    run_ends = np.empty(n_skip, np.int64)
+    run_tail = np.empty((2, n_skip), np.int64)
+    k = n_skip
+    end = -1
+    last = -1
+    records = 0
+    next_position = -1
+    for j in range(tracked - 1, -1, -1):
+        if not skippable[j]:
+            end = -1
+            continue
+        if end < 0 or positions[j] + sizes[j] != next_position:
+            end = positions[j] + sizes[j]
+            last = lasts[j]
+            records = 0
+        records += counts[j]
+        next_position = positions[j]
+        k -= 1
+        skip_bases[k] = bases[j]
+        skip_positions[k] = positions[j]
+        run_ends[k] = end
+        run_tail[0, k] = last
+        run_tail[1, k] = records
+    return superseded[:n_sup].copy(), skip_bases, skip_positions, run_ends, run_tail
 
 
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]

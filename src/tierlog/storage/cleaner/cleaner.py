@@ -10,8 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.records.header import BatchHeader
 from tierlog.storage import files
@@ -24,7 +22,7 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.fast_path import BatchTable, FilterWalk, MapWalk, map_batch
+from tierlog.storage.cleaner.fast_path import BatchTable, Drops, FilterWalk, MapWalk, map_batch
 from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, OffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
@@ -133,8 +131,8 @@ class Cleaner:
         #: Whether a progress line is due now (the manager rate-limits them); asked once a batch.
         self.progress_due: Callable[[], bool] = lambda: True
         #: The last map pass's batches (fast_path.BatchTable), for the rewrite to drop the superseded
-        #: ones unread: at most one I/O buffer's worth of 24-byte rows (a row a batch).
-        self.batch_table_rows = max(1024, io_buffer_bytes // 24)
+        #: ones unread: at most one I/O buffer's worth of rows (a row a batch).
+        self.batch_table_rows = max(1024, io_buffer_bytes // BatchTable.ROW_BYTES)
         self.batch_table = BatchTable(0)
 
     def _progress_now(self) -> bool:
@@ -223,8 +221,6 @@ class Cleaner:
         started = monotonic_s(self.clock)
         result = CleanResult(first_dirty, first_dirty)
         end = self.build_offset_map(ulog, first_dirty, first_uncleanable, result)
-        superseded = self.batch_table.superseded()
-        self.batch_table = BatchTable(0)
         # Nothing dirty (only tombstones past their horizon to drop): the clean part is rewritten.
         end = max(end, first_dirty)
         result.end_offset = end
@@ -238,6 +234,9 @@ class Cleaner:
             # the remote end would let the copy task meet segments it half holds.
             tiered_end = ulog.cleaner_floor
             tiered = ulog.remote_log_enabled
+        drops = self.batch_table.drops([r.last_data_offset for r in last_records.values()
+                                        if r.last_data_offset is not None])
+        self.batch_table = BatchTable(0)
         txn = TxnTracker(ulog.collect_aborted_transactions(log_start, end))
         ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records,
                             keep_deletes=tiered)
@@ -248,7 +247,7 @@ class Cleaner:
             if self.stop_requested():
                 result.aborted = True
                 break
-            done, group_horizon = self._clean_group(ulog, group, ctx, result, superseded)
+            done, group_horizon = self._clean_group(ulog, group, ctx, result, drops)
             if not done:
                 result.aborted = True
                 break
@@ -264,7 +263,7 @@ class Cleaner:
         return result
 
     def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext, result: CleanResult,
-                     superseded: np.ndarray) -> tuple[bool, int | None]:
+                     drops: Drops) -> tuple[bool, int | None]:
         sources = [self._segment(ulog, b) for b in group]
         base = group[0]
         for stale in _paths(ulog.dir, base, files.CLEANED_SUFFIX) + _paths(ulog.dir, base, files.SWAP_SUFFIX):
@@ -289,13 +288,15 @@ class Cleaner:
                     horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
 
         # Plain batches are rewritten by the compiled walk a chunk at a time; the rest come out here.
-        walk = FilterWalk(ctx, emit, superseded) if isinstance(ctx.offset_map, OffsetMap) else None
+        walk = FilterWalk(ctx, emit, drops) if isinstance(ctx.offset_map, OffsetMap) else None
         try:
             for seg in sources:
                 for h in read_batches(seg.log, self.io_buffer_bytes, self._count_read(result), walk):
                     out = filter_batch(h, ctx)
                     if out is not None:
                         emit(out, [BatchHeader(out, 0)])
+            if walk is not None:  # runs skipped unread count as read (processed), as Kafka's bytes read
+                result.bytes_read += walk.bytes_skipped
             for txn in ctx.kept_aborted:
                 cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()

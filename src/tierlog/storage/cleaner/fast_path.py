@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -105,16 +106,18 @@ def map_batch(m: OffsetMap, h: BatchHeader) -> tuple[bool, int]:
 
 class BatchTable:
     """The map pass's table of the batches it mapped (see ``_fastclean.map_run``): each batch's base
-    and last offset and how many map entries hold one of its offsets. Once the map is complete, the
-    batches with none are :meth:`superseded`: the rewrite drops them without reading their records
-    again (every key of theirs has a later offset in the map). At most ``max_rows`` batches (24 bytes
-    each) are tracked, the first ones of the dirty range; the rest are decided record by record."""
+    and last offset, how many map entries hold one of its offsets, where it lies in its file and its
+    records. Once the map is complete, the batches with no entry are superseded (every key of theirs
+    has a later offset in the map): the rewrite drops them without reading their records again, and
+    skips reading runs of them (:class:`Drops`). At most ``max_rows`` batches (48 bytes each) are
+    tracked, the first ones of the dirty range; the rest are decided record by record."""
+
+    COLUMNS = ("bases", "lasts", "live", "positions", "sizes", "counts")
+    ROW_BYTES = 8 * len(COLUMNS)
 
     def __init__(self, max_rows: int) -> None:
         self.max_rows = max(0, max_rows)
-        self.bases = np.empty(0, np.int64)
-        self.lasts = np.empty(0, np.int64)
-        self.live = np.empty(0, np.int64)
+        self.bases = self.lasts = self.live = self.positions = self.sizes = self.counts = np.empty(0, np.int64)
         self.tracked = 0
 
     def room_for(self, rows: int) -> None:
@@ -122,16 +125,47 @@ class BatchTable:
         wanted = min(self.max_rows, self.tracked + rows)
         if wanted > len(self.bases):
             size = min(self.max_rows, max(wanted, 2 * len(self.bases), 1024))
-            for name in ("bases", "lasts", "live"):
+            for name in self.COLUMNS:
                 grown = np.empty(size, np.int64)
                 grown[: self.tracked] = getattr(self, name)[: self.tracked]
                 setattr(self, name, grown)
 
+    def drops(self, producer_lasts: list[int]) -> Drops:
+        """What the rewrite drops unread; ``producer_lasts``: each producer's last data offset (a
+        batch ending there may be kept, emptied, for its producer: it is not skipped unread)."""
+        superseded, bases, positions, ends, tail = _fastclean.superseded_runs(
+            self.bases, self.lasts, self.live, self.positions, self.sizes, self.counts, self.tracked,
+            np.array(sorted(producer_lasts), np.int64))
+        return Drops(superseded, bases, positions, ends, tail[0], tail[1])
+
     def superseded(self) -> np.ndarray:
         """Base offsets (sorted) of the batches no map entry points into."""
-        n = self.tracked
-        out: np.ndarray = self.bases[:n][self.live[:n] == 0]
-        return out
+        return self.drops([]).superseded
+
+
+@dataclass(frozen=True)
+class Drops:
+    """The rewrite's share of a map pass (:meth:`BatchTable.drops`): the superseded batches' base
+    offsets, and for each one that may be skipped unread, its file position, and where the run of
+    such batches from it ends (file position, last offset, records)."""
+
+    superseded: np.ndarray
+    skip_bases: np.ndarray
+    skip_positions: np.ndarray
+    run_ends: np.ndarray
+    run_lasts: np.ndarray
+    run_records: np.ndarray
+
+    def run_at(self, base_offset: int, file_position: int) -> tuple[int, int, int] | None:
+        """(end position, last offset, records) of the run starting with the batch at
+        ``file_position`` whose base offset is ``base_offset``, or None when it is not skippable."""
+        j = int(np.searchsorted(self.skip_bases, base_offset))
+        if j < len(self.skip_bases) and self.skip_bases[j] == base_offset and self.skip_positions[j] == file_position:
+            return int(self.run_ends[j]), int(self.run_lasts[j]), int(self.run_records[j])
+        return None
+
+
+_NO_DROPS = Drops(*(np.empty(0, np.int64) for _ in range(6)))
 
 
 class MapWalk:
@@ -147,7 +181,7 @@ class MapWalk:
         self.covered = start
         self.keyed = 0
 
-    def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
+    def __call__(self, buf: bytes, position: int, previous_last: int, chunk_position: int = 0) -> tuple[int, int]:
         m = self.m
         arr = _ARRAYS.of(buf)
         starts, ends, crcs = _ARRAYS.runs()
@@ -164,7 +198,7 @@ class MapWalk:
         table.room_for(n)
         taken, last, size, highest, keyed, table.tracked = _fastclean.map_run(
             arr, starts, ends, n, self.start, m.h1, m.h2, m.offsets, m.size, m.slots, table.bases, table.lasts,
-            table.live, table.tracked)
+            table.live, table.positions, table.sizes, table.counts, table.tracked, chunk_position)
         if taken == 0:
             return position, previous_last
         m.size = int(size)
@@ -173,9 +207,6 @@ class MapWalk:
         self.keyed += int(keyed)
         self.covered = max(self.covered, int(last) + 1)
         return int(ends[taken - 1]), int(last)
-
-
-_NONE_SUPERSEDED = np.empty(0, np.int64)
 
 
 class FilterWalk:
@@ -191,7 +222,7 @@ class FilterWalk:
     MAX_RECORDS = 1 << 16
 
     def __init__(self, ctx: FilterContext, emit: Callable[[bytes, list[BatchHeader]], None],
-                 superseded: np.ndarray | None = None) -> None:
+                 drops: Drops | None = None) -> None:
         assert isinstance(ctx.offset_map, OffsetMap)
         self.ctx = ctx
         self.emit = emit
@@ -199,11 +230,22 @@ class FilterWalk:
                       if r.last_data_offset is not None)
         self.last_pids = np.array([p for p, _ in last], np.int64)
         self.last_offsets = np.array([o for _, o in last], np.int64)
-        self.superseded = superseded if superseded is not None else _NONE_SUPERSEDED
+        self.drops = drops if drops is not None else _NO_DROPS
+        #: Bytes of skipped runs, not read (the cleaning counts them as read: processed).
+        self.bytes_skipped = 0
         self.scratch = np.empty((4, self.MAX_RECORDS), np.int64)
         self.out = np.empty(0, np.uint8)
 
-    def __call__(self, buf: bytes, position: int, previous_last: int) -> tuple[int, int]:
+    def __call__(self, buf: bytes, position: int, previous_last: int, chunk_position: int = 0) -> tuple[int, int]:
+        if position + 8 <= len(buf):
+            run = self.drops.run_at(int.from_bytes(buf[position:position + 8], "big", signed=True),
+                                    chunk_position + position)
+            if run is not None and run[1] > previous_last:
+                # A run of superseded batches back to back: not read (the position may pass the chunk).
+                end, last, records = run
+                self.ctx.records_read += records
+                self.bytes_skipped += end - chunk_position - position
+                return end - chunk_position, last
         arr = _ARRAYS.of(buf)
         starts, ends, crcs = _ARRAYS.runs()
         n = int(_fastclean.scan_chunk(arr, position, len(buf), previous_last, 1 << 62, starts, ends, crcs))
@@ -242,7 +284,7 @@ class FilterWalk:
         sc = self.scratch
         taken, size, out_n, read, kept = _fastclean.filter_run(
             arr, starts, ends, n, m.h1, m.h2, m.offsets, ctx.now_ms, ctx.delete_retention_ms, ctx.keep_deletes,
-            self.last_pids, self.last_offsets, self.superseded, dropped_superseded, self.out, out_ends, rewritten,
+            self.last_pids, self.last_offsets, self.drops.superseded, dropped_superseded, self.out, out_ends, rewritten,
             sc[0], sc[1], sc[2], sc[3])
         return int(taken), int(size), int(out_n), int(read), int(kept)
 
