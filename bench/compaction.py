@@ -13,7 +13,9 @@ log's scheduler unlinks them ``file.delete.delay.ms`` (Kafka's default, 60 s) la
 LocalLog.replaceSegments defers the delete the same way, so a reader still holding an old segment
 can finish -- so the unlinks are not the cleaning's time. They are timed too (the scheduler run right
 after) and printed as a second line, the cleaning with the unlinks against the same baseline. A
-small log is cleaned first, untimed, so the compiled code's one-time load is not counted either.
+small log is cleaned first, untimed, so the compiled code's one-time load is not counted either, and
+the page cache's dirty data is written out (``sync``) before each timed part, so that no fsync in it
+waits for what an earlier step wrote.
 
     python bench/compaction.py --records 400000 --keys 20000
 
@@ -68,6 +70,7 @@ def build(directory: Path, records: int, keys: int, value_bytes: int, batch: int
 
 def baseline(directory: Path, out: Path) -> float:
     out.mkdir()
+    os.sync()  # see clean()
     started = time.perf_counter()
     for seg in sorted(directory.glob("*.log")):
         with seg.open("rb") as src, (out / seg.name).open("wb") as dst:
@@ -100,6 +103,9 @@ def clean(directory: Path, slots: int) -> tuple[float, float, int]:
     ulog = load_log(directory, config, LoadOptions(had_clean_shutdown=True), clock=clock,
                     scheduler=ManualScheduler(clock))
     cleaner = Cleaner(OffsetMap(slots, capacity_for(slots)), io_buffer_bytes=IO_BUFFER)
+    # Earlier writes (the log built, the baseline's or a copy's) written out first: an fsync in the
+    # timed part would otherwise wait for them too (ext4 commits other files' dirty data with it).
+    os.sync()
     started = time.perf_counter()
     result = clean_log(ulog, cleaner, None, TS)
     elapsed = time.perf_counter() - started
@@ -202,6 +208,7 @@ def repeated(root: Path, source: Path, slots: int, n: int) -> None:
         config = LogConfig(cleanup_policy=("compact",), segment_bytes=16 * 2**20, file_delete_delay_ms=0)
         ulog = load_log(d, config, LoadOptions(had_clean_shutdown=True), clock=ManualClock(TS))
         cleaner = Cleaner(OffsetMap(slots, capacity_for(slots)), io_buffer_bytes=IO_BUFFER)
+        os.sync()
         started = time.perf_counter()
         cleaner.build_offset_map(ulog, 0, ulog.segments.base_offsets[-1], CleanResult(0, 0))
         map_s.append(time.perf_counter() - started)
