@@ -6,7 +6,8 @@ fsynced -- what any cleaner must at least do -- and (2) one cleaning of the whol
 key -> offset map over the dirty range, rewriting every segment, the swaps). Prints both in MB/s of
 log bytes, the ratio (target >= 0.5), and the dedupe buffer's memory bound: the nominal
 ``log.cleaner.dedupe.buffer.size`` accounting (24 bytes a key) and what the map's table really takes
-(measured with tracemalloc while it is filled; numpy reports its buffers there).
+(measured with tracemalloc while it is filled; numpy reports its buffers there), and the bound of the
+map pass's batch table beside it (48 bytes a mapped batch, at most ``log.cleaner.io.buffer.size``).
 
 The cleaning runs as the broker runs it: the swap renames the replaced segments ``.deleted`` and the
 log's scheduler unlinks them ``file.delete.delay.ms`` (Kafka's default, 60 s) later -- Kafka's
@@ -44,6 +45,7 @@ from _common import command_line, report
 from tierlog.config import LogConfig
 from tierlog.records import SimpleRecord, build_batch
 from tierlog.storage.cleaner.cleaner import Cleaner
+from tierlog.storage.cleaner.fast_path import BatchTable
 from tierlog.storage.cleaner.manager import clean_log
 from tierlog.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tierlog.storage.loader import LoadOptions, load_log
@@ -290,6 +292,10 @@ def main() -> int:
         print(f"dedupe buffer: {args.keys} keys -> table of {capacity:,} entries = {capacity * ENTRY_BYTES:,} bytes "
               f"(log.cleaner.dedupe.buffer.size accounting, 24 B/entry); measured while filled {measured:,} bytes "
               f"({measured / args.keys:.0f} B/key); the map never holds more keys than its slots")
+        rows = Cleaner(OffsetMap(1), io_buffer_bytes=IO_BUFFER).batch_table_rows
+        print(f"batch table: 48 B a mapped batch, at most {rows:,} rows = {rows * BatchTable.ROW_BYTES:,} bytes "
+              f"(log.cleaner.io.buffer.size); this log's {-(-args.records // args.batch):,} batches take "
+              f"{min(rows, -(-args.records // args.batch)) * BatchTable.ROW_BYTES:,} bytes")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
