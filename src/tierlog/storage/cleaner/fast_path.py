@@ -231,7 +231,7 @@ class FilterWalk:
         self.last_pids = np.array([p for p, _ in last], np.int64)
         self.last_offsets = np.array([o for _, o in last], np.int64)
         self.drops = drops if drops is not None else _NO_DROPS
-        #: Bytes of skipped runs, not read (the cleaning counts them as read: processed).
+        #: Bytes of skipped runs past the chunks read (the cleaning counts them as read: processed).
         self.bytes_skipped = 0
         self.scratch = np.empty((4, self.MAX_RECORDS), np.int64)
         self.out = np.empty(0, np.uint8)
@@ -244,7 +244,7 @@ class FilterWalk:
                 # A run of superseded batches back to back: not read (the position may pass the chunk).
                 end, last, records = run
                 self.ctx.records_read += records
-                self.bytes_skipped += end - chunk_position - position
+                self.bytes_skipped += max(0, end - chunk_position - len(buf))  # the chunk's own were read
                 return end - chunk_position, last
         arr = _ARRAYS.of(buf)
         starts, ends, crcs = _ARRAYS.runs()
