@@ -143,7 +143,7 @@ def _keyed_log(directory: Path, batches_of_keys: list[list[int]]) -> UnifiedLog:
     return ulog
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batches_of_keys=st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=6), min_size=1, max_size=40),
        rows=st.sampled_from([1, 5, 1024]))
 def test_the_batch_table_finds_exactly_the_batches_with_no_latest_record(
