@@ -45,7 +45,6 @@ from _common import command_line, report
 from tierlog.config import LogConfig
 from tierlog.records import SimpleRecord, build_batch
 from tierlog.storage.cleaner.cleaner import Cleaner
-from tierlog.storage.cleaner.fast_path import BatchTable
 from tierlog.storage.cleaner.manager import clean_log
 from tierlog.storage.cleaner.offset_map import ENTRY_BYTES, OffsetMap
 from tierlog.storage.loader import LoadOptions, load_log
@@ -89,6 +88,18 @@ def warm_up(root: Path) -> None:
     build(root / "t-0", 2_000, 100, 100, 100)
     clean(root / "t-0", 100)
     shutil.rmtree(root)
+
+
+def print_batch_table(records: int, batch: int) -> None:
+    try:
+        from tierlog.storage.cleaner.fast_path import BatchTable
+    except ImportError:  # a source tree from before the batch table (PYTHONPATH comparisons)
+        return
+    rows = Cleaner(OffsetMap(1), io_buffer_bytes=IO_BUFFER).batch_table_rows
+    batches = -(-records // batch)
+    print(f"batch table: {BatchTable.ROW_BYTES} B a mapped batch, at most {rows:,} rows = "
+          f"{rows * BatchTable.ROW_BYTES:,} bytes (log.cleaner.io.buffer.size); this log's {batches:,} batches "
+          f"take {min(rows, batches) * BatchTable.ROW_BYTES:,} bytes")
 
 
 def capacity_for(slots: int) -> int:
@@ -292,10 +303,7 @@ def main() -> int:
         print(f"dedupe buffer: {args.keys} keys -> table of {capacity:,} entries = {capacity * ENTRY_BYTES:,} bytes "
               f"(log.cleaner.dedupe.buffer.size accounting, 24 B/entry); measured while filled {measured:,} bytes "
               f"({measured / args.keys:.0f} B/key); the map never holds more keys than its slots")
-        rows = Cleaner(OffsetMap(1), io_buffer_bytes=IO_BUFFER).batch_table_rows
-        print(f"batch table: 48 B a mapped batch, at most {rows:,} rows = {rows * BatchTable.ROW_BYTES:,} bytes "
-              f"(log.cleaner.io.buffer.size); this log's {-(-args.records // args.batch):,} batches take "
-              f"{min(rows, -(-args.records // args.batch)) * BatchTable.ROW_BYTES:,} bytes")
+        print_batch_table(args.records, args.batch)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
