@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterator
 from mmap import mmap
 
-from tierlog._util.crc import crc32c
+from tierlog._util.crc import crc32c, crc32c_unwrapped
 from tierlog.errors import CorruptRecordError
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength
@@ -181,7 +181,11 @@ class BatchHeader:
                 f"record batch at offset {self.base_offset} is {self.size_bytes} bytes, "
                 f"smaller than the {BATCH_HEADER_SIZE}-byte header"
             )
-        computed = self.compute_crc()
+        end = self.position + self.size_bytes
+        if end > len(self.buf):
+            raise CorruptRecordError(f"record batch at position {self.position} is truncated")
+        # The C function itself: this runs for every produced batch.
+        computed = crc32c_unwrapped(memoryview(self.buf)[self.position + CRC_START : end])
         if computed != self.crc:
             raise CorruptRecordError(
                 f"record batch at offset {self.base_offset} is corrupt: "
