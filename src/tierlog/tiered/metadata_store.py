@@ -201,6 +201,10 @@ class RemoteLogMetadataCache:
     def partitions(self) -> list[TopicIdPartition]:
         return [tip for tip, part in self._partitions.items() if part.by_id]
 
+    def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        part = self._partitions.get(segment_id.topic_id_partition)
+        return None if part is None else part.by_id.get(segment_id)
+
     def segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         part = self._partitions.get(tip)
         if part is None:
@@ -349,6 +353,11 @@ class RemoteLogMetadataStore:
                                     leader_epoch: int | None = None) -> RemoteLogSegmentMetadata | None:
         with self._lock:
             return self.cache.segment_for_offset(tip, offset, leader_epoch)
+
+    def segment_metadata(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        """The segment's metadata in its current state; None once DELETE_SEGMENT_FINISHED (or unknown)."""
+        with self._lock:
+            return self.cache.segment(segment_id)
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, leader_epoch: int) -> int | None:
         with self._lock:
