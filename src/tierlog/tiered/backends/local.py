@@ -190,7 +190,17 @@ class LocalDirectoryRemoteStorageManager:
                 (directory / name).unlink(missing_ok=True)
         except OSError as e:
             raise RemoteStorageError(f"deleting manifest objects in {directory}: {e}") from e
-        for empty in (directory / MANIFEST_DIR, directory):
+        folder = directory / MANIFEST_DIR
+        try:
+            left = os.listdir(folder)
+            # A writer that died between its temporary file and the link leaves the temporary file;
+            # once no object is left (the partition's deletion) nothing can be writing there.
+            if all(n.startswith(".") and n.endswith(".tmp") for n in left):
+                for n in left:
+                    (folder / n).unlink(missing_ok=True)
+        except OSError:
+            pass
+        for empty in (folder, directory):
             try:
                 empty.rmdir()
             except OSError:
