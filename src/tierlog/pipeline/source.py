@@ -101,12 +101,12 @@ def _settle_worker() -> None:
     A reused PySpark worker runs a full ``gc.collect()`` after every task (pyspark/daemon.py). With
     numba, pyarrow and tierlog loaded that walks ~140,000 long-lived objects, ~60 ms a task on an
     idle machine: more than decoding a 64 MiB segment. ``gc.freeze()`` moves them to the permanent
-    generation, which collections skip; objects made later are collected as before. The one
-    collection first keeps today's garbage out of the frozen set."""
+    generation, which collections skip; objects made later are collected as before. No collection
+    first: with ``spark.python.worker.reuse=false`` that would cost each task what it saves (the
+    little garbage frozen with them is kept for the worker's life)."""
     global _settled
     if not _settled:
         _settled = True
-        gc.collect()
         gc.freeze()
 
 
