@@ -11,7 +11,8 @@ import pytest
 from tests.helpers.pipeline import scan_options
 from tests.pipeline.data import Dataset, Row
 from tierlog.errors import CorruptRecordError
-from tierlog.pipeline.options import TierlogOptionError, pack_ranges, parse_options, split_ranges
+from tierlog.pipeline.options import TierlogOptionError, parse_options, split_ranges
+from tierlog.pipeline.packing import pack_ranges
 from tierlog.pipeline.reader import ARROW_SCHEMA_WITH_HEADERS, ScanRange, read_range
 from tierlog.pipeline.source import _rate_limit
 

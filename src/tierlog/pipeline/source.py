@@ -56,12 +56,12 @@ from tierlog.pipeline.options import (
     TierlogOptionError,
     check_range,
     conf_options,
-    pack_ranges,
     parse_options,
     plan_ranges,
     resolve,
     with_defaults,
 )
+from tierlog.pipeline.packing import pack_ranges
 from tierlog.pipeline.reader import ScanRange, read_range
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -85,7 +85,7 @@ def kafka_schema(include_headers: bool = False) -> StructType:
 
 class SegmentPartition(InputPartition):
     """A Spark input partition: offset ranges of segments (consecutive ones packed together, see
-    :func:`tierlog.pipeline.options.pack_ranges`), read one after the other."""
+    :func:`tierlog.pipeline.packing.pack_ranges`), read one after the other."""
 
     def __init__(self, scans: tuple[ScanRange, ...]) -> None:
         super().__init__(scans)
