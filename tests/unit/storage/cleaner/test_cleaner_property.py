@@ -52,7 +52,7 @@ def _marker(pid: int, commit: bool, ts: int) -> bytes:
                                       timestamp_ms=ts)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=1, max_size=120), slots=st.sampled_from([4, 16, 10_000]))
 def test_cleaning_matches_the_model(tmp_path: Path, ops: list[tuple[str, int, bytes]], slots: int) -> None:
     clock = ManualClock(TS)

@@ -34,7 +34,7 @@ def _segments(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.glob("*.log"))}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batches=st.lists(batch, min_size=1, max_size=40), slots=st.sampled_from([12, 30, 10_000]),
        cleanings=st.lists(st.integers(0, 20_000), min_size=1, max_size=3))
 def test_compiled_cleaning_equals_the_python_reference(tmp_path: Path, batches: list[tuple[list[tuple[int | None,
