@@ -12,6 +12,7 @@ from tests.helpers.pipeline import scan_options
 from tests.pipeline.data import Dataset, Row
 from tierlog.errors import CorruptRecordError
 from tierlog.pipeline.options import TierlogOptionError, parse_options, split_ranges
+from tierlog.pipeline.packing import pack_ranges
 from tierlog.pipeline.reader import ARROW_SCHEMA_WITH_HEADERS, ScanRange, read_range
 from tierlog.pipeline.source import _rate_limit
 
@@ -107,6 +108,28 @@ def test_split_ranges_and_rate_limit() -> None:
     assert max(r.end_offset - r.start_offset for r in capped) <= 30 and len(capped) == 5
     limited = _rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 100, ("t", 1): 10}, 11)
     assert limited == {("t", 0): 10, ("t", 1): 1}
+
+
+def test_pack_ranges_into_input_partitions(tmp_path: Path) -> None:
+    def seg(name: str, size: int, lo: int, hi: int) -> ScanRange:
+        path = tmp_path / name
+        path.write_bytes(b"\0" * size)
+        return ScanRange("t", 0, lo, hi, log_path=str(path))
+
+    ranges = [seg("a", 60, 0, 10), seg("b", 60, 10, 20), seg("c", 30, 20, 30), seg("d", 200, 30, 40)]
+    opts = parse_options({"path": str(tmp_path), "subscribe": "t", "maxBytesPerPartition": "130"})
+    # In order, up to 130 bytes a pack; a range bigger than that alone.
+    assert [[r.start_offset for r in p] for p in pack_ranges(ranges, opts, None)] == [[0, 10], [20], [30]]
+    capped = parse_options({"path": str(tmp_path), "subscribe": "t", "maxBytesPerPartition": "1000",
+                            "maxRecordsPerPartition": "20"})
+    assert [[r.start_offset for r in p] for p in pack_ranges(ranges, capped, None)] == [[0, 10], [20, 30]]
+    split = parse_options({"path": str(tmp_path), "subscribe": "t", "minPartitions": "2"})
+    assert pack_ranges(ranges, split, None) == [(r,) for r in ranges]
+    # The default: Spark's rule for files, at least 4 MiB a pack: these tiny segments all in one.
+    default = parse_options({"path": str(tmp_path), "subscribe": "t"})
+    assert pack_ranges(ranges, default, 2) == [tuple(ranges)]
+    broker_read = ScanRange("t", 0, 40, 50)  # no size known: never packed
+    assert pack_ranges([*ranges, broker_read], default, 2) == [tuple(ranges), (broker_read,)]
 
 
 def test_last_stable_offset_from_the_snapshot_and_from_a_header_replay(dataset: Dataset, tmp_path: Path) -> None:

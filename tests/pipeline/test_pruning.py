@@ -181,12 +181,12 @@ def test_a_lower_timestamp_bound_skips_older_segments_after_the_start(tier: dict
     assert {(o, ts) for o, ts in tier["expected"] if ts >= T0 + 2 * HOUR_MS} <= set(rows)
 
 
-def _load(spark: Any, tier: dict[str, Any]) -> Any:
+def _load(spark: Any, tier: dict[str, Any], **options: str) -> Any:
     # A DataFrame per query: Spark 4.3 keeps the partitions planned with one query's pushed filters
     # on the relation and reuses them for a later query on the same DataFrame without filters
     # (docs/operations.md, "Pruning").
     reader = spark.read.format("tierlog")
-    for k, v in _options(tier).items():
+    for k, v in {**_options(tier), **options}.items():
         reader = reader.option(k, v)
     return reader.load()
 
@@ -197,5 +197,8 @@ def test_an_upper_bound_read_through_spark_is_exact(spark: Any, tier: dict[str, 
         got = sorted((r[0], r[1]) for r in _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})")
                      .selectExpr("offset", "unix_millis(timestamp)").collect())
         assert got == [(o, ts) for o, ts in tier["expected"] if ts <= bound]
-        pruned = _load(spark, tier).where(f"timestamp <= timestamp_millis({bound})").rdd.getNumPartitions()
-        assert pruned == 4 < _load(spark, tier).rdd.getNumPartitions() == len(SEGMENTS)  # segments 0, 1, 4, local
+        # One input partition per segment (no packing), so the count shows how many were planned.
+        pruned = _load(spark, tier, maxBytesPerPartition="1").where(
+            f"timestamp <= timestamp_millis({bound})").rdd.getNumPartitions()
+        everything = _load(spark, tier, maxBytesPerPartition="1").rdd.getNumPartitions()
+        assert pruned == 4 < everything == len(SEGMENTS)  # segments 0, 1, 4, local

@@ -73,6 +73,9 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    #: ``maxBytesPerPartition``: segment ranges are packed into Spark input partitions of up to this
+    #: many bytes (None: Spark's rule for files, see :func:`tierlog.pipeline.packing.pack_ranges`).
+    max_bytes_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
     check_crcs: bool = True
     #: ``pruneByFilters``: whether the batch reader takes Spark's pushed filters (partition, offset,
@@ -388,6 +391,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool = False, master: st
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         min_partitions=_positive_int(options, "minPartitions"),
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
+        max_bytes_per_partition=_positive_int(options, "maxBytesPerPartition"),
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         check_crcs=_bool(options, "kafka.check.crcs", True),
         prune_by_filters=_bool(options, "pruneByFilters", False),
@@ -540,3 +544,4 @@ def split_ranges(ranges: list[ScanRange], min_partitions: int | None,
             hi = r.start_offset + size * (i + 1) // parts
             out.append(replace(r, start_offset=lo, end_offset=hi))
     return out
+

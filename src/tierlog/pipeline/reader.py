@@ -220,12 +220,14 @@ def _binary(kind: pa.DataType, n: int, offsets: np.ndarray, valid: np.ndarray, d
 
 
 class _BufferPool:
-    """Output buffers reused from window to window once no Arrow batch refers to them.
+    """Read and output buffers reused from window to window, and from range to range in the same
+    thread (a reused Spark Python worker reads many ranges), once no Arrow batch refers to them.
 
     A fresh buffer costs a page fault per 4 KiB on first write, as much as decoding into it; reuse
     avoids that. A buffer is handed out again only when the pool holds the last reference to it:
     every Arrow array built on it keeps a numpy view, and every view keeps its base alive, so a
-    batch still being serialised (or kept by the caller) pins its buffers."""
+    batch still being serialised (or kept by the caller), or a read buffer still in use by another
+    range's generator, pins its buffers."""
 
     _PER_NAME = 4
 
@@ -249,6 +251,17 @@ class _BufferPool:
         return fresh
 
 
+_POOLS = threading.local()
+
+
+def _thread_pool() -> _BufferPool:
+    """This thread's pool: the refcount test above is only sound without another thread."""
+    pool: _BufferPool | None = getattr(_POOLS, "pool", None)
+    if pool is None:
+        pool = _POOLS.pool = _BufferPool()
+    return pool
+
+
 class WindowDecoder:
     """Turns windows of one partition's log into Arrow batches of rows in [start, end)."""
 
@@ -264,7 +277,7 @@ class WindowDecoder:
         self.check_crcs = check_crcs
         self.aborted = aborted or ()
         self.schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
-        self._pool = _BufferPool()
+        self._pool = _thread_pool()
 
     def decode(self, buf: np.ndarray, origin: int) -> _Window:
         """Decode the whole batches of ``buf``; ``origin`` is its position in the segment (errors
@@ -453,23 +466,25 @@ def read_range(rng: ScanRange, *, include_headers: bool, check_crcs: bool = True
         carry = b""
         need = 0
         eof = False
-        buffer: bytearray | None = None
+        pool = _thread_pool()
+        buffer: np.ndarray | None = None
         while True:
             want = max(window_bytes, len(carry) + need)
             if limit is not None:
                 want = max(min(want, limit - position), len(carry) + need)
             if buffer is None or len(buffer) < want:
-                buffer = bytearray(want)  # the read buffer is reused: decoded rows never point into it
-            buffer[: len(carry)] = carry
+                # Reused (decoded rows never point into it), also by the ranges this thread reads next.
+                buffer = None
+                buffer = pool.get("read", want, np.uint8)
+            buffer.data[: len(carry)] = carry
             got = len(carry)
             if not eof:
-                n = _fill(stream, memoryview(buffer)[got:want])
+                n = _fill(stream, buffer.data[got:want])
                 got += n
                 eof = n < want - len(carry)
             if limit is not None and position + got >= limit:
                 eof = True
-            data = _readonly(memoryview(buffer)[:got])
-            window = decoder.decode(data, position)
+            window = decoder.decode(_readonly(buffer.data[:got]), position)
             if window.batch is not None:
                 yield window.batch
             carry = bytes(buffer[window.consumed : got])

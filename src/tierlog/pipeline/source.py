@@ -9,6 +9,7 @@ segment file or the remote object and returned as Arrow record batches.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -60,6 +61,7 @@ from tierlog.pipeline.options import (
     resolve,
     with_defaults,
 )
+from tierlog.pipeline.packing import pack_ranges
 from tierlog.pipeline.reader import ScanRange, read_range
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -82,18 +84,40 @@ def kafka_schema(include_headers: bool = False) -> StructType:
 
 
 class SegmentPartition(InputPartition):
-    """A Spark input partition: one offset range of one segment."""
+    """A Spark input partition: offset ranges of segments (consecutive ones packed together, see
+    :func:`tierlog.pipeline.packing.pack_ranges`), read one after the other."""
 
-    def __init__(self, scan: ScanRange) -> None:
-        super().__init__(scan)
-        self.scan = scan
+    def __init__(self, scans: tuple[ScanRange, ...]) -> None:
+        super().__init__(scans)
+        self.scans = scans
+
+
+_settled = False
+
+
+def _settle_worker() -> None:
+    """Once per Python worker process: hide what the imports made from the garbage collector.
+
+    A reused PySpark worker runs a full ``gc.collect()`` after every task (pyspark/daemon.py). With
+    numba, pyarrow and tierlog loaded that walks ~140,000 long-lived objects, ~60 ms a task on an
+    idle machine: more than decoding a 64 MiB segment. ``gc.freeze()`` moves them to the permanent
+    generation, which collections skip; objects made later are collected as before. No collection
+    first: with ``spark.python.worker.reuse=false`` that would cost each task what it saves (the
+    little garbage frozen with them is kept for the worker's life)."""
+    global _settled
+    if not _settled:
+        _settled = True
+        gc.freeze()
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    scan = partition.scan if isinstance(partition, SegmentPartition) else partition.value
-    if not isinstance(scan, ScanRange):
+    _settle_worker()
+    scans = partition.scans if isinstance(partition, SegmentPartition) else partition.value
+    if not isinstance(scans, tuple):
         return  # Spark plans one empty partition when the reader returned none
-    yield from read_range(scan, include_headers=opts.include_headers, check_crcs=opts.check_crcs, spec=opts.remote)
+    for scan in scans:
+        yield from read_range(scan, include_headers=opts.include_headers, check_crcs=opts.check_crcs,
+                              spec=opts.remote)
 
 
 # -- batch ---------------------------------------------------------------------------------------------
@@ -158,8 +182,9 @@ class _Pruning:
 class TierlogBatchReader(DataSourceReader):
     """A batch read planned from the options alone (Spark takes no filters from it)."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, parallelism: int | None = None) -> None:
         self.options = options
+        self.parallelism = parallelism
         self.pruning = _Pruning()
 
     def plan(self) -> list[ScanRange]:
@@ -189,7 +214,7 @@ class TierlogBatchReader(DataSourceReader):
         return plan_ranges(kept, starts, ends, opts, timestamps_ms=(pruning.min_timestamp_ms, pruning.max_timestamp_ms))
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [SegmentPartition(r) for r in self.plan()]
+        return [SegmentPartition(p) for p in pack_ranges(self.plan(), self.options, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -227,8 +252,9 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of what was appended since the last batch, per partition offsets in Spark's
     Kafka format, so a checkpoint written for one restarts the other's query position."""
 
-    def __init__(self, options: ReadOptions) -> None:
+    def __init__(self, options: ReadOptions, parallelism: int | None = None) -> None:
         self.options = options
+        self.parallelism = parallelism
         self._target: dict[TopicPartition, int] | None = None
 
     def _logs(self) -> list[PartitionLog]:
@@ -273,7 +299,8 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logs = {(p.topic, p.partition): p for p in self._logs()}
         parts = [logs[tp] for tp in sorted(until) if tp in logs]
         starts = {tp: begin.get(tp, logs[tp].earliest) for tp in until if tp in logs}
-        return [SegmentPartition(r) for r in plan_ranges(parts, starts, until, self.options)]
+        ranges = plan_ranges(parts, starts, until, self.options)
+        return [SegmentPartition(p) for p in pack_ranges(ranges, self.options, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -313,6 +340,8 @@ class TierlogDataSource(DataSource):
     conf_defaults: Mapping[str, str] = {}
     #: Spark's master URL then: ``tail`` defaults to local only with a local master.
     master: str | None = None
+    #: Spark's default parallelism then (its cores): the default size of packed input partitions.
+    parallelism: int | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -332,10 +361,11 @@ class TierlogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = self._options(streaming=False)
-        return (TierlogFilteringBatchReader if options.prune_by_filters else TierlogBatchReader)(options)
+        return (TierlogFilteringBatchReader if options.prune_by_filters else TierlogBatchReader)(
+            options, self.parallelism)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TierlogStreamReader(self._options(streaming=True))
+        return TierlogStreamReader(self._options(streaming=True), self.parallelism)
 
 
 #: Spark's switch for pushing filters into Python data sources (off in Spark by default).
@@ -377,5 +407,6 @@ def register(spark: SparkSession) -> None:
     (``spark.tierlog.*``, ``spark.hadoop.fs.s3a.*``). Call it again after changing them."""
     conf = session_conf(spark)
     source = type("TierlogDataSourceWithConf", (TierlogDataSource,),
-                  {"conf_defaults": conf_options(conf), "master": conf.get("spark.master"), "__module__": __name__})
+                  {"conf_defaults": conf_options(conf), "master": conf.get("spark.master"),
+                   "parallelism": spark.sparkContext.defaultParallelism, "__module__": __name__})
     spark.dataSource.register(source)
