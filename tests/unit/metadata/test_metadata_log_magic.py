@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.metadata import Env
-from tests.unit.storage.test_unsupported_format import legacy_message
+from tests.helpers.records import legacy_message
 from tierlog.metadata.metadata_log import MetadataLog
 from tierlog.records import iter_headers
 from tierlog.records.header import MAGIC
