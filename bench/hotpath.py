@@ -9,7 +9,11 @@ a loaded machine better than throughput does) and its page faults per request. W
 FILE`` the broker is sampled by py-spy (``--native``) meanwhile, in py-spy's raw format, which
 docs/performance.md reads as "where the time goes".
 
+Then produce latency: ``--latency-requests`` requests sent one at a time (the next once the last is
+answered), with acks=1 and with acks=all, printed as p50/p99/p99.9 from send to response read.
+
     python bench/hotpath.py [--mib 512] [--batch-kib 1024] [--record 1024] [--inflight 5] [--profile FILE]
+        [--latency-requests 1000]
 """
 
 from __future__ import annotations
@@ -48,9 +52,7 @@ def read_frame(sock: socket.socket) -> bytearray:
 
 
 def produce(sock: socket.socket, batch: bytes, count: int, inflight: int) -> None:
-    body = build_request(ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 30000, "topic_data": [
-        {"name": "hotpath", "partition_data": [{"index": 0, "records": batch}]}]})
-    frame = encode_request(ApiKey.PRODUCE, 9, 1, "hotpath", body)
+    frame = produce_frame(batch, 1)
     sent = answered = 0
     while answered < count:
         while sent < count and sent - answered < inflight:
@@ -61,6 +63,32 @@ def produce(sock: socket.socket, batch: bytes, count: int, inflight: int) -> Non
         if error:
             raise SystemExit(f"produce failed: error {error}")
         answered += 1
+
+
+def produce_frame(batch: bytes, acks: int) -> bytes:
+    body = build_request(ApiKey.PRODUCE, 9, {"acks": acks, "timeout": 30000, "topic_data": [
+        {"name": "hotpath", "partition_data": [{"index": 0, "records": batch}]}]})
+    return encode_request(ApiKey.PRODUCE, 9, 1, "hotpath", body)
+
+
+def latencies(sock: socket.socket, batch: bytes, count: int, acks: int) -> list[float]:
+    """Seconds from sending each produce request to reading its response, one request at a time
+    (nothing queued in front of it: the broker's own latency plus a loopback round trip)."""
+    frame = produce_frame(batch, acks)
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        sock.sendall(frame)
+        answer = read_frame(sock)
+        out.append(time.perf_counter() - t0)
+        error = parse_response(ApiKey.PRODUCE, 9, answer)[1].responses[0].partition_responses[0].error_code
+        if error:
+            raise SystemExit(f"produce failed: error {error}")
+    return out
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
 
 
 def fetch(sock: socket.socket, end_offset: int, fetch_bytes: int) -> tuple[int, int]:
@@ -94,6 +122,8 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=5, help="produce requests in flight")
     ap.add_argument("--fetch-mib", type=int, default=8, help="fetch max_bytes")
     ap.add_argument("--profile", type=Path, help="sample the broker with py-spy into this file (raw format)")
+    ap.add_argument("--latency-requests", type=int, default=1000,
+                    help="produce requests sent one at a time for the latency percentiles, per acks setting")
     args = ap.parse_args()
     print(f"command: {command_line()}", flush=True)
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -128,6 +158,14 @@ def main() -> None:
             report(name, moved / wall / 1e6, "MB/s", "loopback socket copy", baseline)
             print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (moved / 1e9):.2f} core-s/GB, "
                   f"{cpu / requests * 1e6:,.0f} µs and {faults / requests:.0f} page faults per request", flush=True)
+        for acks, label in ((1, "acks=1"), (-1, "acks=all (log.durable.acks=all: answered after the fsync)")):
+            cpu0 = cpu_seconds(proc.pid)
+            took = sorted(latencies(sock, batch, args.latency_requests, acks))
+            cpu = cpu_seconds(proc.pid) - cpu0
+            p50, p99, p999 = (percentile(took, p) * 1e3 for p in (50, 99, 99.9))
+            print(f"produce latency, one {len(batch):,} B request at a time, {label}: p50 {p50:.2f} ms, "
+                  f"p99 {p99:.2f} ms, p99.9 {p999:.2f} ms ({len(took)} requests; broker CPU "
+                  f"{cpu / len(took) * 1e6:,.0f} µs per request)", flush=True)
         sock.close()
     finally:
         if spy is not None:

@@ -33,3 +33,20 @@ def _spark_gateway_without_aws() -> None:
 
 
 _spark_gateway_without_aws()
+
+
+def _hypothesis_profile() -> None:
+    """Property tests draw fresh examples in every run (a failure is a real bug, reproduced from the
+    blob hypothesis prints), but never fail for the machine's speed: a loaded 2-core CI box makes
+    example generation slow, which hypothesis' ``too_slow`` health check and per-example deadline
+    would report as failures of the code under test."""
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:
+        return
+    settings.register_profile("tierlog", deadline=None, print_blob=True,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("tierlog")
+
+
+_hypothesis_profile()

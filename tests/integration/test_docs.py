@@ -220,7 +220,7 @@ def seed002(s: Session) -> list[Expectation]:
                     matches(r"custom metadata of 72 bytes for segment 0 of events-0 exceeds "
                             r"remote\.log\.metadata\.custom\.metadata\.max\.bytes=40; deleting the uploaded data$")),
         Expectation(r"^tierlog tier status --config s3\.properties$", _s3_status()),
-        Expectation(r"^curl -s \"http://127\.0\.0\.1:5000/tierlog-tier\?list-type=2\" .*grep -v _manifest\.json",
+        Expectation(r"^curl -s \"http://127\.0\.0\.1:5000/tierlog-tier\?list-type=2\" .*grep -v /_manifest \|",
                     _bucket_counts()),
         Expectation(r"^kill %2; wait %2$", stopped_cleanly(s)),
         Expectation(r"^sed -i 's/\^remote\.log\.metadata\.custom\.metadata\.max\.bytes=40\$/"),

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.waits import produce_when_queued, wait_until
 from tierlog.tiered.api import RemoteLogSegmentState
+from tierlog.tiered.manifest import is_manifest_object
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 S = RemoteLogSegmentState
@@ -203,7 +204,7 @@ def _objects_named_by_metadata(broker: BrokerProcess, backend: dict[str, str]) -
         names = [str(p) for p in remote.rglob("*") if p.is_file()]
     live |= {sid for *_, sid in _segments(broker)}
     # The partition's manifest (tiered/manifest.py) is the partition's, not a segment's.
-    orphans = [n for n in names if not n.endswith("_manifest.json") and not any(sid in n for sid in live)]
+    orphans = [n for n in names if not is_manifest_object(n) and not any(sid in n for sid in live)]
     assert names and not orphans, orphans[:5]
 
 

@@ -24,7 +24,7 @@ from tierlog.tiered.api import (
     TopicIdPartition,
 )
 from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
-from tierlog.tiered.manifest import ManifestPublisher, decode
+from tierlog.tiered.manifest import ManifestPublisher, read_manifests
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 S = RemoteLogSegmentState
@@ -62,8 +62,9 @@ def test_a_recreated_topic_reads_its_own_manifest_not_the_deleted_ones(tmp_path:
     rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
         TopicIdPartition(OLD, "orders", 0), RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 2_000, 1))
     _upload(rlmm, NEW, 0, 9, 3_000)
-    manifests = sorted((decode(p.read_bytes()) for p in (tmp_path / "tier").rglob("_manifest.json")),
-                       key=lambda m: m.tip.topic_id)
+    rsm = LocalDirectoryRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "tier"), "tierlog.read.only": "true"})
+    manifests = sorted(read_manifests(rsm) or [], key=lambda m: m.tip.topic_id)
     assert [(m.tip.topic_id, m.delete_state) for m in manifests] == [
         (NEW, None), (OLD, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)]
     assert _planned(tmp_path) == [(0, 9)]

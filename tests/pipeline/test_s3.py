@@ -108,11 +108,15 @@ def test_the_reader_plans_the_remote_tier_from_the_manifests_in_s3_without_the_j
     opts = parse_options(options)
     [plog] = opts.partitions(opts.discover())
     assert plog.remote_start == 0 and len(plog.remote_segments) >= 2 and plog.local_start and plog.local_start > 0
-    # The object layout of docs/spark.md: <prefix>/<topic id>-<partition>/_manifest.json.
+    # The object layout of docs/operations.md: <prefix>/<topic id>-<partition>/_manifest/<sequence>.<kind>.json,
+    # a checkpoint first, then a delta per change.
     store = S3RemoteStorageManager()
     store.configure({"s3.bucket": "pipeline", "s3.endpoint": s3})
     keys = [str(m["path"]) for chunk in obstore.list(store.store, prefix="cluster-a") for m in chunk]
-    assert [k for k in keys if k.endswith("/_manifest.json")] == ["cluster-a/CQkJCQkJCQkJCQkJCQkJCQ-0/_manifest.json"]
+    manifest_keys = sorted(k for k in keys if "/_manifest" in k)
+    assert manifest_keys[0] == "cluster-a/CQkJCQkJCQkJCQkJCQkJCQ-0/_manifest/00000000000000000001.checkpoint.json"
+    assert manifest_keys[1:] == [f"cluster-a/CQkJCQkJCQkJCQkJCQkJCQ-0/_manifest/{s:020d}.delta.json"
+                                 for s in range(2, len(manifest_keys) + 1)]
 
 
 def _tier_to_s3(data: Path, endpoint: str, props: dict[str, str], *, publish: bool = False) -> tuple[Path, list[Row]]:

@@ -147,8 +147,8 @@ def test_one_manifest_that_cannot_be_read_fails_the_plan_instead_of_dropping_its
         store: tuple[MotoServer, FaultProxy], published: None) -> None:
     _, proxy = store
     proxy.failed.clear()
-    proxy.fail = lambda method, path: method == "GET" and path.endswith("-1/_manifest.json")
-    with pytest.raises(TierlogError, match=r"reading s3://listing/tiered/[\w-]+-1/_manifest\.json"):
+    proxy.fail = lambda method, path: method == "GET" and "-1/_manifest/0" in path  # its objects, not its listing
+    with pytest.raises(TierlogError, match=r"reading s3://listing/tiered/[\w-]+-1/_manifest/\d{20}\.checkpoint\.json"):
         _plan(proxy.endpoint)
     assert proxy.failed
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.helpers.s3_server import JournaledS3Server
 from tierlog.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from tierlog.tiered.manifest import MANIFEST_NAME
+from tierlog.tiered.manifest import is_manifest_object
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 S = RemoteLogSegmentState
@@ -51,7 +51,7 @@ def split_object_name(name: str) -> tuple[str, str] | None:
 
 
 def _add(out: dict[str, dict[str, int]], name: str, size: int) -> None:
-    if name.rsplit("/", 1)[-1] in (MANIFEST_NAME, MANIFEST_NAME + ".tmp"):
+    if is_manifest_object(name):
         return  # a partition's manifest (tiered/manifest.py): the broker's, not a segment's object
     parts = split_object_name(name.rsplit("/", 1)[-1])
     sid, suffix = parts if parts is not None else (f"?{name}", "")

@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 broker = BrokerConfig.from_file(args.config) if args.config is not None else BrokerConfig()
                 rlm = build_settings(RemoteLogManagerSettings, broker, broker_id=broker.node_id)
                 settings = CompactionSettings(rlm.compaction_map_bytes, rlm.compaction_io_buffer_bytes,
-                                              broker.node_id)
+                                              broker.node_id, rlm.compaction_job_lease_ms)
                 rows = compact(spark, opts.paths, opts.remote, jobs.topic_configs(opts.paths, broker), settings,
                                SYSTEM_CLOCK, force=args.force, topics=topics, timeout_s=args.timeout)
                 columns = ["topic", "partition", "sources", "segments_written", "records_read", "records_kept",

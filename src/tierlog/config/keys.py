@@ -427,6 +427,12 @@ BROKER_KEYS: list[ConfigKey] = [
             "copy run, when it is dirty enough. false leaves that to tierlog spark compact (whose swaps the "
             "broker still applies); segments are still cleaned locally before they are uploaded.",
             dynamic=False, group="tiered"),
+    _broker("remote.log.compaction.job.lease.ms", Type.LONG, 120000,
+            "tierlog's own (issue 18): how long a tierlog spark compact job's intent may go untouched before the "
+            "broker takes the job for dead, deletes what it uploaded and refuses its commit. The job, given the "
+            "broker's config (--config), touches its intents every tenth of this (at most every 10 s); raise it "
+            "above the longest stall of the job's driver (a GC pause, a suspended VM or container).",
+            validator=at_least(1000), dynamic=False, group="tiered"),
     _broker("remote.log.manager.delete.retry.max.attempts", Type.INT, 10,
             "Attempts (the first included) to delete a remote segment whose delete failed, e.g. an upload "
             "seed 002 undoes, before the broker gives up: the leftover is then reported (tierlog tier status, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 from tierlog.config.definition import Value
@@ -74,7 +75,9 @@ class LogConfig:
             out[by_attr[f.name]] = s
         return out
 
-    @property
+    # The derived values the append path reads per batch are computed once per config (a frozen
+    # dataclass keeps an instance __dict__, where cached_property stores them).
+    @cached_property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
@@ -82,11 +85,11 @@ class LogConfig:
     def delete_enabled(self) -> bool:
         return "delete" in self.cleanup_policy
 
-    @property
+    @cached_property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
-    @property
+    @cached_property
     def max_segment_ms(self) -> int:
         """segment.ms, or max.compaction.lag.ms when smaller on a compacted topic, so the active
         segment (never cleaned) rolls in time for the lag to hold (LogConfig#maxSegmentMs)."""

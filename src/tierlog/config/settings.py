@@ -157,6 +157,8 @@ class RemoteLogManagerSettings:
     remote_compaction_enable: bool = setting("remote.log.compaction.enable")
     compaction_map_bytes: int = setting("log.cleaner.dedupe.buffer.size")
     compaction_io_buffer_bytes: int = setting("log.cleaner.io.buffer.size")
+    #: How long a compaction job's intent may go untouched before the broker expires it (issue 18).
+    compaction_job_lease_ms: int = setting("remote.log.compaction.job.lease.ms")
 
 
 @dataclass(frozen=True)

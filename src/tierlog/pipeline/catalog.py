@@ -48,7 +48,7 @@ from tierlog.storage.checkpoints import (
 from tierlog.storage.producer_snapshot import decode_snapshot
 from tierlog.storage.txn_index import ABORTED_TXN_SIZE, AbortedTxn
 from tierlog.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteStorageError, TopicIdPartition
-from tierlog.tiered.manifest import PartitionManifest, build_manifest, decode
+from tierlog.tiered.manifest import PartitionManifest, build_manifest, read_manifests
 from tierlog.tiered.metadata_store import FileRemoteLogMetadataManager
 
 log = logging.getLogger(__name__)
@@ -376,21 +376,17 @@ def _check_plugin(spec: RemoteSpec, tip: TopicIdPartition, segments: list[Remote
 
 def remote_manifests(spec: RemoteSpec) -> list[PartitionManifest] | None:
     """Every partition's manifest the remote tier holds (tiered/manifest.py: the broker publishes one
-    per partition beside its segments), read through the plugin with the reader's options and
-    credentials; None when the plugin keeps none (one written before manifests existed)."""
+    per partition beside its segments, a checkpoint and the deltas after it), read through the plugin
+    with the reader's options and credentials; None when the plugin keeps none."""
     rsm = remote_storage(spec)
-    listing = getattr(rsm, "manifests", None)
-    if not callable(listing):
-        return None
     try:
-        raw = listing()
+        return read_manifests(rsm)
     except RemoteStorageError as e:
         # The store's first line names the request and its status; the client's debug dump after it
         # stays in the chained exception (--verbose).
         first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
         raise TierlogError(f"reading the remote tier's manifests ({spec.class_name.rsplit('.', 1)[-1]}): "
                            f"{first}") from e
-    return [decode(data, "a remote manifest") for data in raw]
 
 
 def _journal_manifests(metadata_dir: Path) -> list[PartitionManifest]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from tierlog.clock import Clock, monotonic_s
 from tierlog.config.log_config import LogConfig
+from tierlog.config.settings import setting
 from tierlog.errors import TierlogError
 from tierlog.pipeline.catalog import PartitionLog, discover
 from tierlog.pipeline.reader import RemoteSpec
@@ -50,8 +51,8 @@ from tierlog.tiered.api import (
     load_remote_storage_manager,
 )
 from tierlog.tiered.compaction_jobs import (
-    LEASE_REFRESH_S,
     abandon,
+    lease_refresh_s,
     read_result,
     requests_dir,
     write_commit,
@@ -79,6 +80,8 @@ class CompactionSettings:
     map_bytes: int
     io_buffer_bytes: int
     broker_id: int
+    #: The broker's remote.log.compaction.job.lease.ms: the job touches its intents well within it.
+    lease_ms: int = setting("remote.log.compaction.job.lease.ms")
 
 
 @dataclass(frozen=True)
@@ -204,15 +207,16 @@ def compact_partition(work: PartitionWork, spec: RemoteSpec) -> dict[str, Any]:
 
 
 class _Lease:
-    """Touches the job's intents while it runs (the broker expires an untouched one)."""
+    """Touches the job's intents every ``refresh_s`` while it runs (the broker expires an untouched one)."""
 
-    def __init__(self, paths: Sequence[Path]) -> None:
+    def __init__(self, paths: Sequence[Path], refresh_s: float) -> None:
         self.paths = list(paths)
+        self.refresh_s = refresh_s
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tierlog-compact-lease", daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.wait(LEASE_REFRESH_S):
+        while not self.stop.wait(self.refresh_s):
             for p in self.paths:
                 try:
                     os.utime(p)  # never re-created: gone means the broker took it
@@ -248,7 +252,7 @@ def compact(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, config_fo
         return []
     directory = requests_dir(Path(spec.metadata_dir))
     intents = [write_intent(directory, w.job, planned_metadata(w)) for w in work]
-    with _Lease(intents):
+    with _Lease(intents, lease_refresh_s(settings.lease_ms)):
         try:
             rdd = spark.sparkContext.parallelize(work, len(work))
             rows: list[dict[str, Any]] = rdd.map(lambda w: compact_partition(w, spec)).collect()

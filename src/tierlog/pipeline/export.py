@@ -18,6 +18,18 @@ EXPORT_MODES = ("archive", "mirror")
 _MANIFEST_SCHEMA = "run STRING, state STRING, topic STRING, partition INT, start_offset LONG, end_offset LONG"
 
 
+#: Hadoop glob pattern characters (GlobPattern); Spark's file readers expand a path holding any of them.
+_GLOB_CHARS = frozenset("\\{}[]*?")
+
+
+def hadoop_literal(path: str) -> str:
+    """``path`` for Spark's file readers, which take a path holding ``{}[]*?\\`` as a glob pattern
+    (an output named ``exports[2024]`` would match ``exports2`` and the like, or nothing): each such
+    character escaped with a backslash, which Hadoop's glob reads as the character itself. Writers
+    take paths literally and need no escape."""
+    return "".join(f"\\{c}" if c in _GLOB_CHARS else c for c in path)
+
+
 def _source_options(paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None) -> dict[str, str]:
     out = {"path": ",".join(paths)}
     if spec is not None and not spec.defaulted:
@@ -63,7 +75,7 @@ def _manifest_rows(spark: Any, output: str) -> list[Any]:
     manifest = f"{output.rstrip('/')}/{EXPORT_MANIFEST}"
     if not _exists(spark, manifest):
         return []
-    return list(spark.read.schema(_MANIFEST_SCHEMA).json(manifest).collect())
+    return list(spark.read.schema(_MANIFEST_SCHEMA).json(hadoop_literal(manifest)).collect())
 
 
 def exported_offsets(spark: Any, output: str, topics: Sequence[str] | None = None) -> dict[tuple[str, int], int]:
@@ -79,7 +91,7 @@ def exported_offsets(spark: Any, output: str, topics: Sequence[str] | None = Non
     if unsure and _has_rows(spark, output):
         from pyspark.sql import functions as F
 
-        data = spark.read.parquet(output)
+        data = spark.read.parquet(hadoop_literal(output))
         for r in unsure:
             found = data.where((F.col("topic") == r.topic) & (F.col("partition") == r.partition)
                                & (F.col("offset") >= r.start_offset) & (F.col("offset") < r.end_offset)).limit(1).count()
@@ -116,7 +128,7 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
             spark.conf.set("spark.sql.sources.partitionOverwriteMode", previous)
         from pyspark.sql import functions as F
 
-        return int(spark.read.parquet(output).where(F.col("topic").isin(list(topics))).count())
+        return int(spark.read.parquet(hadoop_literal(output)).where(F.col("topic").isin(list(topics))).count())
 
     import json
     import uuid
@@ -158,7 +170,7 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
         "append").json(manifest)
     # The rows this run wrote, read back (the offset column only) rather than counted by a second scan
     # of the log.
-    data = spark.read.parquet(output)
+    data = spark.read.parquet(hadoop_literal(output))
     ran = F.lit(False)
     for (t, p), (start, end) in todo.items():
         ran = ran | ((F.col("topic") == t) & (F.col("partition") == p) & (F.col("offset") >= start)

@@ -138,6 +138,12 @@ class QuotaManager:
         self.throttle_time_ms_total: dict[QuotaType, int] = {t: 0 for t in QuotaType}
         self.throttled_total: dict[QuotaType, int] = {t: 0 for t in QuotaType}
 
+    @property
+    def any_configured(self) -> bool:
+        """Whether any client quota is set: without one no request is measured (nothing to resolve
+        a rate against), so the per-request accounting can be skipped whole."""
+        return bool(self._quotas())
+
     def _resolve(self, qtype: QuotaType, user: str | None, client_id: str) -> tuple[QuotaEntity, float] | None:
         quotas = self._quotas()
         if not quotas:

@@ -55,6 +55,11 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
     """The reply with its throttle time set; ``client.throttle_ms`` says how long to stay muted."""
     if quotas is None or request.api_key in EXEMPT or isinstance(reply, CloseConnection):
         return reply
+    if not quotas.any_configured:
+        # No rate to record against (QuotaManager.record would resolve none): only a throttle the
+        # handler set (the controller mutation quota) can apply.
+        throttle = client.throttle_ms
+        return reply if throttle <= 0 else _throttled(reply, throttle, client)
     user = user_of(client)
     client_id = client.client_id
     throttle = quotas.record_request_time(user, client_id, 0 if request.api_key in PARKING else handling_ns, now_ms)
@@ -72,11 +77,16 @@ def apply_quotas(quotas: QuotaManager | None, request: ParsedRequest, client: Cl
     throttle = max(throttle, client.throttle_ms)
     if throttle <= 0:
         return reply
+    return _throttled(reply, throttle, client)
+
+
+def _throttled(reply: Reply, throttle: int, client: ClientInfo) -> Reply:
+    """``reply`` carrying ``throttle`` ms, ``client`` muted that long."""
     client.throttle_ms = throttle
     if isinstance(reply, Deferred):
         # A durable produce answers after its group commit: the throttle time goes in that answer.
         return Deferred(_throttled_later(reply, throttle))
-    if reply is None:
+    if reply is None or isinstance(reply, CloseConnection):
         return reply
     if isinstance(reply, RawResponse):
         return reply.with_throttle_time(throttle)

@@ -5,6 +5,8 @@ header must carry. Pure functions of the bytes and the topic's config (the log a
 
 from __future__ import annotations
 
+import struct
+
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
@@ -14,8 +16,20 @@ from tierlog.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from tierlog.records.header import LOG_APPEND_TIME, NO_TIMESTAMP, BatchHeader, iter_headers
+from tierlog.records.header import (
+    BATCH_HEADER_SIZE,
+    LENGTH,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    BatchHeader,
+    iter_headers,
+)
 from tierlog.records.reader import BatchStats, decode_batch, validate_batch
+
+_I32 = struct.Struct(">i")
 
 
 def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
@@ -24,28 +38,35 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
     """Every batch of a produce request, deep-validated before any byte of it is written, with what
     its records say (their timestamps) in the same order. A batch with keyless records on a compacted
     topic raises :func:`record_validation_error`'s answer (its timestamps judged at ``now_ms`` too)."""
-    headers = list(iter_headers(buf))
-    consumed = sum(h.size_bytes for h in headers)
-    if not headers or consumed != len(buf):
-        raise CorruptRecordError(
-            f"the record set of {len(buf)} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
-        )
+    size = len(buf)
+    if (size >= BATCH_HEADER_SIZE and LOG_OVERHEAD + _I32.unpack_from(buf, LENGTH)[0] == size
+            and buf[MAGIC] == MAGIC_V2):
+        # One whole batch, what clients send per partition: iter_headers would yield just it.
+        headers = [BatchHeader(buf, 0)]
+    else:
+        headers = list(iter_headers(buf))
+        consumed = sum(h.size_bytes for h in headers)
+        if not headers or consumed != size:
+            raise CorruptRecordError(
+                f"the record set of {size} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
+            )
     stats: list[BatchStats] = []
+    max_message_bytes, compact = config.max_message_bytes, config.compact
     for h in headers:
-        if h.size_bytes > config.max_message_bytes:
+        if h.size_bytes > max_message_bytes:
             raise RecordTooLargeError(
-                f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {config.max_message_bytes}"
+                f"record batch of {h.size_bytes} bytes exceeds max.message.bytes {max_message_bytes}"
             )
         # Only clients are refused control batches; the coordinator writes transaction markers.
         st = validate_batch(h, from_client=from_client)
-        if st.has_null_key and from_client and config.compact:
+        if st.has_null_key and from_client and compact:
             # Kafka's LogValidator: the cleaner could never decide which null-keyed record is "latest".
             error = record_validation_error(h, config, topic_partition, now_ms)
             raise error or InvalidRecordError("Compacted topic cannot accept message without key")
         stats.append(st)
-    if len(buf) > config.segment_bytes:
+    if size > config.segment_bytes:
         raise RecordBatchTooLargeError(
-            f"record set of {len(buf)} bytes is larger than segment.bytes {config.segment_bytes}"
+            f"record set of {size} bytes is larger than segment.bytes {config.segment_bytes}"
         )
     return headers, stats
 

@@ -100,8 +100,27 @@ class FileRecords:
     def append(self, data: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]) -> int:
         """Write ``data`` (one buffer, or several written in order with ``pwritev``) at the end."""
         position = self.size_bytes
-        views = [memoryview(data)] if isinstance(data, (bytes, bytearray, memoryview)) else [memoryview(d) for d in data]
+        buffers = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        total = sum(map(len, buffers))  # byte buffers: a memoryview's len is its bytes here
         written = 0
+        if len(buffers) <= _IOV_MAX:
+            # Nearly always one call writes it all (a produced batch: its patched header and body).
+            written = os.pwritev(self.fd, buffers, position)
+            if written == total:
+                self._size = position + written
+                return written
+        written = self._write_rest([memoryview(d) for d in buffers], position, written)
+        self._size = position + written
+        return written
+
+    def _write_rest(self, views: list[memoryview], position: int, written: int) -> int:
+        """Write what is left of ``views`` after ``written`` of their bytes, from ``position +
+        written``; the total written."""
+        n = written
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views and n:
+            views[0] = views[0][n:]
         while views:
             n = os.pwritev(self.fd, views[:_IOV_MAX], position + written)
             written += n
@@ -110,7 +129,6 @@ class FileRecords:
                 n -= len(views.pop(0))
             if views and n:
                 views[0] = views[0][n:]
-        self._size = position + written
         return written
 
     def read(self, position: int, size: int) -> bytes:

@@ -50,6 +50,11 @@ class LogDirFailureChannel:
         return self._offline.get(log_dir)
 
     @property
+    def any_offline(self) -> bool:
+        """Whether some dir is offline: the append path asks this before it works out its dir."""
+        return bool(self._offline)
+
+    @property
     def offline_dirs(self) -> dict[Path, str]:
         return dict(self._offline)
 

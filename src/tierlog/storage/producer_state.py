@@ -461,6 +461,12 @@ class StagedAppend:
     duplicate: BatchMetadata | None = None
 
 
+#: What validating an append without producer ids stages: nothing. Shared, as the produce path
+#: would otherwise build an empty one per append; never filled (validate_and_stage fills only a
+#: StagedAppend it made).
+NOTHING_STAGED = StagedAppend()
+
+
 def is_producer_expired(entry: ProducerStateEntry, now_ms: int, expiration_ms: int) -> bool:
     """A producer with an open transaction never expires: its transaction still holds back the LSO."""
     return entry.current_txn_first_offset is None and now_ms - entry.last_timestamp >= expiration_ms
@@ -591,10 +597,12 @@ class ProducerStateManager:
         ``markers`` optionally maps a control batch's base offset to its already decoded marker;
         otherwise the marker is read from the batch's first record.
         """
-        staged = StagedAppend()
+        staged: StagedAppend | None = None
         for header in headers:
-            if not header.has_producer_id:
+            if header.producer_id <= NO_PRODUCER_ID:
                 continue
+            if staged is None:
+                staged = StagedAppend()
             if origin is AppendOrigin.CLIENT:
                 duplicate = self.check_duplicate(header)
                 if duplicate is not None:
@@ -606,7 +614,7 @@ class ProducerStateManager:
             completed = info.append(header, marker=marker)
             if completed is not None:
                 staged.completed_txns.append(completed)
-        return staged
+        return NOTHING_STAGED if staged is None else staged
 
     def commit_staged(self, staged: StagedAppend, last_offset: int) -> list[TxnCompletion]:
         """Apply a staged append once its bytes are in the segment; ``last_offset`` is the append's last
@@ -669,6 +677,8 @@ class ProducerStateManager:
         self._remove_unreplicated_txns(high_watermark)
 
     def _remove_unreplicated_txns(self, offset: int) -> None:
+        if not self._unreplicated_txns:  # every append calls this; almost always there is none
+            return
         for first, txn in list(self._unreplicated_txns.items()):
             if txn.last_offset is not None and txn.last_offset < offset:
                 del self._unreplicated_txns[first]

@@ -427,28 +427,36 @@ class LogSegment:
         up, in order. ``headers`` give each batch's fields and its position within ``records``."""
         if not headers:
             return
-        last = headers[-1].last_offset
-        if last - self.base_offset > INT32_MAX or headers[0].base_offset < self.base_offset:
+        first, last_header = headers[0], headers[-1]
+        last = last_header.base_offset + last_header.last_offset_delta
+        if last - self.base_offset > INT32_MAX or first.base_offset < self.base_offset:
             raise IndexOffsetOverflowError(
-                f"offsets [{headers[0].base_offset}, {last}] do not fit segment {self.base_offset}"
+                f"offsets [{first.base_offset}, {last}] do not fit segment {self.base_offset}"
             )
-        physical_position = self.log.size_bytes
-        if physical_position == 0 and not self._first_batch_timestamp_loaded:
-            self._first_batch_timestamp_loaded = True
+        log_file = self.log
+        physical_position = log_file.size_bytes
         if physical_position == 0:
-            self._first_batch_timestamp = headers[0].max_timestamp
-        self.log.append(records)
+            self._first_batch_timestamp_loaded = True
+            self._first_batch_timestamp = first.max_timestamp
+        log_file.append(records)
         # Validated before they were written: later reads send these bytes without checking them again.
-        self.verified.add(physical_position, self.log.size_bytes, headers[0].base_offset, last + 1)
+        self.verified.add(physical_position, log_file.size_bytes, first.base_offset, last + 1)
         max_ts, offset_of_max = self._max_ts()
+        # Kafka's LogSegment.append: an index entry once more than index.interval.bytes were
+        # appended since the last (every 16 KiB batch at the default 4096).
+        interval = self.settings.index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        delta = physical_position - first.position  # a header's position within ``records`` -> in the file
         for h in headers:
+            batch_last = h.base_offset + h.last_offset_delta
             if h.max_timestamp > max_ts:
-                max_ts, offset_of_max = h.max_timestamp, h.last_offset
-            if self._bytes_since_last_index_entry > self.settings.index_interval_bytes:
-                self.offset_index.append(h.last_offset, physical_position + h.position - headers[0].position)
+                max_ts, offset_of_max = h.max_timestamp, batch_last
+            if since > interval:
+                self.offset_index.append(batch_last, delta + h.position)
                 self.time_index.maybe_append(max_ts, offset_of_max)
-                self._bytes_since_last_index_entry = 0
-            self._bytes_since_last_index_entry += h.size_bytes
+                since = 0
+            since += h.size_bytes
+        self._bytes_since_last_index_entry = since
         self._max_ts_and_offset = (max_ts, offset_of_max)
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:

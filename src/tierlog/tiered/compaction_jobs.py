@@ -7,7 +7,7 @@ per job and partition (``<job>`` below), each written whole (atomic rename):
 
 1. ``<job>.intent`` (job): the segments the job may upload -- id and start offset of each, as
    COPY_SEGMENT_STARTED metadata -- written before any upload. Its mtime is the job's lease: the job
-   touches it while it runs (:data:`LEASE_REFRESH_S`).
+   touches it while it runs (every :func:`lease_refresh_s` of ``remote.log.compaction.job.lease.ms``).
 2. ``<job>.commit`` (job): per uploaded segment, its COPY_SEGMENT_STARTED metadata (naming the segments
    it replaces) and its COPY_SEGMENT_FINISHED update (with the plugin's custom metadata).
 3. The broker (:class:`CompactionRequests`, on the remote log manager's expiration pass) applies each
@@ -16,7 +16,8 @@ per job and partition (``<job>`` below), each written whole (atomic rename):
    remote compaction or retention may have changed them since); a refused upload is deleted. It then
    writes ``<job>.result`` (JSON: one line per segment, ``swapped`` or why not) and removes the intent
    and the commit. A commit whose intent is gone, or naming a segment its intent does not, is refused.
-4. An intent with no commit, untouched for :data:`LEASE_MS`, is a dead job's: the broker deletes the
+4. An intent with no commit, untouched for ``remote.log.compaction.job.lease.ms``, is a dead job's:
+   the broker deletes the
    objects it may have uploaded (none has metadata yet) and the intent, and writes a result saying so.
 
 Crashes: the job dying before its commit leaves an intent that expires (its uploads deleted); the
@@ -52,10 +53,15 @@ log = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 REQUESTS_DIR_NAME = "compaction-requests"
-#: How long an intent may go untouched before the broker takes its job for dead.
-LEASE_MS = 120_000
-#: How often a running job touches its intents (well within the lease).
-LEASE_REFRESH_S = 10.0
+#: The longest wait between two touches of a running job's intents.
+LEASE_REFRESH_MAX_S = 10.0
+
+
+def lease_refresh_s(lease_ms: int) -> float:
+    """How often a job touches its intents for a broker expiring them after ``lease_ms`` untouched:
+    a tenth of the lease (nine touches may be missed before it expires), at most every 10 s."""
+    return min(LEASE_REFRESH_MAX_S, lease_ms / 10_000)
+
 _INTENT_MAGIC = b"TLCI"
 _COMMIT_MAGIC = b"TLCC"
 _VERSION = 1
@@ -147,12 +153,13 @@ class CompactionRequests:
             for commit in sorted(self.directory.glob("*.commit")):
                 self._apply(commit.name[: -len(".commit")], commit)
             now = self.ctx.now_ms()
+            lease_ms = self.ctx.config.compaction_job_lease_ms
             for intent in sorted(self.directory.glob("*.intent")):
                 job = intent.name[: -len(".intent")]
-                if not (self.directory / f"{job}.commit").exists() and now - intent.stat().st_mtime * 1000 >= LEASE_MS:
+                if not (self.directory / f"{job}.commit").exists() and now - intent.stat().st_mtime * 1000 >= lease_ms:
                     self._expire(job, intent)
             for result in self.directory.glob("*.result"):
-                if now - result.stat().st_mtime * 1000 >= LEASE_MS:
+                if now - result.stat().st_mtime * 1000 >= lease_ms:
                     result.unlink(missing_ok=True)  # never read: the job that asked is gone
         except OSError as e:
             log.error("compaction requests in %s: %s", self.directory, e)
@@ -180,7 +187,7 @@ class CompactionRequests:
         intent.unlink(missing_ok=True)
         self.applied.intents_expired += 1
         log.warning("compaction job %s stopped touching its intent for %d ms: its uploads (%d planned) deleted",
-                    job, LEASE_MS, len(planned))
+                    job, self.ctx.config.compaction_job_lease_ms, len(planned))
         self._result(job, [{"result": "expired"}])
 
     def _known(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:

@@ -6,6 +6,8 @@ commit without its intent leave no object behind."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from tierlog.tiered.api import RemoteLogSegmentState
 from tierlog.tiered.compaction_jobs import (
     CompactionRequests,
     abandon,
+    lease_refresh_s,
     read_result,
     write_commit,
     write_intent,
@@ -261,3 +264,25 @@ def test_tier_status_prints_the_remote_compaction_line(env: Env, capsys: pytest.
     assert lines == [f"remote compaction t-0: 1 runs, last at "
                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(env.clock.wall_ms() / 1000))}, "
                      f"{result.bytes_read} bytes read, {result.bytes_written} written, 0 failed"], lines
+
+
+def test_the_lease_is_the_brokers_setting_and_the_job_touches_well_within_it(env: Env) -> None:
+    """remote.log.compaction.job.lease.ms: an intent untouched for less than it stays (its uploads
+    with it), one untouched for longer expires; the job touches every tenth of it, at most every 10 s."""
+    ulog, rlm, _ = setup_two_rounds(env)
+    ctx = dataclasses.replace(rlm._ctx, config=dataclasses.replace(rlm._ctx.config, compaction_job_lease_ms=5_000))
+    requests = CompactionRequests(ctx, rlm.deleter, _requests(env, rlm).directory)
+    work = _plan(env, rlm, ulog)
+    intent = write_intent(requests.directory, work.job, planned_metadata(work))
+    compact_partition(work, _spec(env))
+    ids = [sid.id_str for sid in work.segment_ids]
+    now_s = env.clock.wall_ms() / 1000
+    os.utime(intent, (now_s - 4.5, now_s - 4.5))
+    requests.poll()
+    assert intent.exists() and _files_of(env, ids), "expired before the lease ran out"
+    os.utime(intent, (now_s - 5.5, now_s - 5.5))
+    requests.poll()
+    assert not intent.exists() and not _files_of(env, ids)
+    assert read_result(requests.directory, work.job) == [{"result": "expired"}]
+    assert lease_refresh_s(5_000) == 0.5 and lease_refresh_s(120_000) == 10.0 and lease_refresh_s(10**9) == 10.0
+    assert SETTINGS.lease_ms == 120_000  # the key's default when no config gives one

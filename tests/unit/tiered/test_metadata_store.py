@@ -293,3 +293,54 @@ class TestFileStoreContract(RemoteLogMetadataManagerContract):
         assert isinstance(store, FileRemoteLogMetadataManager)
         store.close()
         return FileRemoteLogMetadataManager(store.directory, snapshot_every=store.snapshot_every)
+
+
+def test_the_finished_index_follows_every_change_as_a_full_sort_would(tmp_path: Path) -> None:
+    """The COPY_SEGMENT_FINISHED index is kept by one insert or removal per change (#26: re-sorting
+    it at each change made every append O(n log n)): after random transitions, remote compaction's
+    swaps, a snapshot and a restart it equals a sort of the segments, and offset lookups agree."""
+    import random
+
+    rnd = random.Random(26)
+    store = FileRemoteLogMetadataManager(tmp_path, snapshot_every=7, sync=False)
+    live: list[RemoteLogSegmentMetadata] = []
+    for i in range(60):
+        m = md(i * 10, i * 10 + 9)
+        store.add_remote_log_segment_metadata(m)
+        live.append(m)
+        for m in rnd.sample(live, min(3, len(live))):
+            now = next(x for x in store.list_remote_log_segments(TIP) if x.segment_id == m.segment_id).state
+            nxt = [s for s in S if s > now and is_valid_transition(now, s)]
+            if nxt:
+                store.update_remote_log_segment_metadata(update(m, rnd.choice(nxt)))
+            if now is S.DELETE_SEGMENT_STARTED:
+                live.remove(m)
+
+    def check(s: FileRemoteLogMetadataManager) -> None:
+        expected = sorted((m for m in s.list_remote_log_segments(TIP) if m.state is S.COPY_SEGMENT_FINISHED),
+                          key=lambda m: (m.start_offset, m.end_offset, m.segment_id.id))
+        assert s.cache.finished_segments(TIP) == expected and expected
+        for offset in range(0, 600, 7):
+            want = next((m for m in expected if m.start_offset <= offset <= m.end_offset), None)
+            assert s.remote_log_segment_metadata(TIP, offset) == want
+
+    check(store)
+    store.close()
+    check(FileRemoteLogMetadataManager(tmp_path, snapshot_every=7, sync=False))
+
+
+def test_snapshots_of_a_large_state_are_spaced_by_its_size(tmp_path: Path) -> None:
+    """A snapshot holding n records waits for n journal entries (at least ``snapshot_every``), so
+    the snapshot's O(n) write costs O(1) per entry amortized."""
+    store = FileRemoteLogMetadataManager(tmp_path, snapshot_every=5, sync=False)
+    for i in range(20):
+        store.add_remote_log_segment_metadata(md(i * 10, i * 10 + 9))
+    written = (tmp_path / SNAPSHOT_NAME).stat().st_mtime_ns, (tmp_path / SNAPSHOT_NAME).stat().st_ino
+    held = len(store.cache.snapshot_records())
+    assert held >= 15  # the last snapshot came after at least 15 segments
+    for i in range(held - 1):
+        store.add_remote_log_segment_metadata(md(1000 + i * 10, 1000 + i * 10 + 9))
+    assert ((tmp_path / SNAPSHOT_NAME).stat().st_mtime_ns, (tmp_path / SNAPSHOT_NAME).stat().st_ino) == written
+    store.add_remote_log_segment_metadata(md(5000, 5009))
+    assert (tmp_path / SNAPSHOT_NAME).stat().st_ino != written[1]
+    store.close()

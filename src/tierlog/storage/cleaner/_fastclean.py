@@ -168,9 +168,21 @@ def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int,
     (status, new size, highest offset put or -1, keyed records). With a non-empty map, a batch whose
     new keys would take it past ``limit`` is undone (FULL), so the map ends where the last batch that
     fit ended, as the Python reference's ``fits_digests`` check does."""
-    cap = offs.shape[0]
     undo_slot = np.empty(count, np.int64)
     undo_off = np.empty(count, np.int64)
+    status, size, highest, keyed, _ = _map_records(buf, pos, end, count, base_offset, h1s, h2s, offs, size, limit,
+                                                   undo_slot, undo_off)
+    return status, size, highest, keyed
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def _map_records(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int, h1s: np.ndarray,
+                 h2s: np.ndarray, offs: np.ndarray, size: int, limit: int, undo_slot: np.ndarray,
+                 undo_off: np.ndarray) -> tuple[int, int, int, int, int]:
+    """:func:`map_batch` with the caller's undo arrays (at least ``count`` long), which it leaves
+    holding, for each key put, its entry and that entry's offset + 1 before (0: the key was new).
+    (status, new size, highest offset put or -1, keyed records, keys put)."""
+    cap = offs.shape[0]
     undone = 0
     start_size = size
     highest = -1
@@ -178,18 +190,18 @@ def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int,
     for _ in range(count):
         length, pos, ok = _varint(buf, pos, end, 5)
         if not ok or length < 0 or length > end - pos:
-            return MALFORMED, start_size, -1, 0
+            return MALFORMED, start_size, -1, 0, 0
         record_end = pos + length
         p = pos + 1  # attributes
         _ts, p, ok = _varint(buf, p, record_end, 10)
         if not ok:
-            return MALFORMED, start_size, -1, 0
+            return MALFORMED, start_size, -1, 0, 0
         delta, p, ok = _varint(buf, p, record_end, 5)
         if not ok:
-            return MALFORMED, start_size, -1, 0
+            return MALFORMED, start_size, -1, 0, 0
         key_length, p, ok = _varint(buf, p, record_end, 5)
         if not ok or key_length > record_end - p:
-            return MALFORMED, start_size, -1, 0
+            return MALFORMED, start_size, -1, 0, 0
         pos = record_end
         if key_length < 0:
             continue
@@ -204,7 +216,7 @@ def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int,
             if size >= cap:  # keep one slot empty, or probing would never end
                 for u in range(undone - 1, -1, -1):
                     offs[undo_slot[u]] = undo_off[u]
-                return OVERFLOW if start_size == 0 else FULL, start_size, -1, 0
+                return OVERFLOW if start_size == 0 else FULL, start_size, -1, 0, 0
         h1s[i] = a
         h2s[i] = b
         offs[i] = offset + 1
@@ -214,14 +226,14 @@ def map_batch(buf: np.ndarray, pos: int, end: int, count: int, base_offset: int,
     if pos != end:
         for u in range(undone - 1, -1, -1):
             offs[undo_slot[u]] = undo_off[u]
-        return MALFORMED, start_size, -1, 0
+        return MALFORMED, start_size, -1, 0, 0
     if start_size > 0 and size > limit:
         # Undone newest first: each entry goes back to what it was, the new ones to empty, and
         # since no later entry remains, every probe chain is as it was before the batch.
         for u in range(undone - 1, -1, -1):
             offs[undo_slot[u]] = undo_off[u]
-        return FULL, start_size, -1, 0
-    return OK, size, highest, keyed
+        return FULL, start_size, -1, 0, 0
+    return OK, size, highest, keyed, undone
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -359,28 +371,110 @@ def scan_chunk(buf: np.ndarray, pos: int, end: int, previous_last: int, end_offs
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def map_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, start_offset: int, h1s: np.ndarray,
-            h2s: np.ndarray, offs: np.ndarray, size: int, limit: int) -> tuple[int, int, int, int, int]:
+            h2s: np.ndarray, offs: np.ndarray, size: int, limit: int, bases: np.ndarray, lasts: np.ndarray,
+            live: np.ndarray, positions: np.ndarray, sizes: np.ndarray, counts: np.ndarray, tracked: int,
+            chunk_position: int) -> tuple[int, int, int, int, int, int]:
     """The map pass over the first ``n`` batches :func:`scan_chunk` found (their CRCs checked): stops
-    before one whose keys do not fit or whose records do not parse. (batches taken, their last
-    offset or -1, map size, highest offset put or -1, keyed records)."""
+    before one whose keys do not fit or whose records do not parse.
+
+    It also keeps the batch table (``bases``, ``lasts``, ``live``, and where the batch is in its file
+    (``chunk_position`` is the chunk's) and its records, for :func:`superseded_runs`: ``tracked`` rows
+    so far, in offset order; a batch past the arrays' end is not tracked): for each batch mapped, how many map
+    entries hold one of its offsets. A key put moves its entry from the batch of its previous offset
+    (found by offset in the table, if tracked) to the batch being mapped, so once the map is complete
+    a batch whose count is 0 has no record the cleaned log keeps (see :func:`filter_run`). (batches
+    taken, their last offset or -1, map size, highest offset put or -1, keyed records, rows tracked)."""
     highest = -1
     keyed = 0
     last = -1
+    most = 0
+    for i in range(n):
+        count = _be(buf, starts[i] + 57, 4)
+        if count > most:
+            most = count
+    undo_slot = np.empty(max(most, 1), np.int64)
+    undo_off = np.empty(max(most, 1), np.int64)
     for i in range(n):
         pos = starts[i]
         base = _be(buf, pos, 8)
         batch_last = base + _be(buf, pos + 23, 4)
         if batch_last >= start_offset:
             count = _be(buf, pos + 57, 4)
-            status, new_size, top, k = map_batch(buf, pos + 61, ends[i], count, base, h1s, h2s, offs, size, limit)
+            status, new_size, top, k, put = _map_records(buf, pos + 61, ends[i], count, base, h1s, h2s, offs, size,
+                                                         limit, undo_slot, undo_off)
             if status != OK:
-                return i, last, size, highest, keyed
+                return i, last, size, highest, keyed, tracked
             size = new_size
             keyed += k
             if top > highest:
                 highest = top
+            if tracked < bases.shape[0]:
+                bases[tracked] = base
+                lasts[tracked] = batch_last
+                live[tracked] = put
+                positions[tracked] = chunk_position + pos
+                sizes[tracked] = ends[i] - pos
+                counts[tracked] = count
+                tracked += 1
+            for u in range(put):
+                previous = undo_off[u] - 1
+                if previous >= 0:
+                    j = np.searchsorted(bases[:tracked], previous, side="right") - 1
+                    if j >= 0 and previous <= lasts[j]:
+                        live[j] -= 1
         last = batch_last
-    return n, last, size, highest, keyed
+    return n, last, size, highest, keyed, tracked
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
+def superseded_runs(bases: np.ndarray, lasts: np.ndarray, live: np.ndarray, positions: np.ndarray,
+                    sizes: np.ndarray, counts: np.ndarray, tracked: int,
+                    producer_lasts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """From a complete map pass's batch table: the base offsets of the superseded batches (no map
+    entry in them), and the runs the rewrite may skip unread -- for each superseded batch that is not
+    possibly its producer's last (its last offset not in the sorted ``producer_lasts``), where the run
+    of such batches lying back to back in the file from it ends, the run's last offset and records.
+    (superseded bases, skippable bases, their positions, run end positions, run last offsets and
+    run records as one (2, n) array)."""
+    superseded = np.empty(tracked, np.int64)
+    n_sup = 0
+    skippable = np.zeros(tracked, np.bool_)
+    for j in range(tracked):
+        if live[j] == 0:
+            superseded[n_sup] = bases[j]
+            n_sup += 1
+            k = np.searchsorted(producer_lasts, lasts[j])
+            skippable[j] = not (k < producer_lasts.shape[0] and producer_lasts[k] == lasts[j])
+    n_skip = 0
+    for j in range(tracked):
+        if skippable[j]:
+            n_skip += 1
+    skip_bases = np.empty(n_skip, np.int64)
+    skip_positions = np.empty(n_skip, np.int64)
+    run_ends = np.empty(n_skip, np.int64)
+    run_tail = np.empty((2, n_skip), np.int64)
+    k = n_skip
+    end = -1
+    last = -1
+    records = 0
+    next_position = -1
+    for j in range(tracked - 1, -1, -1):
+        if not skippable[j]:
+            end = -1
+            continue
+        if end < 0 or positions[j] + sizes[j] != next_position:
+            end = positions[j] + sizes[j]
+            last = lasts[j]
+            records = 0
+        records += counts[j]
+        next_position = positions[j]
+        k -= 1
+        skip_bases[k] = bases[j]
+        skip_positions[k] = positions[j]
+        run_ends[k] = end
+        run_tail[0, k] = last
+        run_tail[1, k] = records
+    return superseded[:n_sup].copy(), skip_bases, skip_positions, run_ends, run_tail
 
 
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -394,16 +488,19 @@ def _put_be(out: np.ndarray, pos: int, value: int, n: int) -> None:
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator,misc,unused-ignore]
 def filter_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, h1s: np.ndarray, h2s: np.ndarray,
                offs: np.ndarray, now_ms: int, delete_retention_ms: int, keep_deletes: bool, last_pids: np.ndarray,
-               last_offsets: np.ndarray, out: np.ndarray, out_ends: np.ndarray, rewritten: np.ndarray,
-               attr_at: np.ndarray, rest_at: np.ndarray, end_at: np.ndarray,
-               timestamps: np.ndarray) -> tuple[int, int, int, int, int]:
+               last_offsets: np.ndarray, superseded: np.ndarray, dropped_superseded: np.ndarray, out: np.ndarray,
+               out_ends: np.ndarray, rewritten: np.ndarray, attr_at: np.ndarray, rest_at: np.ndarray,
+               end_at: np.ndarray, timestamps: np.ndarray) -> tuple[int, int, int, int, int]:
     """The rewrite of the first ``n`` batches :func:`scan_chunk` found (CRCs checked) into ``out``, by
     the rules of ``batches.filter_batch`` and the same bytes as ``fast_path.rewrite_data_batch``: a
     batch kept whole is copied, one emptied is dropped, the others rewritten with their kept records
     (CRC left 0 and flagged in ``rewritten``: the caller fills it). Stops before a LogAppendTime batch,
     one whose records do not parse, and an emptied batch that may be its producer's last (sorted
-    ``last_pids`` with their last data offsets): the per-batch path decides those. (batches taken,
-    output bytes, output batches, records read, records kept)."""
+    ``last_pids`` with their last data offsets): the per-batch path decides those. A batch whose base
+    offset is in the sorted ``superseded`` (the map pass's batch table found no map entry in it) is
+    emptied without reading its records, and flagged in ``dropped_superseded`` (one flag per batch of
+    the run).
+    (batches taken, output bytes, output batches, records read, records kept)."""
     out_pos = 0
     out_n = 0
     records_read = 0
@@ -419,11 +516,17 @@ def filter_run(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int, h1
         if count < 0 or count > attr_at.shape[0]:
             return i, out_pos, out_n, records_read, records_kept
         has_horizon = (attributes & 0x40) != 0
-        keep = keep_deletes or not has_horizon or now_ms < base_timestamp
-        status, kept, records, has_tombstone = retain(buf, pos + 61, ends[i], count, base, base_timestamp, h1s,
-                                                       h2s, offs, keep, attr_at, rest_at, end_at, timestamps)
-        if status != OK:
-            return i, out_pos, out_n, records_read, records_kept
+        s = np.searchsorted(superseded, base)
+        dropped_superseded[i] = 0
+        if s < superseded.shape[0] and superseded[s] == base:
+            kept, records, has_tombstone = 0, count, False
+            dropped_superseded[i] = 1
+        else:
+            keep = keep_deletes or not has_horizon or now_ms < base_timestamp
+            status, kept, records, has_tombstone = retain(buf, pos + 61, ends[i], count, base, base_timestamp, h1s,
+                                                           h2s, offs, keep, attr_at, rest_at, end_at, timestamps)
+            if status != OK:
+                return i, out_pos, out_n, records_read, records_kept
         new_horizon = has_horizon or has_tombstone
         horizon = base_timestamp if has_horizon else now_ms + delete_retention_ms
         if kept == 0:

@@ -8,6 +8,7 @@ import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tierlog._util.varint import read_varint, read_varlong
 from tierlog.errors import CorruptRecordError, TierlogError
@@ -40,9 +41,12 @@ class CorruptDirtyBatchError(TierlogError):
         self.position = position
 
 
-#: Takes a run of batches of a read chunk in one call: (chunk, position, last offset so far) ->
-#: (position after the run, its last offset); the position unchanged when it took none.
-ChunkWalk = Callable[[bytes, int, int], tuple[int, int]]
+class ChunkWalk(Protocol):
+    """Takes a run of batches of a read chunk in one call: (chunk, position in it, last offset so
+    far, the chunk's file position) -> (position after the run, its last offset); the position
+    unchanged when it took none. It may pass the chunk's end (a run skipped unread)."""
+
+    def __call__(self, buf: bytes, position: int, previous_last: int, chunk_position: int = 0) -> tuple[int, int]: ...
 
 
 def read_batches(records: FileRecords, buffer_bytes: int, on_read: Callable[[int], None] | None = None,
@@ -62,7 +66,7 @@ def read_batches(records: FileRecords, buffer_bytes: int, on_read: Callable[[int
         offset_in = 0
         while offset_in + LOG_OVERHEAD <= len(buf):
             if walk is not None:
-                offset_in, previous_last = walk(buf, offset_in, previous_last)
+                offset_in, previous_last = walk(buf, offset_in, previous_last, position)
                 if offset_in + LOG_OVERHEAD > len(buf):
                     break
             length = int.from_bytes(buf[offset_in + _LENGTH_AT:offset_in + LOG_OVERHEAD], "big", signed=True)

@@ -22,7 +22,7 @@ from tierlog.storage.cleaner.batches import (
     read_batches,
 )
 from tierlog.storage.cleaner.decisions import SegmentView, group_segments
-from tierlog.storage.cleaner.fast_path import FilterWalk, MapWalk, map_batch
+from tierlog.storage.cleaner.fast_path import BatchTable, Drops, FilterWalk, MapWalk, map_batch
 from tierlog.storage.cleaner.offset_map import AnyOffsetMap, DictOffsetMap, OffsetMap, key_digest
 from tierlog.storage.cleaner.swap import SwapHook, sync_dir
 from tierlog.storage.cleaner.txn_tracker import TxnTracker
@@ -130,6 +130,10 @@ class Cleaner:
         self.stop_requested: Callable[[], bool] = lambda: False
         #: Whether a progress line is due now (the manager rate-limits them); asked once a batch.
         self.progress_due: Callable[[], bool] = lambda: True
+        #: The last map pass's batches (fast_path.BatchTable), for the rewrite to drop the superseded
+        #: ones unread: at most one I/O buffer's worth of rows (a row a batch).
+        self.batch_table_rows = max(1024, io_buffer_bytes // BatchTable.ROW_BYTES)
+        self.batch_table = BatchTable(0)
 
     def _progress_now(self) -> bool:
         return self.progress is not None and self.progress_due()
@@ -153,6 +157,7 @@ class Cleaner:
         first batch that would not fit. Returns the offset the map covers up to (exclusive)."""
         m = self.offset_map
         m.clear()
+        self.batch_table = BatchTable(self.batch_table_rows)
         txn = TxnTracker(ulog.collect_aborted_transactions(start, end))
         with ulog.lock:
             bases = [b for b in ulog.segments.base_offsets if b < end]
@@ -163,7 +168,7 @@ class Cleaner:
                 continue
             seg = self._segment(ulog, base)
             # Plain batches go through the compiled walk a chunk at a time; the rest come out here.
-            walk = MapWalk(m, start, end) if isinstance(m, OffsetMap) else None
+            walk = MapWalk(m, start, end, self.batch_table) if isinstance(m, OffsetMap) else None
 
             def on_read(n: int, walk: MapWalk | None = walk) -> None:
                 result.map_bytes_read += n
@@ -229,6 +234,9 @@ class Cleaner:
             # the remote end would let the copy task meet segments it half holds.
             tiered_end = ulog.cleaner_floor
             tiered = ulog.remote_log_enabled
+        drops = self.batch_table.drops([r.last_data_offset for r in last_records.values()
+                                        if r.last_data_offset is not None])
+        self.batch_table = BatchTable(0)
         txn = TxnTracker(ulog.collect_aborted_transactions(log_start, end))
         ctx = FilterContext(self.offset_map, txn, now_ms, config.delete_retention_ms, last_records,
                             keep_deletes=tiered)
@@ -239,7 +247,7 @@ class Cleaner:
             if self.stop_requested():
                 result.aborted = True
                 break
-            done, group_horizon = self._clean_group(ulog, group, ctx, result)
+            done, group_horizon = self._clean_group(ulog, group, ctx, result, drops)
             if not done:
                 result.aborted = True
                 break
@@ -254,8 +262,8 @@ class Cleaner:
         result.elapsed_s = monotonic_s(self.clock) - started
         return result
 
-    def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext,
-                     result: CleanResult) -> tuple[bool, int | None]:
+    def _clean_group(self, ulog: UnifiedLog, group: list[int], ctx: FilterContext, result: CleanResult,
+                     drops: Drops) -> tuple[bool, int | None]:
         sources = [self._segment(ulog, b) for b in group]
         base = group[0]
         for stale in _paths(ulog.dir, base, files.CLEANED_SUFFIX) + _paths(ulog.dir, base, files.SWAP_SUFFIX):
@@ -280,13 +288,15 @@ class Cleaner:
                     horizon = kept_horizon if horizon is None else min(horizon, kept_horizon)
 
         # Plain batches are rewritten by the compiled walk a chunk at a time; the rest come out here.
-        walk = FilterWalk(ctx, emit) if isinstance(ctx.offset_map, OffsetMap) else None
+        walk = FilterWalk(ctx, emit, drops) if isinstance(ctx.offset_map, OffsetMap) else None
         try:
             for seg in sources:
                 for h in read_batches(seg.log, self.io_buffer_bytes, self._count_read(result), walk):
                     out = filter_batch(h, ctx)
                     if out is not None:
                         emit(out, [BatchHeader(out, 0)])
+            if walk is not None:  # runs skipped unread count as read (processed), as Kafka's bytes read
+                result.bytes_read += walk.bytes_skipped
             for txn in ctx.kept_aborted:
                 cleaned.txn_index.append(txn)
             cleaned.on_become_inactive()
@@ -329,9 +339,12 @@ class Cleaner:
             for s in sources:
                 s.change_file_suffixes("", files.DELETED_SUFFIX)
             self._hook("old-renamed")
+            # No directory fsync for this last rename (Kafka's replaceSegments has none either): the
+            # one above is the barrier that matters (the .swap is durable before any old segment is
+            # renamed). If a crash loses this rename, recovery finds the .swap and completes it, to
+            # the same log; the next fsync of the directory makes it durable.
             cleaned.change_file_suffixes(files.SWAP_SUFFIX, "")
             cleaned.checked = True
-            sync_dir(ulog.dir)
         self._hook("done")
         delay = ulog.config.file_delete_delay_ms
 

@@ -80,21 +80,28 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         """Index ``offset`` at byte ``position``. Offsets must strictly increase."""
+        # Once per index.interval.bytes of appends: the checks read fields, not properties.
         with self._lock:
-            self._check_writable()
-            if self.is_full:
-                raise IndexFullError(f"attempt to append to a full index {self._path} (size = {self._entries})")
-            if self._entries != 0 and offset <= self._last_offset:
+            if self._closed or not self._writable:
+                self._check_writable()
+            entries = self._entries
+            if entries >= self._max_entries:
+                raise IndexFullError(f"attempt to append to a full index {self._path} (size = {entries})")
+            if entries != 0 and offset <= self._last_offset:
                 raise InvalidOffsetError(
-                    f"attempt to append an offset {offset} to position {self._entries} no larger than the "
+                    f"attempt to append an offset {offset} to position {entries} no larger than the "
                     f"last offset appended ({self._last_offset}) to {self._path}"
                 )
-            relative = self.relative_offset(offset)
+            relative = offset - self._base_offset
+            if relative < 0 or relative > INT32_MAX:
+                self.relative_offset(offset)  # raises, naming the index
             if position < 0 or position > INT32_MAX:
                 raise ValueError(f"position {position} does not fit an int32 in {self._path}")
-            self._write_ahead(self._entries * OFFSET_ENTRY_SIZE, OFFSET_ENTRY_SIZE)
-            OFFSET_ENTRY.pack_into(self._buf(), self._entries * OFFSET_ENTRY_SIZE, relative, position)
-            self._entries += 1
+            at = entries * OFFSET_ENTRY_SIZE
+            if at + OFFSET_ENTRY_SIZE > self._written_to:
+                self._write_ahead(at, OFFSET_ENTRY_SIZE)
+            OFFSET_ENTRY.pack_into(self._buf(), at, relative, position)
+            self._entries = entries + 1
             self._last_offset = offset
 
     def lookup(self, target_offset: int) -> OffsetPosition:

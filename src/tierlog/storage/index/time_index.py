@@ -82,11 +82,13 @@ class TimeIndex(AbstractIndex):
         the segment's max timestamp, which usually is already the last entry).
         """
         with self._lock:
-            self._check_writable()
-            if not skip_full_check and self.is_full:
-                raise IndexFullError(f"attempt to append to a full time index {self._path} (size = {self._entries})")
+            if self._closed or not self._writable:
+                self._check_writable()
+            entries = self._entries
+            if not skip_full_check and entries >= self._max_entries - 1:  # is_full
+                raise IndexFullError(f"attempt to append to a full time index {self._path} (size = {entries})")
             last = self._last
-            if self._entries != 0 and offset < last.offset:
+            if entries != 0 and offset < last.offset:
                 raise InvalidOffsetError(
                     f"attempt to append an offset ({offset}) to slot {self._entries} no larger than the last "
                     f"offset appended ({last.offset}) to {self._path}"
@@ -99,11 +101,13 @@ class TimeIndex(AbstractIndex):
             if timestamp <= last.timestamp:
                 return
             relative = self.relative_offset(offset)
-            if self._entries >= self._max_entries:
-                raise IndexFullError(f"no room for a time index entry in {self._path} (size = {self._entries})")
-            self._write_ahead(self._entries * TIME_ENTRY_SIZE, TIME_ENTRY_SIZE)
-            TIME_ENTRY.pack_into(self._buf(), self._entries * TIME_ENTRY_SIZE, timestamp, relative)
-            self._entries += 1
+            if entries >= self._max_entries:
+                raise IndexFullError(f"no room for a time index entry in {self._path} (size = {entries})")
+            at = entries * TIME_ENTRY_SIZE
+            if at + TIME_ENTRY_SIZE > self._written_to:
+                self._write_ahead(at, TIME_ENTRY_SIZE)
+            TIME_ENTRY.pack_into(self._buf(), at, timestamp, relative)
+            self._entries = entries + 1
             self._last = TimestampOffset(timestamp, offset)
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:

@@ -14,16 +14,16 @@ crash like any log file).
 
 from __future__ import annotations
 
-import fcntl
 import io
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from tierlog._util.files import fsync_dir, write_atomic
+from tierlog._util.files import fsync_dir
 from tierlog.ids import TopicIdPartition, uuid_to_base64
 from tierlog.tiered.api import (
     READ_ONLY_PROPERTY,
@@ -35,6 +35,8 @@ from tierlog.tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
+from tierlog.tiered.manifest_format import LEGACY_NAME as LEGACY_MANIFEST_NAME
+from tierlog.tiered.manifest_format import MANIFEST_DIR
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,6 @@ INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.PRODUCER_SNAPSHOT: ".snapshot",
 }
 ALL_SUFFIXES = (LOG_SUFFIX, *INDEX_SUFFIXES.values())
-#: A partition's manifest of its remote segments (tiered/manifest.py), beside its segments.
-MANIFEST_NAME = "_manifest.json"
 
 
 def segment_objects(segment_data: LogSegmentData) -> list[tuple[str, Path | bytes]]:
@@ -120,79 +120,91 @@ class LocalDirectoryRemoteStorageManager:
         directory, prefix = self._paths(metadata)
         return directory / f"{prefix}{suffix}"
 
-    # -- the partition manifest (tiered/manifest.py) --------------------------------------------
+    # -- the partition manifest's objects (tiered/manifest.py) ---------------------------------
 
-    def _manifest_path(self, tip: TopicIdPartition) -> Path:
-        return self.root / f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}" / MANIFEST_NAME
+    def manifest_location(self, tip: TopicIdPartition) -> str:
+        """Where a partition's manifest objects go: its directory's name under the root."""
+        return f"{tip.topic}-{tip.partition}-{uuid_to_base64(tip.topic_id)}"
 
-    @staticmethod
-    def _version(path: Path) -> str | None:
-        # Every write replaces the file by a rename, so a new inode (with its change time) is a new
-        # version, as an ETag is in S3.
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            return None
-        return f"{st.st_ino}-{st.st_ctime_ns}"
-
-    def write_manifest(self, tip: TopicIdPartition, data: bytes, expected_version: str | None) -> str:
-        """Replace the partition's manifest whole if it is still ``expected_version`` (None: only if
-        there is none), so two writers never overwrite each other unseen; RemoteConflictError if not.
-        A reader sees the old one or the new one. Returns the new version."""
-        if self.read_only:
-            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
-        path = self._manifest_path(tip)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The compare and the swap under an exclusive lock on the partition's directory.
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            found = self._version(path)
-            if found != expected_version:
-                raise RemoteConflictError(f"{path} is at version {found}, not {expected_version}: another writer "
-                                          "changed it")
-            write_atomic(path, data, sync=self.fsync)
-            version = self._version(path)
-            assert version is not None
-            return version
-        finally:
-            os.close(fd)  # releases the lock
-
-    def read_manifest(self, tip: TopicIdPartition) -> tuple[bytes, str] | None:
-        """The partition's manifest and its version, None when it has none."""
-        path = self._manifest_path(tip)
-        for _ in range(3):
-            version = self._version(path)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                return None
-            if version is not None and self._version(path) == version:
-                return data, version
-        raise RemoteConflictError(f"{path} kept changing while read")
-
-    def manifests(self) -> list[bytes]:
-        """Every partition's manifest in the tier (what a reader plans from without the journal)."""
+    def manifest_locations(self) -> list[str]:
+        """Every partition directory holding a manifest (versioned objects or a legacy file)."""
         if not self.root.is_dir():
             return []
-        out = []
-        for path in sorted(self.root.glob(f"*/{MANIFEST_NAME}")):
-            try:
-                out.append(path.read_bytes())
-            except FileNotFoundError:
-                continue  # its partition's last segment was deleted just now
-        return out
+        return sorted(d.name for d in self.root.iterdir()
+                      if (d / MANIFEST_DIR).is_dir() or (d / LEGACY_MANIFEST_NAME).is_file())
 
-    def delete_manifest(self, tip: TopicIdPartition) -> None:
-        """Remove a deleted partition's manifest, and its directory when nothing else is left."""
+    def list_manifest_objects(self, location: str) -> list[str]:
+        """The names (``_manifest/<name>``) of the partition's versioned manifest objects."""
+        try:
+            names = os.listdir(self.root / location / MANIFEST_DIR)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise RemoteStorageError(f"listing {self.root / location / MANIFEST_DIR}: {e}") from e
+        return sorted(f"{MANIFEST_DIR}/{n}" for n in names if not n.startswith("."))
+
+    def read_manifest_object(self, location: str, name: str) -> bytes | None:
+        """An object's bytes, None when it does not exist."""
+        path = self.root / location / name
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RemoteStorageError(f"reading {path}: {e}") from e
+
+    def create_manifest_object(self, location: str, name: str, data: bytes) -> None:
+        """Create the object whole, only if no object has that name (RemoteConflictError if one does):
+        written under a temporary name of this writer's, then hard-linked to its name, which the
+        kernel refuses atomically when the name exists, as S3 refuses a PUT with If-None-Match."""
         if self.read_only:
             raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
-        path = self._manifest_path(tip)
-        path.unlink(missing_ok=True)
+        path = self.root / location / name
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         try:
-            path.parent.rmdir()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise RemoteConflictError(f"{path} exists: another writer created it") from None
+            if self.fsync:
+                fsync_dir(path.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"writing {path}: {e}") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete_manifest_objects(self, location: str, names: list[str]) -> None:
+        """Delete the objects (missing ones are no error); the manifest's folder and the partition's
+        directory go when nothing is left in them."""
+        if self.read_only:
+            raise RemoteStorageError(f"the remote storage at {self.root} is configured read-only")
+        directory = self.root / location
+        try:
+            for name in names:
+                (directory / name).unlink(missing_ok=True)
+        except OSError as e:
+            raise RemoteStorageError(f"deleting manifest objects in {directory}: {e}") from e
+        folder = directory / MANIFEST_DIR
+        try:
+            left = os.listdir(folder)
+            # A writer that died between its temporary file and the link leaves the temporary file;
+            # once no object is left (the partition's deletion) nothing can be writing there.
+            if all(n.startswith(".") and n.endswith(".tmp") for n in left):
+                for n in left:
+                    (folder / n).unlink(missing_ok=True)
         except OSError:
             pass
+        for empty in (folder, directory):
+            try:
+                empty.rmdir()
+            except OSError:
+                pass
 
     # -- copy -----------------------------------------------------------------------------------
 

@@ -22,9 +22,10 @@ metadata (KIP-917, limit 128 bytes by default) together with the total uploaded 
 delete read the key back from the metadata and a later change of ``s3.prefix`` does not orphan the
 segments written before it.
 
-Each partition's manifest (tiered/manifest.py) is ``<prefix><topicId>-<partition>/_manifest.json``,
-written with conditional PUTs (``If-Match`` / ``If-None-Match``); readers list the prefix with a
-delimiter to find them.
+Each partition's manifest (tiered/manifest.py) is a set of immutable objects under
+``<prefix><topicId>-<partition>/_manifest/``, each created once with a conditional PUT
+(``If-None-Match: *``); readers list the prefix with a delimiter to find the partitions, then each
+partition's ``_manifest/``.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ from tierlog.tiered.backends.local import (
     ALL_SUFFIXES,
     INDEX_SUFFIXES,
     LOG_SUFFIX,
-    MANIFEST_NAME,
     segment_objects,
 )
+from tierlog.tiered.manifest_format import MANIFEST_DIR
 
 if TYPE_CHECKING:
     from obstore.store import S3Store
@@ -208,71 +209,69 @@ class S3RemoteStorageManager:
             return decode_custom_metadata(metadata.custom_metadata)[1]
         return self.new_key_base(metadata)
 
-    # -- the partition manifest (tiered/manifest.py) --------------------------------------------
+    # -- the partition manifest's objects (tiered/manifest.py) ---------------------------------
 
-    def manifest_key(self, tip: TopicIdPartition) -> str:
-        """Beside the partition's segments: ``<prefix><topicId>-<partition>/_manifest.json``."""
-        return f"{self.prefix}{uuid_to_base64(tip.topic_id)}-{tip.partition}/{MANIFEST_NAME}"
+    def manifest_location(self, tip: TopicIdPartition) -> str:
+        """Beside the partition's segments: ``<prefix><topicId>-<partition>/``."""
+        return f"{self.prefix}{uuid_to_base64(tip.topic_id)}-{tip.partition}/"
 
-    def write_manifest(self, tip: TopicIdPartition, data: bytes, expected_version: str | None) -> str:
-        """Replace the partition's manifest if its ETag is still ``expected_version`` (None: only if
-        there is none), with S3's conditional PUT (If-Match / If-None-Match): two writers never
-        overwrite each other unseen; RemoteConflictError if it changed. A PUT is atomic: a reader
-        sees the old object or the new one. Returns the new ETag."""
-        import obstore
-        from obstore.exceptions import AlreadyExistsError, PreconditionError
-
-        key = self.manifest_key(tip)
-        mode: Any = "create" if expected_version is None else {"e_tag": expected_version}
-        try:
-            result = obstore.put(self.store, key, data, mode=mode)
-        except (AlreadyExistsError, PreconditionError):
-            raise RemoteConflictError(f"s3://{self.bucket}/{key} is no longer at version {expected_version}: "
-                                      "another writer changed it") from None
-        except Exception as e:
-            raise RemoteStorageError(f"writing s3://{self.bucket}/{key}: {e}") from e
-        return str(result["e_tag"])
-
-    def read_manifest(self, tip: TopicIdPartition) -> tuple[bytes, str] | None:
-        """The partition's manifest and its ETag, None when it has none."""
-        return self._get_manifest(self.manifest_key(tip))
-
-    def _get_manifest(self, key: str) -> tuple[bytes, str] | None:
-        import obstore
-
-        try:
-            result = obstore.get(self.store, key)
-            return bytes(result.bytes()), str(result.meta["e_tag"])
-        except FileNotFoundError:
-            return None
-        except Exception as e:
-            raise RemoteStorageError(f"reading s3://{self.bucket}/{key}: {e}") from e
-
-    def manifests(self) -> list[bytes]:
-        """Every partition's manifest under the prefix: one LIST of the partition prefixes, then their
-        manifests fetched in parallel (a prefix without one -- its segments were written by an older
-        broker, or its last one was just deleted -- is skipped)."""
+    def manifest_locations(self) -> list[str]:
+        """Every partition prefix under the prefix (one LIST with a delimiter); one whose manifest is
+        missing (segments of an older broker, its last one just deleted) reads as having none."""
         import obstore
 
         try:
             listing = obstore.list_with_delimiter(self.store, prefix=self.prefix.rstrip("/") or None)
         except Exception as e:
             raise RemoteStorageError(f"listing s3://{self.bucket}/{self.prefix}: {e}") from e
-        keys = [f"{p.rstrip('/')}/{MANIFEST_NAME}" for p in listing["common_prefixes"]]
-        if not keys:
-            return []
-        with ThreadPoolExecutor(min(16, len(keys)), thread_name_prefix="s3-manifest") as pool:
-            found = list(pool.map(self._get_manifest, keys))
-        return [f[0] for f in found if f is not None]
+        return sorted(f"{p.rstrip('/')}/" for p in listing["common_prefixes"])
 
-    def delete_manifest(self, tip: TopicIdPartition) -> None:
+    def list_manifest_objects(self, location: str) -> list[str]:
+        """The names (``_manifest/<name>``) of the partition's versioned manifest objects: one LIST of
+        ``<location>_manifest/``, which holds only them (not the partition's segments)."""
         import obstore
 
-        key = self.manifest_key(tip)
+        prefix = location + MANIFEST_DIR
         try:
-            obstore.delete(self.store, key)
+            keys = [str(meta["path"]) for chunk in obstore.list(self.store, prefix=prefix) for meta in chunk]
         except Exception as e:
-            raise RemoteStorageError(f"deleting s3://{self.bucket}/{key}: {e}") from e
+            raise RemoteStorageError(f"listing s3://{self.bucket}/{prefix}/: {e}") from e
+        return sorted(k[len(location):] for k in keys if k.startswith(prefix + "/"))
+
+    def read_manifest_object(self, location: str, name: str) -> bytes | None:
+        import obstore
+
+        key = location + name
+        try:
+            return bytes(obstore.get(self.store, key).bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise RemoteStorageError(f"reading s3://{self.bucket}/{key}: {e}") from e
+
+    def create_manifest_object(self, location: str, name: str, data: bytes) -> None:
+        """One PUT with ``If-None-Match: *``: created whole, or RemoteConflictError when the key exists
+        (another writer created it first)."""
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        key = location + name
+        try:
+            obstore.put(self.store, key, data, mode="create")
+        except (AlreadyExistsError, PreconditionError):
+            raise RemoteConflictError(f"s3://{self.bucket}/{key} exists: another writer created it") from None
+        except Exception as e:
+            raise RemoteStorageError(f"writing s3://{self.bucket}/{key}: {e}") from e
+
+    def delete_manifest_objects(self, location: str, names: list[str]) -> None:
+        import obstore
+
+        if not names:
+            return
+        try:
+            obstore.delete(self.store, [location + name for name in names])
+        except Exception as e:
+            raise RemoteStorageError(f"deleting manifest objects under s3://{self.bucket}/{location}: {e}") from e
 
     # -- copy -----------------------------------------------------------------------------------
 

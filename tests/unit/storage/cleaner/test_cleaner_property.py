@@ -26,7 +26,7 @@ from tierlog.storage.cleaner.offset_map import OffsetMap
 from tierlog.storage.loader import LoadOptions, load_log
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.producer_state import AppendOrigin
-from tierlog.testing import ManualClock
+from tierlog.testing import ManualClock, ManualScheduler
 
 from .helpers import TS, compact_config, put, records
 
@@ -52,7 +52,7 @@ def _marker(pid: int, commit: bool, ts: int) -> bytes:
                                       timestamp_ms=ts)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=1, max_size=120), slots=st.sampled_from([4, 16, 10_000]))
 def test_cleaning_matches_the_model(tmp_path: Path, ops: list[tuple[str, int, bytes]], slots: int) -> None:
     clock = ManualClock(TS)
@@ -136,9 +136,11 @@ def _check(ulog: UnifiedLog, model: dict[bytes, tuple[bytes | None, int]], appen
 
 
 def test_a_reader_during_cleaning_sees_a_valid_log(tmp_path: Path) -> None:
+    """As the broker runs it: the replaced segments are unlinked file.delete.delay.ms later, so a
+    reader still on one finishes it. Any exception in the reader fails the test."""
     clock = ManualClock(TS)
-    ulog = load_log(tmp_path / "t-0", compact_config(segment_bytes=600), LoadOptions(had_clean_shutdown=True),
-                    clock=clock)
+    ulog = load_log(tmp_path / "t-0", compact_config(segment_bytes=600, file_delete_delay_ms=60_000),
+                    LoadOptions(had_clean_shutdown=True), clock=clock, scheduler=ManualScheduler(clock))
     for i in range(600):
         put(ulog, b"k%d" % (i % 17), b"v%d" % i)
     ulog.roll()
@@ -147,6 +149,12 @@ def test_a_reader_during_cleaning_sees_a_valid_log(tmp_path: Path) -> None:
     problems: list[str] = []
 
     def reader() -> None:
+        try:
+            read_until_stopped()
+        except Exception as e:  # any failure of the reader is the test's failure
+            problems.append(f"the reader failed: {e!r}")
+
+    def read_until_stopped() -> None:
         nonlocal reads
         while not stop.is_set():
             offset, last = 0, -1
@@ -185,3 +193,5 @@ def test_a_reader_during_cleaning_sees_a_valid_log(tmp_path: Path) -> None:
         t.join()
     assert not problems
     assert reads >= 2
+    clock.advance(60_000)  # the deferred deletions run
+    assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith(".deleted")]
