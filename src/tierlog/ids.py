@@ -13,6 +13,10 @@ from dataclasses import dataclass
 #: A partition by topic name and partition index.
 TopicPartition = tuple[str, int]
 
+#: The cluster metadata topic (KRaft's ``__cluster_metadata``, one partition): its log is the
+#: controller's, written only as record batch v2 (see :func:`tierlog.storage.log.segment_settings`).
+METADATA_TOPIC = "__cluster_metadata"
+
 ZERO_UUID = bytes(16)
 #: Uuid.ONE_UUID, also METADATA_TOPIC_ID: reserved for the cluster metadata topic.
 ONE_UUID = bytes(15) + b"\x01"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 from tierlog._util.crc import crc32c
 from tierlog._util.varint import varint_bytes
@@ -63,3 +64,12 @@ def recrc(buf: bytearray | bytes) -> bytes:
     out = bytearray(buf)
     struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
     return bytes(out)
+
+
+def legacy_message(offset: int, value: bytes, magic: int = 1, timestamp_ms: int = 1_700_000_000_000) -> bytes:
+    """One message of the old format: offset, size, then crc32(magic .. value), magic, attributes,
+    [timestamp in v1], a null key and the value."""
+    body = bytes([magic, 0]) + (struct.pack(">q", timestamp_ms) if magic == 1 else b"")
+    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(message)) + message

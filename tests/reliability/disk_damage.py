@@ -34,6 +34,7 @@ from tests.helpers.raw_client import RawClient
 from tests.reliability.harness import ChaosBroker, create_topic, read_partition
 from tierlog.errors import TierlogError
 from tierlog.records import decode_batch, iter_headers
+from tierlog.records.header import MAGIC, MAGIC_V2
 from tierlog.storage.checkpoints import parse_java_properties, well_formed_cluster_id
 
 TOPIC = "damage"
@@ -183,8 +184,34 @@ def damage_file(path: Path, kind: str, rng: random.Random) -> Damage:
         pos = rng.randrange(0, size)
         data[pos] ^= rng.randrange(1, 256)
         ranges.append((pos, pos + 1))
+    detail = f"bytes {sorted(r[0] for r in ranges)} of {size}"
+    if kind == "log":
+        kept = _no_newer_format(bytes(path.read_bytes()), data)
+        if kept:
+            detail += f" (the magic of the batches at {kept} set to 0: it read as a newer format)"
     path.write_bytes(bytes(data))
-    return Damage(kind, path, "flip", f"bytes {sorted(r[0] for r in ranges)} of {size}", ranges)
+    return Damage(kind, path, "flip", detail, ranges)
+
+
+def _no_newer_format(before: bytes, data: bytearray) -> list[int]:
+    """A flipped magic byte that makes a segment's batch read as whole, intact data of a newer format:
+    magic above 2 (the byte lies outside the CRC-32C, which still holds) and no v2 batch after it in
+    the file to say the byte is damaged. Such bytes cannot be told from a newer broker's batch, and
+    tierlog refuses the partition with its files kept as they are, as it must for such data
+    (tests/unit/storage/test_unsupported_format.py, tests/integration/test_refused_partition_wire.py),
+    so the round's promise -- the records before the damage served -- is not the one that applies.
+    Each is set to 0 instead (a magic-0 message whose CRC-32 does not hold: damage), in place, and
+    its batch's position returned. A data partition only: the metadata log is v2 alone, so there
+    any other magic is damage anyway."""
+    starts = [h.position for h in iter_headers(before)]
+    kept = []
+    for i, at in enumerate(starts):
+        magic = at + MAGIC
+        after = starts[i + 1] + MAGIC if i + 1 < len(starts) else None
+        if data[magic] != before[magic] and data[magic] > MAGIC_V2 and (after is None or data[after] != MAGIC_V2):
+            data[magic] = 0
+            kept.append(at)
+    return kept
 
 
 def damage_point(batches: list[StoredBatch], damages: list[Damage]) -> int | None:

@@ -2,6 +2,7 @@
 it, the metadata log ``__cluster_metadata-0`` with its snapshots (seed 000, KIP-876), and the
 single-node controller that validates commands and appends their records."""
 
+from tierlog.ids import METADATA_TOPIC
 from tierlog.metadata.configs import LIVE_METADATA_KEYS, AlterConfigOp, AlterConfigOpType
 from tierlog.metadata.controller import (
     PRODUCER_ID_BLOCK_SIZE,
@@ -49,7 +50,6 @@ from tierlog.metadata.image import (
 )
 from tierlog.metadata.metadata_log import (
     METADATA_LOG_DIR_NAME,
-    METADATA_TOPIC,
     LoadResult,
     MetadataLog,
     MetadataLogSettings,

@@ -20,7 +20,7 @@ from tierlog.config.broker_config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.settings import setting, with_overrides
 from tierlog.errors import KafkaStorageError, TierlogError, UnknownTopicOrPartitionError
-from tierlog.ids import ONE_UUID, ZERO_UUID, random_uuid
+from tierlog.ids import METADATA_TOPIC, ONE_UUID, ZERO_UUID, random_uuid
 from tierlog.metadata.configs import (
     AlterConfigOp,
     apply_ops,
@@ -50,7 +50,6 @@ from tierlog.metadata.features import (
 from tierlog.metadata.image import METADATA_VERSION_FEATURE, MetadataImage, MetadataProvenance, TopicImage
 from tierlog.metadata.metadata_log import (
     METADATA_LOG_DIR_NAME,
-    METADATA_TOPIC,
     LoadResult,
     MetadataLog,
     MetadataLogSettings,

@@ -17,6 +17,7 @@ from tierlog.clock import SYSTEM_CLOCK, Clock
 from tierlog.config.log_config import LogConfig
 from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, CorruptSnapshotError, TierlogError
+from tierlog.ids import METADATA_TOPIC
 from tierlog.ids import ONE_UUID as METADATA_TOPIC_ID
 from tierlog.metadata.delta import MetadataDelta
 from tierlog.metadata.errors import InconsistentMetadataLogError, MetadataReplayError
@@ -41,7 +42,6 @@ from tierlog.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
 
-METADATA_TOPIC = "__cluster_metadata"
 METADATA_LOG_DIR_NAME = f"{METADATA_TOPIC}-0"
 CORRUPT_SUFFIX = ".corrupt"
 _READ_CHUNK_BYTES = 4 * 1024 * 1024

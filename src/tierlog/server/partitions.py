@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tierlog.errors import (
     ErrorCode,
+    TierlogError,
     UnknownTopicOrPartitionError,
     error_code_of,
     record_errors_of,
@@ -237,8 +238,11 @@ class PartitionManager:
             out.append(result)
             try:
                 ulog = self.get_log_blocking(spec.topic, spec.partition)
-            except UnknownTopicOrPartitionError:
-                result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            except TierlogError as e:
+                # Unknown, or refused at startup (UnsupportedRecordFormatError) or on an offline log
+                # dir (KAFKA_STORAGE_ERROR): that partition's error, as Kafka answers per partition;
+                # the other partitions of the request are still read and the connection stays open.
+                result.error_code = error_code_of(e)
                 continue
             epoch = self.leader_epoch(spec.topic, spec.partition)
             if spec.current_leader_epoch >= 0 and spec.current_leader_epoch != epoch:

@@ -103,7 +103,9 @@ class BatchWalk:
     exactly, otherwise the walk ends with ``unanchored`` set and no problem, and the caller starts
     again from a position it trusts. ``segment_base`` and
     ``upper_offset`` (the next segment's base offset, None for the active segment) bound every
-    offset. ``on_batch`` sees each batch once it is confirmed, in file order.
+    offset. ``on_batch`` sees each batch once it is confirmed, in file order. ``v2_only``: a log
+    written only as record batch v2 (the metadata log), where a batch of another magic is damage
+    whatever its checksum says, never another format (see :func:`unsupported_format`).
 
     After :meth:`feed` returns, ``confirmed`` is the end of the batches known good, ``next_offset``
     the offset after them and ``problem`` what stopped the walk, if anything.
@@ -111,12 +113,14 @@ class BatchWalk:
 
     __slots__ = ("_anchor_first", "_exact_end", "_on_batch", "_pending", "confirmed", "done", "expected",
                  "first_offset", "found", "next_offset", "position", "problem", "segment_base", "stop_offset",
-                 "unanchored", "upper_offset")
+                 "unanchored", "upper_offset", "v2_only")
 
     def __init__(self, position: int, *, expected_offset: int | None, segment_base: int,
                  upper_offset: int | None = None, stop_offset: int | None = None, anchor_first: bool = True,
-                 exact_end: int | None = None, on_batch: Callable[[CheckedBatch], None] | None = None) -> None:
+                 exact_end: int | None = None, on_batch: Callable[[CheckedBatch], None] | None = None,
+                 v2_only: bool = False) -> None:
         self.position = position
+        self.v2_only = v2_only
         self.confirmed = position
         self.expected = expected_offset
         self.next_offset = expected_offset
@@ -235,7 +239,8 @@ class BatchWalk:
             # the file, only then the magic.
             (length,) = _LENGTH.unpack_from(buf, at + LENGTH)
             entry_size: int = LOG_OVERHEAD + length
-            if buf[at + MAGIC] != MAGIC_V2 and length > 0 and pos + entry_size <= file_end:
+            if (buf[at + MAGIC] != MAGIC_V2 and length > 0 and pos + entry_size <= file_end
+                    and not self.v2_only):
                 if pos + entry_size > buf_end:
                     self.position = pos
                     return entry_size

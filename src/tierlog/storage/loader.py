@@ -181,7 +181,7 @@ def load_log(
         listing = None
         names = _clean_leftovers(directory, os.listdir(directory), stats)
         bases = _base_offsets(directory, names)
-    settings = segment_settings(config)
+    settings = segment_settings(config, files.parse_topic_partition_name(directory.name)[0])
     now = clock.wall_ms()
 
     def open_segment(base: int) -> LogSegment:

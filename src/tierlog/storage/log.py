@@ -30,6 +30,7 @@ from tierlog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from tierlog.ids import METADATA_TOPIC
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     CREATE_TIME,
@@ -93,11 +94,16 @@ class LogAppendInfo:
     sync_file: FileRecords | None = None
 
 
-def segment_settings(config: LogConfig) -> SegmentSettings:
+def segment_settings(config: LogConfig, topic: str) -> SegmentSettings:
+    """The segment settings of a log of ``topic``. The metadata log is the controller's own and
+    KRaft writes it only as record batch v2 (its reader takes nothing else), so there a batch of
+    another magic is a damaged magic byte (outside the CRC), truncated at like any damage; in a
+    data partition a whole batch of a newer magic may be a newer broker's and refuses the partition."""
     return SegmentSettings(
         index_interval_bytes=config.index_interval_bytes,
         max_index_size=config.segment_index_bytes,
         preallocate_bytes=config.segment_bytes if config.preallocate else 0,
+        v2_only=topic == METADATA_TOPIC,
     )
 
 
@@ -233,7 +239,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     def update_config(self, config: LogConfig) -> None:
         with self.lock:
             self.config = config
-            settings = segment_settings(config)
+            settings = segment_settings(config, self.topic)
             for seg in self.segments.materialized():
                 seg.settings = settings
 
@@ -436,7 +442,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             active.on_become_inactive()
             self.producer_state.update_map_end_offset(new_offset)
             self._take_producer_snapshot(sync=False)
-            seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
+            seg = LogSegment(self.dir, new_offset, segment_settings(self.config, self.topic),
+                             created_ms=self.clock.wall_ms(),
                              roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             log.info("segment rolled topic=%s partition=%d base_offset=%d previous_base_offset=%d "
@@ -762,7 +769,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             for seg in list(self.segments):
                 self.segments.remove(seg.base_offset)
                 seg.delete_files()
-            seg = LogSegment(self.dir, new_offset, segment_settings(self.config), created_ms=self.clock.wall_ms(),
+            seg = LogSegment(self.dir, new_offset, segment_settings(self.config, self.topic),
+                             created_ms=self.clock.wall_ms(),
                              roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             self._log_end_offset = new_offset

@@ -155,6 +155,9 @@ class SegmentSettings:
     index_interval_bytes: int = 4096
     max_index_size: int = 10485760
     preallocate_bytes: int = 0
+    #: Every batch must be record batch v2: a batch of another magic is damage, never data of another
+    #: format to refuse the partition for (the metadata log, see ``segment_settings``).
+    v2_only: bool = False
 
 
 def should_roll(
@@ -509,6 +512,14 @@ class LogSegment:
                 f"{self.log.path}: byte {problem.position} (offset {problem.offset}) holds {problem.reason}; "
                 "the partition is refused and its files are left as they are")
 
+    def _walk(self, position: int, *, expected_offset: int | None, upper_offset: int | None = None,
+              stop_offset: int | None = None, exact_end: int | None = None,
+              on_batch: Callable[[CheckedBatch], None] | None = None) -> BatchWalk:
+        """A :class:`BatchWalk` of this segment's batches from ``position``."""
+        return BatchWalk(position, expected_offset=expected_offset, segment_base=self.base_offset,
+                         upper_offset=upper_offset, stop_offset=stop_offset, exact_end=exact_end,
+                         on_batch=on_batch, v2_only=self.settings.v2_only)
+
     def _note_damage(self, problem: BatchProblem) -> None:
         self._refuse_unsupported(problem)
         if self.damage is None or problem.position < self.damage.position:
@@ -582,14 +593,14 @@ class LogSegment:
         if not self._index_distrusted:
             entry = self._index_start(offset)
             if entry is not None and entry[1] > start:
-                walk = BatchWalk(entry[1], expected_offset=None, segment_base=self.base_offset,
-                                 upper_offset=upper_offset, stop_offset=offset)
+                walk = self._walk(entry[1], expected_offset=None,
+                              upper_offset=upper_offset, stop_offset=offset)
                 self._run_walk(walk)
                 if not walk.unanchored and not (walk.problem is not None and walk.problem.position == entry[1]):
                     return self._finish_locate(entry[1], walk, offset)
                 # The batch at the entry cannot be vouched for: go again from a position that can.
-        walk = BatchWalk(start, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset,
-                         stop_offset=offset)
+        walk = self._walk(start, expected_offset=expected, upper_offset=upper_offset,
+                          stop_offset=offset)
         self._run_walk(walk)
         return self._finish_locate(start, walk, offset)
 
@@ -618,8 +629,8 @@ class LogSegment:
         position = problem.position + LOG_OVERHEAD + length
         if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position >= self.log.size_bytes:
             return None
-        walk = BatchWalk(position, expected_offset=None, segment_base=self.base_offset, upper_offset=upper_offset,
-                         stop_offset=offset)
+        walk = self._walk(position, expected_offset=None, upper_offset=upper_offset,
+                          stop_offset=offset)
         self._run_walk(walk)
         found = walk.found
         if walk.unanchored or found is None or found.base_offset <= problem.offset or found.base_offset > offset:
@@ -657,7 +668,7 @@ class LogSegment:
     def _check_from(self, position: int, expected: int, end: int, upper_offset: int | None) -> BatchProblem | None:
         """Walk the batches from ``position`` (whose base offset must be ``expected``) to ``end``,
         remembering what passed and noting the first damage, which is returned."""
-        walk = BatchWalk(position, expected_offset=expected, segment_base=self.base_offset, upper_offset=upper_offset)
+        walk = self._walk(position, expected_offset=expected, upper_offset=upper_offset)
         self._run_walk(walk, stop_at=end)
         self._record_walk(position, walk)
         if walk.problem is not None:
@@ -691,12 +702,12 @@ class LogSegment:
             entry_offset, entry_position = oi.entry(oi.entries - 2)
             if entry_position > 0 and self._plausible_entry(entry_offset, entry_position):
                 position = entry_position
-        walk = BatchWalk(position, expected_offset=None if position else expected, segment_base=self.base_offset,
-                         exact_end=end_offset)
+        walk = self._walk(position, expected_offset=None if position else expected,
+                          exact_end=end_offset)
         self._run_walk(walk)
         if position and (walk.unanchored or (walk.problem is not None and walk.problem.position == position)):
             position = 0
-            walk = BatchWalk(0, expected_offset=expected, segment_base=self.base_offset, exact_end=end_offset)
+            walk = self._walk(0, expected_offset=expected, exact_end=end_offset)
             self._run_walk(walk)
         self._record_walk(position, walk)
         return walk.problem
@@ -788,8 +799,8 @@ class LogSegment:
                         # Hand out a copy of the header so no view of the mapping outlives it.
                         on_batch(BatchHeader(bytes(mm[b.position : b.position + BATCH_HEADER_SIZE]), 0))
 
-                walk = BatchWalk(0, expected_offset=self.base_offset, segment_base=self.base_offset,
-                                 upper_offset=upper_offset, exact_end=exact_end, on_batch=confirmed)
+                walk = self._walk(0, expected_offset=self.base_offset,
+                              upper_offset=upper_offset, exact_end=exact_end, on_batch=confirmed)
                 walk.feed(mm, 0, min(size, len(mm)))
                 valid_bytes = walk.confirmed
                 problem = walk.problem

@@ -183,7 +183,8 @@ def write_replacement(group: list[RemoteLogSegmentMetadata], batches: Batches, f
     batch through the cleaner's filter; one left with no record keeps an empty batch at the range's
     last offset. Lowers ``result.next_delete_horizon_ms`` to the horizon of a tombstone or marker kept."""
     last = group[-1]
-    seg = LogSegment(out_dir, group[0].start_offset, segment_settings(config), created_ms=created_ms, create=True)
+    settings = segment_settings(config, group[0].segment_id.topic_id_partition.topic)
+    seg = LogSegment(out_dir, group[0].start_offset, settings, created_ms=created_ms, create=True)
     try:
         fctx.kept_aborted = []
         for md in group:

@@ -5,12 +5,11 @@ other partitions load and a torn tail is still truncated as before."""
 
 from __future__ import annotations
 
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.records import legacy_message
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import UnsupportedRecordFormatError
 from tierlog.records import SimpleRecord, build_batch
@@ -19,15 +18,6 @@ from tierlog.storage.log_manager import LogManager
 
 CFG = LogConfig()
 SEGMENT = "00000000000000000000.log"
-
-
-def legacy_message(offset: int, value: bytes, magic: int = 1, timestamp_ms: int = 1_700_000_000_000) -> bytes:
-    """One message of the old format: offset, size, then crc32(magic .. value), magic, attributes,
-    [timestamp in v1], a null key and the value."""
-    body = bytes([magic, 0]) + (struct.pack(">q", timestamp_ms) if magic == 1 else b"")
-    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
-    message = struct.pack(">I", zlib.crc32(body)) + body
-    return struct.pack(">qi", offset, len(message)) + message
 
 
 def newer_batch(offset: int) -> bytes:

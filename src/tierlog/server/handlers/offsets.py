@@ -7,7 +7,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tierlog.errors import ErrorCode, OffsetOutOfRangeError, UnknownTopicOrPartitionError, error_code_of
+from tierlog.errors import (
+    ErrorCode,
+    OffsetOutOfRangeError,
+    TierlogError,
+    error_code_of,
+)
 from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
@@ -137,8 +142,8 @@ def _end_offsets_blocking(pm: PartitionManager, queries: list[tuple[str, int, in
             continue
         try:
             ulog = pm.get_log_blocking(topic, partition)
-        except UnknownTopicOrPartitionError:
-            entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        except TierlogError as e:  # unknown, refused or offline: that partition's error (see read_blocking)
+            entry["error_code"] = error_code_of(e)
             continue
         entry["leader_epoch"], entry["end_offset"] = ulog.leader_epoch_cache.end_offset_for(
             leader_epoch, ulog.log_end_offset)

@@ -268,8 +268,8 @@ class Cleaner:
         base = group[0]
         for stale in _paths(ulog.dir, base, files.CLEANED_SUFFIX) + _paths(ulog.dir, base, files.SWAP_SUFFIX):
             stale.unlink(missing_ok=True)
-        cleaned = LogSegment(ulog.dir, base, segment_settings(ulog.config), created_ms=self.clock.wall_ms(),
-                             create=True, file_suffix=files.CLEANED_SUFFIX)
+        cleaned = LogSegment(ulog.dir, base, segment_settings(ulog.config, ulog.topic),
+                             created_ms=self.clock.wall_ms(), create=True, file_suffix=files.CLEANED_SUFFIX)
         horizon: int | None = None
         ctx.kept_aborted = []
         def emit(out: bytes, kept: list[BatchHeader]) -> None:
