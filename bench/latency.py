@@ -93,6 +93,9 @@ class Paced:
     sent: int
     producer_cpu_s: float
     consumer_cpu_s: float
+    #: the most records seen waiting in the producer's queue, and how often it was full
+    queued: int
+    full: int
 
 
 def consumer_process(bootstrap: str, topic: str, warm: Event, expected: Synchronized, stop: Event,
@@ -135,7 +138,7 @@ def paced(bootstrap: str, topic: str, size: int, seconds: float, rate: float) ->
     spawn = multiprocessing.get_context("spawn")  # no fork of a process running librdkafka's threads
     warm, stop, expected = spawn.Event(), spawn.Event(), spawn.Value("q", -1)
     receive, send = spawn.Pipe(duplex=False)
-    reader = spawn.Process(target=consumer_process, args=(bootstrap, topic, warm, expected, stop, send))
+    reader = spawn.Process(target=consumer_process, args=(bootstrap, topic, warm, expected, stop, send), daemon=True)
     reader.start()
     produce_s: list[float] = []
     try:
@@ -148,7 +151,7 @@ def paced(bootstrap: str, topic: str, size: int, seconds: float, rate: float) ->
                 raise SystemExit("the consumer process ended before it received the warm-up record")
         padding = os.urandom(max(0, size - STAMP.size))
         interval = 1.0 / rate
-        sent = 0
+        sent = full = queued = 0
 
         def delivered(err: object, msg: object) -> None:
             if err is None:
@@ -162,8 +165,17 @@ def paced(bootstrap: str, topic: str, size: int, seconds: float, rate: float) ->
             if now < due:
                 producer.poll(min(due - now, 0.001))
                 continue
-            producer.produce(topic, STAMP.pack(time.monotonic()) + padding, partition=0, on_delivery=delivered)
+            value = STAMP.pack(time.monotonic()) + padding
+            while True:
+                try:
+                    producer.produce(topic, value, partition=0, on_delivery=delivered)
+                    break
+                except BufferError:  # the client's queue is full: the wait counts in this record's latency
+                    full += 1
+                    producer.poll(0.001)
             sent += 1
+            if sent % 1000 == 0:
+                queued = max(queued, len(producer))
             producer.poll(0)
         producer.flush(60)
         producer_cpu_s = own_cpu_seconds() - cpu0
@@ -173,8 +185,11 @@ def paced(bootstrap: str, topic: str, size: int, seconds: float, rate: float) ->
         end_to_end_s, consumer_cpu_s = receive.recv()
     finally:
         stop.set()
-        reader.join(60)
-    return Paced(produce_s, end_to_end_s, sent, producer_cpu_s, consumer_cpu_s)
+        reader.join(10)
+        if reader.is_alive():  # blocked sending its results to a parent that failed before reading them
+            reader.terminate()
+            reader.join()
+    return Paced(produce_s, end_to_end_s, sent, producer_cpu_s, consumer_cpu_s, queued, full)
 
 
 def loopback_round_trips(size: int, count: int) -> list[float]:
@@ -241,6 +256,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024, help="record value size in bytes")
     ap.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     ap.add_argument("--data-dir", type=Path, help="where the broker keeps its logs (default: a temp dir)")
+    ap.add_argument("--rate", type=float, help="records/s of the latency phase instead of half the measured maximum "
+                    "(the maximum is still measured and printed)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker setting, e.g. log.durable.acks=none (repeatable)")
     args = ap.parse_args()
@@ -259,12 +276,17 @@ def main() -> None:
         # The maximum's writes are still being written back; start the paced phase without them.
         os.sync()
         cpu0, wall0 = cpu_seconds(proc.pid), time.perf_counter()
-        run = paced(bootstrap, topic, args.size, args.seconds, top / 2)
+        rate = args.rate or top / 2
+        run = paced(bootstrap, topic, args.size, args.seconds, rate)
         wall = time.perf_counter() - wall0
         produce_s, end_to_end_s, sent = run.produce_s, run.end_to_end_s, run.sent
-        print(f"at 50 %: {sent:,} records at {top / 2:,.0f} records/s for {args.seconds:g} s; CPU meanwhile: broker "
+        print(f"at {rate / top:.0%} of the maximum: {rate:,.0f} records/s planned for {args.seconds:g} s, "
+              f"{sent:,} records sent ({sent / args.seconds:,.0f}/s); CPU meanwhile: broker "
               f"{(cpu_seconds(proc.pid) - cpu0) / wall:.2f} cores, producer process {run.producer_cpu_s / args.seconds:.2f}, "
               f"consumer process {run.consumer_cpu_s / wall:.2f}", flush=True)
+        print(f"producer queue: at most {run.queued:,} records waiting (sampled every 1,000), full {run.full:,} times "
+              "(a queue that grows means the broker and clients did not keep up with this rate: latency is then queueing)",
+              flush=True)
         baseline = loopback_round_trips(args.size, max(1000, min(sent, 20_000)))
         print(line("produce latency (delivery report)", produce_s, PRODUCE_P99_TARGET_MS))
         print(line("end to end (produce -> consumer receives)", end_to_end_s, END_TO_END_P99_TARGET_MS))
