@@ -206,7 +206,10 @@ class ManifestPublisher:
         self._views: dict[TopicIdPartition, _View] = {}
         #: Segments changed in the journal since the manifest last said so, per partition; and the
         #: partitions to compare whole with the journal at their next write. Guarded by _lock.
-        self._pending: dict[TopicIdPartition, set[RemoteLogSegmentId]] = {}
+        #: Each segment maps to the number of its latest change, so a write clears only the changes it
+        #: read: one recorded while a write is under way (its state read before the change) stays.
+        self._pending: dict[TopicIdPartition, dict[RemoteLogSegmentId, int]] = {}
+        self._changes = 0
         self._full: set[TopicIdPartition] = set()
         #: Partitions whose manifest is behind the journal (a failed write); guarded by _lock.
         self._behind: set[TopicIdPartition] = set()
@@ -225,7 +228,10 @@ class ManifestPublisher:
 
     def _changed(self, tip: TopicIdPartition, segment_ids: Iterable[RemoteLogSegmentId]) -> None:
         with self._lock:
-            self._pending.setdefault(tip, set()).update(segment_ids)
+            pending = self._pending.setdefault(tip, {})
+            for segment_id in segment_ids:
+                self._changes += 1
+                pending[segment_id] = self._changes
 
     def publish(self, tip: TopicIdPartition, *, full: bool = False) -> bool:
         """Write ``tip``'s manifest as the journal says it now (``full``: compared whole with the
@@ -294,7 +300,7 @@ class ManifestPublisher:
 
     def _write(self, tip: TopicIdPartition, location: str, view: _View, names: list[str], full: bool) -> bool:
         with self._lock:
-            seen = set(self._pending.get(tip, ()))
+            seen = dict(self._pending.get(tip, {}))
         state = view.state
         if view.checkpoint is None:
             # Nothing versioned yet (a new partition, or one with only a legacy _manifest.json): the
@@ -305,7 +311,7 @@ class ManifestPublisher:
             self._written(tip, seen)
             self._clean(tip, location, [LEGACY_NAME])
             return True
-        delta = self._delta(tip, state, seen, full)
+        delta = self._delta(tip, state, set(seen), full)
         if delta is None:
             self._written(tip, seen)
             return False
@@ -316,11 +322,13 @@ class ManifestPublisher:
             self._checkpoint(tip, location, view, [*names, delta_name(delta.sequence)])
         return True
 
-    def _written(self, tip: TopicIdPartition, seen: set[RemoteLogSegmentId]) -> None:
+    def _written(self, tip: TopicIdPartition, seen: dict[RemoteLogSegmentId, int]) -> None:
         with self._lock:
             left = self._pending.get(tip)
             if left is not None:
-                left -= seen
+                for segment_id, change in seen.items():
+                    if left.get(segment_id) == change:
+                        del left[segment_id]
                 if not left:
                     del self._pending[tip]
             self._full.discard(tip)

@@ -561,3 +561,57 @@ def test_a_single_file_manifest_of_an_older_broker_is_read_then_folded_into_a_ch
     assert publisher.sync_all() == [other] and not torn.exists()
     assert is_current(read_partition(rsm, rsm.manifest_location(other))[0], store, other)
     store.close()
+
+
+def test_a_change_made_while_a_delta_is_being_written_is_published_by_the_next_write(tmp_path: Path) -> None:
+    """Two threads of one broker: the expiration pass writes a delta that read a segment as copy
+    started; while that delta's PUT is under way the copier finishes the segment and asks for a write
+    (which waits for the partition). The first write must not count the finish as published: the
+    copier's write then says the segment is readable. Before the fix the finish was dropped from the
+    pending changes, so readers never saw the segment (found by tests/pipeline/test_tail.py reading
+    from S3 under load: 'offsets [(340, 680)] are in neither the local log nor the remote tier')."""
+    import threading
+
+    from tierlog.tiered.backends.local import LocalDirectoryRemoteStorageManager
+
+    inner = LocalDirectoryRemoteStorageManager()
+    inner.configure({"dir": str(tmp_path / "remote"), "fsync": "false"})
+    rsm = _Wrapped(inner)
+    store = FileRemoteLogMetadataManager(tmp_path / "j", sync=False)
+    publisher = ManifestPublisher(store, rsm, broker_id=1)
+    _add(publisher, 0, 9, S.COPY_SEGMENT_FINISHED)  # the first object: a checkpoint
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId(TIP, random_uuid()), 10, 19, 1_700_000_000_019, 1, 5, 1000,
+                                  ((0, 10),), S.COPY_SEGMENT_STARTED)
+    publisher.add_remote_log_segment_metadata(md)  # rides along with the next write
+
+    finisher: list[threading.Thread] = []
+    recorded = threading.Event()
+    record = publisher._changed
+
+    def record_then_say_so(tip: TopicIdPartition, segment_ids: Any) -> None:
+        record(tip, segment_ids)
+        if finisher:
+            recorded.set()
+
+    publisher._changed = record_then_say_so  # type: ignore[method-assign]
+
+    def copier_finishes_during_the_put(call: str, name: object) -> bool:
+        if call == "create" and not finisher:
+            t = threading.Thread(target=publisher.update_remote_log_segment_metadata, args=(
+                RemoteLogSegmentMetadataUpdate(md.segment_id, 9, S.COPY_SEGMENT_FINISHED, 1, None),))
+            finisher.append(t)
+            t.start()
+            # The copier has recorded its change and now waits for the partition's lock.
+            assert recorded.wait(30)
+        return False
+
+    rsm.crash_on = copier_finishes_during_the_put
+    assert publisher.publish(TIP)  # the expiration pass's write
+    finisher[0].join(30)
+    assert not finisher[0].is_alive()
+    manifest, _ = read_partition(rsm, rsm.manifest_location(TIP))
+    assert [(m.start_offset, m.state) for m in manifest.segments] == [
+        (0, S.COPY_SEGMENT_FINISHED), (10, S.COPY_SEGMENT_FINISHED)]
+    assert is_current(manifest, store, TIP)
+    store.close()
+
