@@ -131,6 +131,44 @@ def test_plaintext_client_on_tls_port_and_tls_client_on_plaintext_port(
     assert broker.log_text().count("SSL handshake failed") == 1
 
 
+
+def _client_hello(pki: Pki) -> bytes:
+    """The first flight of a real TLS client, taken from a memory BIO."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context(cafile=str(pki.ca_file)).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_a_client_leaving_during_the_handshake_is_a_disconnect_not_a_failed_authentication(
+        secure_broker_factory: type, pki: Pki) -> None:
+    """librdkafka closes a bootstrap connection it no longer needs, a producer destroyed mid-connect
+    resets its sockets: like Kafka's SslTransportLayer (an EOF or reset during the handshake is a
+    disconnect), that is not logged as "Failed authentication" -- which operators and the SASL tests
+    read as a refused client. A plaintext client on the TLS port still is."""
+    broker = secure_broker_factory.start(tls_overrides(pki))
+    hello = _client_hello(pki)
+    for sent in (b"", hello[: len(hello) // 2], hello):
+        raw = socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=10)
+        raw.sendall(sent)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        raw.close()
+    for _ in range(2):  # and two that close politely
+        with socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=10) as raw:
+            raw.sendall(hello[:20])
+    time.sleep(0.5)  # not a wait for a condition: there must be nothing to wait for (the lines are absent)
+    with socket.create_connection(("127.0.0.1", broker.ports["SSL"]), timeout=10) as raw:
+        raw.sendall(API_VERSIONS_V0)
+        assert _closed_by_peer(raw)
+    deadline = time.monotonic() + 10
+    while "SSL handshake failed" not in broker.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Refusals are logged once per peer and minute, so the one line must be the plaintext client's.
+    lines = [line for line in broker.log_text().splitlines() if "Failed authentication" in line]
+    assert len(lines) == 1 and "reset" not in lines[0].lower() and "eof" not in lines[0].lower(), lines
+
+
 def test_changed_certificate_is_used_without_restart(secure_broker_factory: type, pki: Pki, tmp_path: Path) -> None:
     keystore = tmp_path / "broker.pem"
     keystore.write_bytes(pki.broker_pem.read_bytes())

@@ -5,7 +5,8 @@ the server side of the handshake (``loop.start_tls``) and then hands the TLS tra
 :class:`~tierlog.server.connection.KafkaConnection`. A handshake that fails -- a plaintext client on
 the TLS port, an untrusted or expired client certificate, no common protocol version, nothing sent
 within the timeout -- closes that socket only, and is logged once per peer and minute with the
-peer's address (Kafka's "Failed authentication with /host (SSL handshake failed)").
+peer's address (Kafka's "Failed authentication with /host (SSL handshake failed)"). A peer that closes
+or resets its socket mid-handshake is a disconnect, logged at DEBUG, as in Kafka.
 
 The principal of a client certificate (mutual TLS) is its subject DN through
 ``ssl.principal.mapping.rules``; without a certificate it is ``User:ANONYMOUS``, as in Kafka.
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 #: How long a client has to complete the TLS handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
 
+
+#: The peer closing or resetting its socket before the handshake ends.
+_PEER_LEFT = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, ssl.SSLEOFError)
 
 class _Buffer(asyncio.Protocol):
     """Holds what the TLS layer decrypts between the handshake's end and the connection taking over
@@ -85,6 +89,14 @@ class TlsAcceptor(asyncio.Protocol):
             tls = await asyncio.get_running_loop().start_tls(
                 transport, buffer, self._contexts.current(), server_side=True,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        except _PEER_LEFT as e:
+            # The client went away mid-handshake (librdkafka closes a bootstrap connection it no longer
+            # needs, a producer is destroyed): a disconnect, as Kafka's SslTransportLayer treats an
+            # EOF or reset during the handshake -- not a failed authentication.
+            log.debug("connection from /%s:%d on listener %s closed during the TLS handshake (%s)", host, port,
+                      self._contexts.settings.listener, _reason(e))
+            transport.abort()
+            return
         except (ssl.SSLError, OSError, ConnectionError, TimeoutError) as e:
             self._refusals.warning(host, "Failed authentication with /%s:%d on listener %s (SSL handshake failed: %s)",
                                    host, port, self._contexts.settings.listener, _reason(e))
