@@ -2,7 +2,8 @@
 tests/unit/storage/test_unsupported_format.py) answers each request for it with KAFKA_STORAGE_ERROR,
 while the other partitions of the same request are served and the connection stays open. Before,
 a Fetch or OffsetForLeaderEpoch naming it raised out of the handler and the broker closed the
-client's connection (found by a disk-damage round: a flipped magic byte on a segment's last batch)."""
+client's connection (found by a disk-damage round: a flipped magic byte on a segment's last batch),
+and DescribeProducers answered UNKNOWN_TOPIC_OR_PARTITION."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def test_a_refused_partition_answers_kafka_storage_error_and_keeps_the_connectio
             listed = client.call(ApiKey.LIST_OFFSETS, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
                 {"name": "old", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
             assert listed.topics[0].partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            described = client.call(ApiKey.DESCRIBE_PRODUCERS, 0, {"topics": [
+                {"name": "old", "partition_indexes": [0]}, {"name": "good", "partition_indexes": [0]}]})
+            codes = {t.name: t.partitions[0].error_code for t in described.topics}
+            assert codes == {"old": ErrorCode.KAFKA_STORAGE_ERROR, "good": ErrorCode.NONE}, broker.stderr_tail()
         assert "Traceback" not in broker.log_path.read_text(), broker.stderr_tail()
         assert broker.stop() == 0, broker.stderr_tail()
         assert (tmp_path / "data" / "old-0" / SEGMENT).read_bytes() == old_bytes  # left as it was

@@ -274,7 +274,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        self._check_online()
+        self.check_online()
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
@@ -513,7 +513,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
         Returns a file region so the broker can send it without copying it through Python."""
         end_offset = self.high_watermark if max_offset is None else max_offset
-        self._check_online()
+        self.check_online()
         with self.lock:
             if start_offset == end_offset or start_offset == self._log_end_offset:
                 return FetchDataInfo(LogOffsetMetadata(start_offset), None)
@@ -640,7 +640,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         return (not self.deleted and self.offline_reason is None and self.active_segment.checked
                 and self.config.flush_messages == INT64_MAX)
 
-    def _check_online(self) -> None:
+    def check_online(self) -> None:
+        """Raise KafkaStorageError if the log, or its log dir, is offline."""
         reason = self.offline_reason
         if reason is not None:
             raise KafkaStorageError(f"{self.topic}-{self.partition} is offline: {reason}")
