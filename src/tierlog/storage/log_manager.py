@@ -599,6 +599,10 @@ class LogManager:
                         seg.close_unchanged()
             except (OSError, TierlogError) as e:
                 log.error("closing the refused %s failed: %s", refused.dir, e)
+            # No marker for its dir: the next start recovers the dir, walks the partition from
+            # offset 0 (it has no recovery point any more) and refuses it at startup; with a marker
+            # it would load unwalked and take appends until a read found the batch again.
+            failed_dirs.add(refused.dir.parent)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         for d, logs in by_dir.items():

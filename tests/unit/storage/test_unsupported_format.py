@@ -117,7 +117,8 @@ def test_a_newer_last_batch_found_by_a_read_after_a_clean_shutdown_refuses_the_p
     at its end is found only when a read reaches it. From then on the partition is refused as if
     startup had found it: an ERROR naming the file and the format, reads and appends answered
     KAFKA_STORAGE_ERROR (never a v2 batch written after it, which would make it read as damage),
-    and its files left as they are. Before, only reads failed, with a WARNING at shutdown."""
+    and its files left as they are; its dir gets no clean-shutdown marker, so the next start walks it
+    and refuses it at startup. Before, only reads failed, with a WARNING at shutdown."""
     manager = LogManager([tmp_path], lambda t: CFG)
     ulog = manager.get_or_create_log("old", 0)
     batches = [build_batch([SimpleRecord(None, b"v%d" % i, timestamp=1_700_000_000_000)]) for i in range(3)]
@@ -151,3 +152,12 @@ def test_a_newer_last_batch_found_by_a_read_after_a_clean_shutdown_refuses_the_p
     finally:
         manager.shutdown()
     assert {p.name: p.read_bytes() for p in (tmp_path / "old-0").iterdir()} == files_before
+    # No clean-shutdown marker for its dir: the next start walks it and refuses it at once.
+    assert not (tmp_path / CLEAN_SHUTDOWN).exists()
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        assert manager.get_log("old", 0) is None and manager.refused_reason("old", 0) == reason
+    finally:
+        manager.shutdown()
+    assert segment.read_bytes() == files_before[SEGMENT]  # (recovery's walk rebuilt its indexes)
