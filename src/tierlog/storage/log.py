@@ -29,6 +29,7 @@ from tierlog.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnsupportedRecordFormatError,
 )
 from tierlog.ids import METADATA_TOPIC
 from tierlog.records.header import (
@@ -167,6 +168,10 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         self.offline_reason: str | None = None
         #: Set by the log manager: a disk error here takes the whole log dir offline.
         self.failure_channel: LogDirFailureChannel | None = None
+        #: Set by the log manager: called once when a read finds data of a format tierlog does not
+        #: read (after a clean shutdown nothing walked the segment at startup), to refuse the partition.
+        self.on_refused: Callable[[UnifiedLog, str], None] | None = None
+        self.refused_reason: str | None = None
 
     # -- offsets --------------------------------------------------------------------------------------
 
@@ -274,7 +279,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        self._check_online()
+        self.check_online()
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
@@ -513,7 +518,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
         Returns a file region so the broker can send it without copying it through Python."""
         end_offset = self.high_watermark if max_offset is None else max_offset
-        self._check_online()
+        self.check_online()
         with self.lock:
             if start_offset == end_offset or start_offset == self._log_end_offset:
                 return FetchDataInfo(LogOffsetMetadata(start_offset), None)
@@ -523,23 +528,40 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                     f"of {self.topic}-{self.partition}"
                 )
             segment = self.segments.floor(start_offset)
-        while segment is not None:
-            self._ensure_checked(segment)
-            max_position: int | None = None
-            next_base = self.segments.next_base_offset(segment.base_offset)
-            if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
-                pos = segment.translate_offset(end_offset)
-                max_position = pos.position if pos is not None else None
-            try:
-                info = segment.read(start_offset, max_bytes, max_position, min_one_message, upper_offset=next_base)
-            finally:
-                if segment.damage is not None and not segment.damage_reported:
-                    self._report_damage(segment, next_base)
-            if info is not None:
-                return info
-            with self.lock:
-                segment = self.segments.higher(segment.base_offset)
+        try:
+            while segment is not None:
+                self._ensure_checked(segment)
+                max_position: int | None = None
+                next_base = self.segments.next_base_offset(segment.base_offset)
+                if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
+                    pos = segment.translate_offset(end_offset)
+                    max_position = pos.position if pos is not None else None
+                try:
+                    info = segment.read(start_offset, max_bytes, max_position, min_one_message,
+                                        upper_offset=next_base)
+                finally:
+                    if segment.damage is not None and not segment.damage_reported:
+                        self._report_damage(segment, next_base)
+                if info is not None:
+                    return info
+                with self.lock:
+                    segment = self.segments.higher(segment.base_offset)
+        except UnsupportedRecordFormatError as e:
+            self._refuse(str(e))
+            raise
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+
+    def _refuse(self, reason: str) -> None:
+        """Refuse the partition once a read finds data of a format tierlog does not read, as startup
+        refuses it: offline from now on, so no append writes a v2 batch after that data (which
+        would make it read as a damaged magic byte, and be cut off, at the next recovery)."""
+        with self.lock:
+            if self.refused_reason is not None:
+                return
+            self.refused_reason = reason
+            self.offline_reason = reason
+        if self.on_refused is not None:
+            self.on_refused(self, reason)
 
     # -- aborted transactions (read_committed fetches) --------------------------------------------
 
@@ -640,7 +662,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         return (not self.deleted and self.offline_reason is None and self.active_segment.checked
                 and self.config.flush_messages == INT64_MAX)
 
-    def _check_online(self) -> None:
+    def check_online(self) -> None:
+        """Raise KafkaStorageError if the log, or its log dir, is offline."""
         reason = self.offline_reason
         if reason is not None:
             raise KafkaStorageError(f"{self.topic}-{self.partition} is offline: {reason}")
@@ -676,9 +699,13 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         """Check the segment's indexes if startup left them unchecked (seed 003) and every batch not
         known good (CRC, lengths, offsets), e.g. before its files are uploaded to the remote tier;
         damage is reported as a read would report it."""
-        self._ensure_checked(segment)
-        next_base = self.segments.next_base_offset(segment.base_offset)
-        problem = segment.check_all_batches(next_base)
+        try:
+            self._ensure_checked(segment)
+            next_base = self.segments.next_base_offset(segment.base_offset)
+            problem = segment.check_all_batches(next_base)
+        except UnsupportedRecordFormatError as e:
+            self._refuse(str(e))
+            raise
         if problem is not None:
             self._report_damage(segment, next_base)
         return problem

@@ -1,5 +1,10 @@
 """All logs of a broker across its log directories: load at startup, create/get/delete, the
-background tasks (flush, checkpoints, seed 003's lazy checker, producer expiry), clean shutdown."""
+background tasks (flush, checkpoints, seed 003's lazy checker, producer expiry), clean shutdown.
+
+Longer than most modules (about 610 lines) because loading, creation, deletion, refusal of a
+partition whose data tierlog does not read, and shutdown all change the one map of logs (and of
+refused partitions) under one lock, and each must see the others' effects (a refused partition is
+never created again; shutdown writes no clean-shutdown marker for a dir that held one)."""
 
 from __future__ import annotations
 
@@ -137,6 +142,8 @@ class LogManager:
         #: Partitions whose files hold a record format tierlog does not read, and why: not loaded,
         #: never recreated, their files untouched.
         self.refused: dict[TopicPartition, str] = {}
+        #: Logs refused after they were loaded (:meth:`_refuse_loaded`), their files closed at shutdown.
+        self._refused_logs: list[UnifiedLog] = []
         self._lock = threading.RLock()
         self._tasks: list[TaskHandle] = []
         self.startup = StartupReport()
@@ -218,6 +225,7 @@ class LogManager:
                     continue
                 ulog = loaded
                 ulog.failure_channel = self.failure_channel
+                ulog.on_refused = self._refuse_loaded
                 self._logs[tp] = ulog
                 report.logs += 1
                 report.segments += stats.segments
@@ -339,8 +347,23 @@ class LogManager:
         return self._logs.get((topic, partition))
 
     def refused_reason(self, topic: str, partition: int) -> str | None:
-        """Why the partition was refused at startup (data in a format tierlog does not read), if it was."""
+        """Why the partition was refused (data in a format tierlog does not read), if it was."""
         return self.refused.get((topic, partition))
+
+    def _refuse_loaded(self, ulog: UnifiedLog, reason: str) -> None:
+        """A loaded log's read found data of a format tierlog does not read (after a clean shutdown
+        startup does not walk the segments): the partition is refused from now on as if startup had
+        found it. Its log is dropped, not closed, so nothing more is written to its files (no trim,
+        final time index entry or producer snapshot; the startup refusal never opens them) and only
+        closed at shutdown, when no read can be using them."""
+        tp = (ulog.topic, ulog.partition)
+        with self._lock:
+            if self._logs.get(tp) is not ulog:
+                return
+            del self._logs[tp]
+            self.refused[tp] = reason
+            self._refused_logs.append(ulog)
+        log.error("partition refused topic=%s partition=%d: %s", tp[0], tp[1], reason)
 
     def all_logs(self) -> dict[TopicPartition, UnifiedLog]:
         with self._lock:
@@ -405,6 +428,7 @@ class LogManager:
             except OSError as e:
                 raise self.failure_channel.raise_offline(path.parent, e, f"creating the log {path.name}") from e
             ulog.failure_channel = self.failure_channel
+            ulog.on_refused = self._refuse_loaded
             self._logs[(topic, partition)] = ulog
             log.info("created log for %s-%d in %s", topic, partition, path.parent)
             return ulog
@@ -573,6 +597,17 @@ class LogManager:
                 continue
             for ulog in logs.values():
                 ulog.mark_synced()
+        for refused in self._refused_logs:
+            try:
+                with refused.lock:
+                    for seg in refused.segments.materialized():
+                        seg.close_unchanged()
+            except (OSError, TierlogError) as e:
+                log.error("closing the refused %s failed: %s", refused.dir, e)
+            # No marker for its dir: the next start recovers the dir, walks the partition from
+            # offset 0 (it has no recovery point any more) and refuses it at startup; with a marker
+            # it would load unwalked and take appends until a read found the batch again.
+            failed_dirs.add(refused.dir.parent)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         for d, logs in by_dir.items():

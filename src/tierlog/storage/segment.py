@@ -940,6 +940,15 @@ class LogSegment:
         self.txn_index.close()
         self.log.close()
 
+    def close_unchanged(self) -> None:
+        """Close without the final time index entry (a refused partition: nothing new is written;
+        its data may not even be readable); the indexes are trimmed back to their valid size,
+        undoing the preallocation that loading the active segment made."""
+        self._offset_index.close()
+        self._time_index.close()
+        self.txn_index.close()
+        self.log.close()
+
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         def renamed(p: Path) -> Path:
             name = p.name[: len(p.name) - len(old_suffix)] if old_suffix and p.name.endswith(old_suffix) else p.name

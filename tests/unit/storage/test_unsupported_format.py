@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.records import legacy_message
 from tierlog.config.log_config import LogConfig
-from tierlog.errors import UnsupportedRecordFormatError
+from tierlog.errors import KafkaStorageError, UnsupportedRecordFormatError
 from tierlog.records import SimpleRecord, build_batch
 from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
 from tierlog.storage.log_manager import LogManager
@@ -109,3 +109,55 @@ def test_a_newer_magic_followed_by_a_v2_batch_is_a_damaged_byte_not_a_format(tmp
         assert segment.stat().st_size == len(batches[0]) + len(batches[1])
     finally:
         manager.shutdown()
+
+
+def test_a_newer_last_batch_found_by_a_read_after_a_clean_shutdown_refuses_the_partition(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """After a clean shutdown no recovery walks the segment, so an intact batch of a newer format
+    at its end is found only when a read reaches it. From then on the partition is refused as if
+    startup had found it: an ERROR naming the file and the format, reads and appends answered
+    KAFKA_STORAGE_ERROR (never a v2 batch written after it, which would make it read as damage),
+    and its files left as they are; its dir gets no clean-shutdown marker, so the next start walks it
+    and refuses it at startup. Before, only reads failed, with a WARNING at shutdown."""
+    manager = LogManager([tmp_path], lambda t: CFG)
+    ulog = manager.get_or_create_log("old", 0)
+    batches = [build_batch([SimpleRecord(None, b"v%d" % i, timestamp=1_700_000_000_000)]) for i in range(3)]
+    for batch in batches:
+        ulog.append_as_leader(batch)
+    ulog.roll()  # an inactive segment: a clean startup does not read its batches
+    ulog.append_as_leader(build_batch([SimpleRecord(None, b"next", timestamp=1_700_000_000_000)]))
+    manager.shutdown()
+    segment = tmp_path / "old-0" / SEGMENT
+    raw = bytearray(segment.read_bytes())
+    last = len(raw) - len(batches[2])
+    raw[last + 16] = 3  # the magic, outside the CRC-32C: an intact batch of magic 3, the segment's last
+    segment.write_bytes(bytes(raw))
+    files_before = {p.name: p.read_bytes() for p in (tmp_path / "old-0").iterdir()}
+
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        old = manager.get_log("old", 0)
+        assert old is not None and manager.refused_reason("old", 0) is None  # clean: not walked at startup
+        with caplog.at_level("WARNING"), pytest.raises(UnsupportedRecordFormatError, match="record batch of magic 3"):
+            old.read(0, 1 << 20, max_offset=old.log_end_offset)
+        reason = manager.refused_reason("old", 0)
+        assert reason is not None and str(segment) in reason and "record batch of magic 3" in reason, reason
+        refusals = [r for r in caplog.records if "partition refused topic=old partition=0" in r.getMessage()]
+        assert [r.levelname for r in refusals] == ["ERROR"] and str(segment) in refusals[0].getMessage()
+        with pytest.raises(KafkaStorageError):
+            old.append_as_leader(build_batch([SimpleRecord(None, b"after", timestamp=1_700_000_000_000)]))
+        with pytest.raises(UnsupportedRecordFormatError):
+            manager.get_or_create_log("old", 0)  # every later request gets the reason
+    finally:
+        manager.shutdown()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "old-0").iterdir()} == files_before
+    # No clean-shutdown marker for its dir: the next start walks it and refuses it at once.
+    assert not (tmp_path / CLEAN_SHUTDOWN).exists()
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        assert manager.get_log("old", 0) is None and manager.refused_reason("old", 0) == reason
+    finally:
+        manager.shutdown()
+    assert segment.read_bytes() == files_before[SEGMENT]  # (recovery's walk rebuilt its indexes)

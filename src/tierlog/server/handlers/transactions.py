@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from tierlog.errors import ErrorCode as Code
+from tierlog.errors import TierlogError, error_code_of
 from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
@@ -259,8 +260,12 @@ def _describe_producers_blocking(ctx: BrokerContext, wanted: list[tuple[str, lis
                 continue
             try:
                 ulog = ctx.partitions.get_log_blocking(topic, p)
-            except Exception:
-                results.append({"partition_index": p, "error_code": Code.UNKNOWN_TOPIC_OR_PARTITION,
+                ulog.check_online()
+            except TierlogError as e:
+                # Unknown, or refused at startup (UnsupportedRecordFormatError) or on an offline log
+                # dir: KAFKA_STORAGE_ERROR for those, as Kafka's getPartitionOrError answers an
+                # offline partition (see PartitionManager.read_blocking).
+                results.append({"partition_index": p, "error_code": error_code_of(e),
                                 "error_message": None, "active_producers": []})
                 continue
             with ulog.lock:
