@@ -125,6 +125,16 @@ class DataWaiters:
     def notify_all(self) -> None:
         self.notify(list(self._by_partition))
 
+    def notifier(self, loop: asyncio.AbstractEventLoop) -> Callable[[UnifiedLog], None]:
+        """A log's high watermark listener: wakes the fetches waiting on it, on ``loop``, from the
+        thread whose fsync or flush moved the high watermark (the fetch reads up to it)."""
+        def advanced(ulog: UnifiedLog) -> None:
+            try:
+                loop.call_soon_threadsafe(self.notify, [(ulog.topic, ulog.partition)])
+            except RuntimeError:
+                pass  # the loop is closed: the broker stopped, nobody waits
+        return advanced
+
 
 class PartitionManager:
     def __init__(self, log_manager: LogManager, image: Callable[[], MetadataImage], node_id: int,
@@ -221,7 +231,13 @@ class PartitionManager:
                 out.append(AppendResult(code, log_start_offset=start, error_message=str(e) or type(e).__name__,
                                         record_errors=record_errors))
                 continue
-            synced = self.log_manager.sync_future(ulog, info) if durable else None
+            synced = None
+            if durable:
+                synced = self.log_manager.sync_future(ulog, info)
+            elif ulog.hw_follows_durable and not info.duplicate:
+                # Answered now (acks=1 under log.durable.acks=all), but consumers see the records only
+                # once they are fsynced: the sync is asked for all the same, so the high watermark moves.
+                self.log_manager.sync_future(ulog, info, answered=False)
             out.append(AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
                                     duplicate=info.duplicate, synced=synced))
         return out

@@ -60,6 +60,7 @@ from tierlog.storage.checkpoints import (
     PartitionMetadataFile,
 )
 from tierlog.storage.file_records import FileRecords
+from tierlog.storage.high_watermark import DurableOffset, high_watermark_of
 from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
@@ -93,6 +94,8 @@ class LogAppendInfo:
     duplicate: bool = False
     #: The segment file holding the batches: what a durable acknowledgement waits to see synced.
     sync_file: FileRecords | None = None
+    #: That segment's base offset (the durable offset counts its sync once it reaches it).
+    sync_segment_base_offset: int = -1
 
 
 def segment_settings(config: LogConfig, topic: str) -> SegmentSettings:
@@ -145,6 +148,15 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._log_end_offset = next_offset
+        #: Below it every record is on disk. A loaded log starts fsynced to its end (the log manager
+        #: flushes what recovery kept above the recovery point before serving it).
+        self.durable = DurableOffset(next_offset)
+        #: Set by the log manager from ``log.durable.acks``: the high watermark follows the durable
+        #: offset (records are committed once fsynced) instead of the log end offset.
+        self.hw_follows_durable = False
+        #: Set by the broker: called when the high watermark moves without an append moving it -- an
+        #: fsync, a flush -- on whatever thread moved it, maybe holding this log's lock: it must not block.
+        self.on_high_watermark_advanced: Callable[[UnifiedLog], None] | None = None
         self.producer_state = producer_state
         self.leader_epoch_cache = leader_epoch_cache
         self.clock = clock
@@ -181,8 +193,25 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     @property
     def high_watermark(self) -> int:
-        # A single replica is the whole ISR: everything appended is committed.
-        return self._log_end_offset
+        # A single replica is the whole ISR: what is appended is committed -- once it is fsynced,
+        # with durable acknowledgements (high_watermark.py).
+        return high_watermark_of(self._log_end_offset, self.durable.offset, self.hw_follows_durable)
+
+    def durable_synced(self, segment_base_offset: int, end_offset: int) -> None:
+        """The group commit fsynced the records of the segment at ``segment_base_offset`` below
+        ``end_offset`` (called on its sync thread, before the produce is answered)."""
+        if self.durable.synced(segment_base_offset, end_offset):
+            self._durable_moved()
+
+    def _durable_moved(self) -> None:
+        if not self.hw_follows_durable:
+            return
+        with self.lock:
+            # Transactions completed below the new high watermark stop bounding the LSO.
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
+        listener = self.on_high_watermark_advanced
+        if listener is not None:
+            listener(self)
 
     @property
     def last_stable_offset(self) -> int:
@@ -355,12 +384,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             staged = self.producer_state.validate_and_stage(assigned, origin)
             duplicate = staged.duplicate
             if duplicate is not None:
+                holding = self._segment_holding(duplicate.first_offset)
                 return LogAppendInfo(
                     first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
                     max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
                     log_append_time_ms=duplicate.timestamp if log_append_time else -1,
                     log_start_offset=self.log_start_offset, records_count=0, valid_bytes=0, duplicate=True,
-                    sync_file=self._file_holding(duplicate.first_offset),
+                    sync_file=None if holding is None else holding.log,
+                    sync_segment_base_offset=-1 if holding is None else holding.base_offset,
                 )
             if len(assigned) == 1:
                 max_ts, count = first.max_timestamp, first.last_offset_delta + 1
@@ -383,20 +414,21 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                     segment.txn_index.append(
                         AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, completion.last_stable_offset))
             self._log_end_offset = last_offset + 1
-            # A single replica is the whole ISR, so the high watermark moves with the log end: completed
+            # Without durable acknowledgements the high watermark moves with the log end: completed
             # transactions below it stop bounding the last stable offset (Kafka's onHighWatermarkUpdated).
+            # With them it moves at the fsync (durable_synced), and so does this.
             self.producer_state.on_high_watermark_updated(self.high_watermark)
             self._unflushed_messages += count
             if self._unflushed_messages >= config.flush_messages:
                 self.flush()
             return LogAppendInfo(first.base_offset, last_offset, max_ts, offset_of_max,
                                  now_ms if log_append_time else -1, self.log_start_offset, count, size,
-                                 False, segment.log)
+                                 False, segment.log, segment.base_offset)
 
-    def _file_holding(self, offset: int) -> FileRecords | None:
-        """The materialised segment file holding ``offset`` (a retried batch may still await its sync)."""
+    def _segment_holding(self, offset: int) -> LogSegment | None:
+        """The materialised segment holding ``offset`` (a retried batch may still await its sync)."""
         seg = self.segments.floor(offset)
-        return seg.log if seg is not None and self.segments.is_materialized(seg.base_offset) else None
+        return seg if seg is not None and self.segments.is_materialized(seg.base_offset) else None
 
     def _check_timestamps(self, headers: list[BatchHeader], stats: list[BatchStats], now_ms: int,
                           config: LogConfig) -> None:
@@ -501,6 +533,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.flush_snapshots()
             if target > self.recovery_point:
                 self.recovery_point = target
+            if self.durable.flushed(target):
+                self._durable_moved()
             if offset is None:
                 self._unflushed_messages = 0
             self.last_flush_ms = self.clock.wall_ms()
@@ -527,6 +561,10 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                     f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
                     f"of {self.topic}-{self.partition}"
                 )
+            if start_offset > end_offset:
+                # Past the high watermark (or the LSO) but within the log: nothing to serve yet (the
+                # bound below only cuts the segment holding it, not a later one).
+                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
             segment = self.segments.floor(start_offset)
         try:
             while segment is not None:
@@ -783,6 +821,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self._ensure_checked(active)
             active.truncate_to(target_offset)
             self._log_end_offset = target_offset
+            self.durable.truncated(target_offset)
             self.recovery_point = min(self.recovery_point, target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, target_offset,
@@ -801,6 +840,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                              roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             self._log_end_offset = new_offset
+            self.durable.reset(new_offset)
             self.log_start_offset = new_offset
             self.recovery_point = new_offset
             self.leader_epoch_cache.clear_and_flush()
@@ -836,6 +876,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         reaches the log end offset."""
         with self.lock:
             self.recovery_point = max(self.recovery_point, self._log_end_offset)
+            if self.durable.flushed(self._log_end_offset):
+                self._durable_moved()
 
     def delete(self) -> None:
         with self.lock:
