@@ -49,8 +49,10 @@ def test_a_flipped_character_in_partition_metadata_keeps_the_partition(tmp_path:
         assert ctx is not None
         if not second:
             await ctx.io.run(ctx.controller.create_topic, "orders", 1, 1, {"retention.ms": "-1"})
-            results = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 0, records(4))])
-            assert results[0].error_code == 0
+            # Durable (as acks=all is by default): readable once fsynced, which the answer waits for.
+            results = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 0, records(4))], durable=True)
+            assert results[0].error_code == 0 and results[0].synced is not None
+            await asyncio.wrap_future(results[0].synced)
         reads = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("orders", 0, 0, 1 << 20)], 1 << 20)
         data = reads[0].records
         assert isinstance(data, bytes)
@@ -127,7 +129,9 @@ def test_a_topic_a_damaged_metadata_log_lost_is_restored_from_its_logs(tmp_path:
         assert ctx is not None
         if create:
             await ctx.io.run(ctx.controller.create_topic, "orders", 2, 1, {"retention.ms": "3600000"})
-            assert (await ctx.io.run(ctx.partitions.append_blocking, [("orders", 1, records(4))]))[0].error_code == 0
+            [result] = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 1, records(4))], durable=True)
+            assert result.error_code == 0 and result.synced is not None
+            await asyncio.wrap_future(result.synced)  # readable once fsynced
         topic = ctx.image.topics_by_name["orders"]
         reads = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("orders", 1, 0, 1 << 20)], 1 << 20)
         data = reads[0].records
