@@ -97,7 +97,7 @@ def _take(region: FileRegion, copy_all: bool) -> bytes | FileSlice:
 
 
 class DataWaiters:
-    """Futures of fetches waiting for data, by partition; an append completes them."""
+    """Futures of fetches waiting for data, by partition; a moving high watermark completes them."""
 
     def __init__(self) -> None:
         self._by_partition: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -265,7 +265,9 @@ class PartitionManager:
                 result.error_code = ErrorCode.FENCED_LEADER_EPOCH if spec.current_leader_epoch < epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
             hw = ulog.high_watermark
-            lso = ulog.last_stable_offset
+            # Read after: an fsync may move the high watermark between the two reads, and the LSO
+            # answered with this high watermark must not pass it.
+            lso = min(ulog.last_stable_offset, hw)
             result.high_watermark, result.last_stable_offset = hw, lso
             result.log_start_offset = self.log_start_offset(ulog)
             limit = min(spec.partition_max_bytes, remaining)
