@@ -1,14 +1,14 @@
 """A partition's log: validated appends with offset assignment, reads, rolls, flushes, truncation,
 the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog).
 
-Longer than most modules (about 780 lines) because what stays here is one state machine under one
+Longer than most modules (about 890 lines) because what stays here is one state machine under one
 lock: appends, rolls, flushes, reads, the lazy checks of seed 003 and truncation all move or read
 the same log end offset, recovery point, active segment and producer state, and each must see the
 others' effects (an append checks the segment it rolls to; a read checks the segment it reads; a
 truncation rebuilds the producer state appends stage against). The parts with a seam of their own
 live beside it: the checks of a produce request's bytes (:mod:`.append_validation`), retention
 applied to the log (:mod:`.log_retention`), what the tiered layer may change (:mod:`.log_tiering`),
-and loading (:mod:`.loader`)."""
+the durable offset the high watermark follows (:mod:`.high_watermark`) and loading (:mod:`.loader`)."""
 
 from __future__ import annotations
 

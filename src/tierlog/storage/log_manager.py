@@ -1,7 +1,7 @@
 """All logs of a broker across its log directories: load at startup, create/get/delete, the
 background tasks (flush, checkpoints, seed 003's lazy checker, producer expiry), clean shutdown.
 
-Longer than most modules (about 640 lines) because loading, creation, deletion, refusal of a
+Longer than most modules (about 650 lines) because loading, creation, deletion, refusal of a
 partition whose data tierlog does not read, and shutdown all change the one map of logs (and of
 refused partitions) under one lock, and each must see the others' effects (a refused partition is
 never created again; shutdown writes no clean-shutdown marker for a dir that held one)."""
