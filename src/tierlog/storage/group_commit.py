@@ -235,3 +235,26 @@ def _settle(fut: Future[None], error: BaseException | None) -> None:
             fut.set_exception(error)
     except InvalidStateError:
         pass  # cancelled between the sync's start and now: nobody is waiting
+
+
+def all_done(futures: list[Future[None]]) -> Future[None]:
+    """A future completed once every one of ``futures`` is, with the first error among them."""
+    if len(futures) == 1:
+        return futures[0]
+    out: Future[None] = Future()
+    lock = threading.Lock()
+    left = [len(futures)]
+
+    def one_done(fut: Future[None]) -> None:
+        error = None if fut.cancelled() else fut.exception()
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if error is not None:
+            _settle(out, error)
+        elif last:
+            _settle(out, None)
+
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    return out

@@ -17,6 +17,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir
@@ -202,6 +203,21 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         ``end_offset`` (called on its sync thread, before the produce is answered)."""
         if self.durable.synced(segment_base_offset, end_offset):
             self._durable_moved()
+
+    def segments_awaiting_sync(self, below_base_offset: int) -> list[tuple[int, int, FileRecords]]:
+        """(base offset, next segment's base offset, file) of each closed segment holding records
+        between the durable offset and ``below_base_offset``: what must be synced too before records of
+        the segment at ``below_base_offset`` count as durable (a roll's own flush runs later, apart)."""
+        with self.lock:
+            durable = self.durable.offset
+            bases = self.segments.base_offsets
+            out: list[tuple[int, int, FileRecords]] = []
+            for base, next_base in pairwise(bases):
+                if base >= below_base_offset:
+                    break
+                if next_base > durable and self.segments.is_materialized(base):
+                    out.append((base, next_base, self.segments.get(base).log))
+            return out
 
     def _durable_moved(self) -> None:
         if not self.hw_follows_durable:

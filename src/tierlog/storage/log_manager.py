@@ -41,7 +41,7 @@ from tierlog.storage.checkpoints import (
     salvage_meta_properties,
     well_formed_cluster_id,
 )
-from tierlog.storage.group_commit import GroupCommit
+from tierlog.storage.group_commit import GroupCommit, all_done
 from tierlog.storage.high_watermark import follows_durable_offset
 from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.listing_manifest import (
@@ -412,8 +412,17 @@ class LogManager:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment
             return done
-        return commit.request(info.sync_file, info.valid_bytes if answered else 0,
-                              partial(ulog.durable_synced, info.sync_segment_base_offset, info.last_offset + 1))
+        base = info.sync_segment_base_offset
+        synced = commit.request(info.sync_file, info.valid_bytes if answered else 0,
+                                partial(ulog.durable_synced, base, info.last_offset + 1))
+        if not ulog.hw_follows_durable or ulog.durable.offset >= base:
+            return synced
+        # Right after a roll the closed segment's last records may not be synced yet (its own syncs
+        # and the roll's flush run apart): they are synced too before this answer, so that what a
+        # produce was acknowledged for is below the high watermark -- readable -- as in Kafka.
+        earlier = [commit.request(records, 0, partial(ulog.durable_synced, seg_base, seg_end))
+                   for seg_base, seg_end, records in ulog.segments_awaiting_sync(base)]
+        return all_done([synced, *earlier])
 
     def sync_room(self, topic: str, partition: int) -> Future[None] | None:
         """None when a durable append to the partition may go ahead, else a future completed once

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.helpers.server import config
+from tests.helpers.server import append_durably, config
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.ids import random_uuid
 from tierlog.records import SimpleRecord, build_batch, iter_batches
@@ -256,11 +256,11 @@ def test_a_damaged_local_batch_is_served_from_its_remote_copy(tmp_path: Path, ca
                 await ctx.io.run(ctx.controller.create_topic, "r", 1, 1,
                                  {"segment.bytes": "1024", "retention.ms": "-1", "remote.storage.enable": "true"})
                 for i in range(30):
-                    ok = await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))])
+                    ok = await append_durably(ctx, [("r", 0, records(1))])
                     assert ok[0].error_code == 0, i
                 await ctx.io.run(ctx.remote_log_manager.copy_all)
                 for _ in range(20):  # a closed segment the remote tier does not have yet
-                    assert (await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))]))[0].error_code == 0
+                    assert (await append_durably(ctx, [("r", 0, records(1))]))[0].error_code == 0
             ulog = ctx.log_manager.get_log("r", 0)
             assert ulog is not None
             out = []

@@ -18,6 +18,7 @@ from tierlog.storage.high_watermark import DurableOffset, follows_durable_offset
 from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 from tierlog.storage.producer_state import AppendOrigin
+from tierlog.testing.clock import ManualClock, ManualScheduler
 
 CFG = LogConfig()
 
@@ -125,6 +126,22 @@ def test_an_append_acknowledged_before_its_fsync_still_moves_the_high_watermark_
     syncs.release()
     done.result(30)
     assert ulog.high_watermark == 2
+    mgr.shutdown()
+
+
+def test_an_answer_right_after_a_roll_waits_for_the_closed_segments_records(tmp_path: Path) -> None:
+    clock = ManualClock()
+    mgr = LogManager([tmp_path], lambda t: CFG, LogManagerSettings(durable_acks="all"), clock=clock,
+                     scheduler=ManualScheduler(clock))
+    mgr.startup_logs()
+    ulog = mgr.get_or_create_log("t", 0)
+    ulog.append_as_leader(batch(2))  # offsets 0-1, answered on append (no sync asked yet)
+    ulog.roll()  # its flush of the closed segment is scheduled, not run
+    assert ulog.high_watermark == 0
+    done = mgr.sync_future(ulog, ulog.append_as_leader(batch(1)))  # offset 2, in the new segment
+    done.result(30)
+    # Acknowledged means readable: the closed segment's records were synced before the answer too.
+    assert ulog.high_watermark == 3
     mgr.shutdown()
 
 
