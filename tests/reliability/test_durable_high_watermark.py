@@ -34,10 +34,10 @@ pytestmark = [pytest.mark.integration,
 LONG_POLL_MS = 120_000
 
 
-def _log_end_offset(url: str, topic: str) -> int:
+def _gauge(url: str, name: str, topic: str) -> int:
     with urllib.request.urlopen(url, timeout=10) as resp:
         for line in resp.read().decode().splitlines():
-            if line.startswith("tierlog_log_end_offset{") and f'topic="{topic}"' in line:
+            if line.startswith(name + "{") and f'topic="{topic}"' in line:
                 return int(float(line.rsplit(" ", 1)[1]))
     return -1
 
@@ -109,7 +109,7 @@ def test_consumers_see_a_record_only_once_it_is_fsynced(tmp_path: Path) -> None:
         durable.produce("t", b"b", partition=0, on_delivery=report)
         durable.poll(0)
         # Appended (the log end moved) but its fdatasync is held: not acknowledged, not readable.
-        assert wait_until(lambda: _log_end_offset(url, "t") == 2, 60), broker.stderr_tail()
+        assert wait_until(lambda: _gauge(url, "tierlog_log_end_offset", "t") == 2, 60), broker.stderr_tail()
         # acks=1 is answered on append, yet its record is no more committed than the first.
         on_append.produce("t", b"c", partition=0, on_delivery=report)
         assert on_append.flush(60) == 0 and delivered.get(b"c") == 2, (delivered, broker.stderr_tail())
@@ -120,6 +120,7 @@ def test_consumers_see_a_record_only_once_it_is_fsynced(tmp_path: Path) -> None:
         assert p.error_code == ErrorCode.NONE and not p.records, p
         assert (p.high_watermark, p.last_stable_offset) == (1, 1), p
         assert _latest(broker.port, 0) == 1 and _latest(broker.port, 1) == 1
+        assert _gauge(url, "tierlog_log_high_watermark", "t") == 1
         assert not consumed(2) and got == [(0, b"a")]
         assert poller.is_alive(), long_poll  # the long poll saw the appends and kept waiting
 

@@ -114,6 +114,7 @@ def test_collector_reads_logs_retention_metadata_and_connections_and_the_endpoin
             assert value(registry, "tierlog_log_segments", topic="m", partition="1") == 1
             assert value(registry, "tierlog_log_size_bytes", topic="m", partition="1") == 0
             assert value(registry, "tierlog_log_end_offset", topic="m", partition="0") == 40
+            assert value(registry, "tierlog_log_high_watermark", topic="m", partition="0") == 40  # appends synced
             assert value(registry, "tierlog_log_unchecked_segments") == 0
             assert value(registry, "tierlog_log_segment_deletions_total", reason="timestamp_floor") == 0
 
