@@ -31,6 +31,7 @@ from tierlog.errors import (
 )
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
+    HEADER_SIZE_UP_TO_MAGIC,
     INT32_MAX,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -40,7 +41,13 @@ from tierlog.records.header import (
 )
 from tierlog.records.reader import records_max_timestamp
 from tierlog.storage import files
-from tierlog.storage.batch_check import BatchProblem, BatchWalk, CheckedBatch, VerifiedSpans
+from tierlog.storage.batch_check import (
+    BatchProblem,
+    BatchWalk,
+    CheckedBatch,
+    VerifiedSpans,
+    first_unsupported,
+)
 from tierlog.storage.file_records import FileRecords, FileRegion
 from tierlog.storage.index import OffsetIndex, TimeIndex, looks_untrimmed
 from tierlog.storage.txn_index import TransactionIndex
@@ -512,6 +519,16 @@ class LogSegment:
             raise UnsupportedRecordFormatError(
                 f"{self.log.path}: byte {problem.position} (offset {problem.offset}) holds {problem.reason}; "
                 "the partition is refused and its files are left as they are")
+
+    def refuse_unsupported_format(self) -> None:
+        """Raise UnsupportedRecordFormatError if the segment holds data of a format tierlog does not
+        read, judged from its entries' length and magic fields (see :func:`first_unsupported`), without
+        opening its indexes: recovery asks every segment it will rewrite before it rewrites any."""
+        size = self.log.size_bytes
+        if self.settings.v2_only or size < HEADER_SIZE_UP_TO_MAGIC:
+            return
+        with mmap.mmap(self.log.fd, 0, access=mmap.ACCESS_READ) as mm:
+            self._refuse_unsupported(first_unsupported(mm, min(size, len(mm)), self.base_offset))
 
     def _walk(self, position: int, *, expected_offset: int | None, upper_offset: int | None = None,
               stop_offset: int | None = None, exact_end: int | None = None,
