@@ -519,18 +519,27 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
              min_one_message: bool = True) -> FetchDataInfo:
         """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
 
-        Returns a file region so the broker can send it without copying it through Python."""
+        Returns a file region so the broker can send it without copying it through Python. The
+        segments are read under the log's lock, which retention and the cleaner hold while they
+        delete or replace segments, so a read never finds its segment's file closed under it (with
+        ``file.delete.delay.ms=0`` the files go the moment the segment does: the read then either
+        went first or finds its offset below the new log start, OFFSET_OUT_OF_RANGE). The region
+        stays valid only while the caller holds the lock: take its bytes (or a duplicate of its
+        descriptor) before releasing it, as :meth:`read_bytes` and the Fetch path do."""
         end_offset = self.high_watermark if max_offset is None else max_offset
         self.check_online()
         with self.lock:
-            if start_offset == end_offset or start_offset == self._log_end_offset:
-                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
-            if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
-                    f"of {self.topic}-{self.partition}"
-                )
-            segment = self.segments.floor(start_offset)
+            return self._read_locked(start_offset, end_offset, max_bytes, min_one_message)
+
+    def _read_locked(self, start_offset: int, end_offset: int, max_bytes: int, min_one_message: bool) -> FetchDataInfo:
+        if start_offset == end_offset or start_offset == self._log_end_offset:
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
+                f"of {self.topic}-{self.partition}"
+            )
+        segment = self.segments.floor(start_offset)
         while segment is not None:
             self._ensure_checked(segment)
             max_position: int | None = None
@@ -546,8 +555,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                     self._report_damage(segment, next_base)
             if info is not None:
                 return info
-            with self.lock:
-                segment = self.segments.higher(segment.base_offset)
+            segment = self.segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
 
     def refuse(self, reason: str) -> None:
@@ -631,7 +639,10 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 self._check_segment(earlier)
 
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
-        return self.read(start_offset, max_bytes).read_bytes()
+        """The bytes of :meth:`read`, taken under the log's lock: a segment deleted meanwhile
+        (``file.delete.delay.ms=0``) cannot close the file before they are read."""
+        with self.lock:
+            return self.read(start_offset, max_bytes).read_bytes()
 
     @refuses_partition
     @disk_errors
