@@ -200,6 +200,14 @@ class _Acceptor:
             delay_ms = max(self._busy_until_ms - self._owner.now_ms(), 0)
             self._wakeup = asyncio.get_running_loop().call_later(delay_ms / 1000.0, self._drain)
 
+    def close(self) -> None:
+        """Shutdown: the connections still waiting are closed unserved."""
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        while self._queue:
+            self._queue.popleft().transport.abort()
+
     def _drain(self) -> None:
         self._wakeup = None
         while self._queue and not self._serving:
@@ -221,11 +229,13 @@ class ConnectionRateGate:
         self.broker_rate = broker_rate
         self._clock = clock
         self._held: set[asyncio.Transport] = set()
+        self._acceptors: list[_Acceptor] = []
         self._last_report_ms = -10_000_000
 
     def wrap(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.BaseProtocol]:
         """One listener's factory behind its own acceptor (call once per listener)."""
         acceptor = _Acceptor(self)
+        self._acceptors.append(acceptor)
 
         def make() -> asyncio.BaseProtocol:
             return _Gate(self, factory, acceptor)
@@ -261,6 +271,8 @@ class ConnectionRateGate:
         for transport in list(self._held):
             transport.abort()
         self._held.clear()
+        for acceptor in self._acceptors:
+            acceptor.close()
 
     def _throttled(self, transport: asyncio.Transport, host: str, throttle_ms: int) -> None:
         transport.pause_reading()
