@@ -14,8 +14,10 @@ from tierlog.records.compression import CompressionType, decompress
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     COMPRESSION_MASK,
+    CONTROL_MASK,
     LOG_APPEND_TIME,
     MAGIC_V2,
+    NO_PRODUCER_ID,
     NO_TIMESTAMP,
     BatchHeader,
     Buffer,
@@ -203,8 +205,10 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
     count = header.records_count
     if count < 0:
         raise InvalidRecordError(f"Found invalid record count {count} in magic v2 batch at offset {base_offset}")
+    attributes = header.attributes
     if from_client:
-        if header.is_control:
+        # Fields, not the properties that say the same: this runs for every produced batch.
+        if attributes & CONTROL_MASK:
             raise InvalidRecordError("Clients are not allowed to write control records")
         if header.last_offset_delta < 0:
             raise InvalidRecordError(
@@ -218,12 +222,12 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
                 f"Inconsistent batch offset range [{base_offset}, {header.last_offset}] and count of "
                 f"records {count}: lastOffsetDelta must be {count - 1}"
             )
-        if header.has_producer_id and header.base_sequence < 0:
+        if header.producer_id > NO_PRODUCER_ID and header.base_sequence < 0:
             raise InvalidRecordError(
                 f"Invalid sequence number {header.base_sequence} in record batch with producerId "
                 f"{header.producer_id}"
             )
-    if header.attributes & COMPRESSION_MASK == 0:
+    if attributes & COMPRESSION_MASK == 0:
         # ensure_valid checked the batch is whole: its records are walked where they lie, without
         # _records_region's checks again.
         position = header.position
