@@ -84,8 +84,8 @@ class LogConfig:
     @cached_property
     def checks_create_times(self) -> bool:
         """Whether produced records' CreateTime timestamps are checked against
-        message.timestamp.before/after.max.ms: not on a LogAppendTime topic, nor at the defaults, which
-        accept any timestamp (Kafka's long arithmetic never exceeds Long.MAX_VALUE)."""
+        message.timestamp.before/after.max.ms: not on a LogAppendTime topic, nor when both are
+        Long.MAX_VALUE, which accepts any timestamp (Kafka's long arithmetic never exceeds it)."""
         return not self.log_append_time and (
             self.message_timestamp_before_max_ms != INT64_MAX or self.message_timestamp_after_max_ms != INT64_MAX)
 
