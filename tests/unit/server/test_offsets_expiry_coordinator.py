@@ -11,11 +11,11 @@ import struct
 from pathlib import Path
 
 from tests.helpers.server import with_broker
+from tierlog.clock import SystemClock
 from tierlog.server.context import BrokerContext
 from tierlog.server.groups.consumer_group import HeartbeatRequest
 from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.groups.group import GroupState
-from tierlog.clock import SystemClock
 from tierlog.testing import ManualClock
 
 RET_MS = 60_000
