@@ -1,7 +1,7 @@
 """A partition's log: validated appends with offset assignment, reads, rolls, flushes, truncation,
 the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog).
 
-Longer than most modules (about 890 lines) because what stays here is one state machine under one
+Longer than most modules (about 940 lines) because what stays here is one state machine under one
 lock: appends, rolls, flushes, reads, the lazy checks of seed 003 and truncation all move or read
 the same log end offset, recovery point, active segment and producer state, and each must see the
 others' effects (an append checks the segment it rolls to; a read checks the segment it reads; a
@@ -30,14 +30,15 @@ from tierlog.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    UnsupportedRecordFormatError,
 )
 from tierlog.ids import METADATA_TOPIC
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     CREATE_TIME,
-    LOG_APPEND_TIME,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    header_copy,
     set_base_offset,
     set_create_time_max_timestamp,
     set_log_append_time,
@@ -68,10 +69,11 @@ from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
 from tierlog.storage.log_retention import LogRetentionMixin
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
-from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
+from tierlog.storage.producer_state import NOTHING_STAGED, AppendOrigin, ProducerStateManager
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import PRODUCER as PRODUCER_COMPRESSION
 from tierlog.storage.recompress import maybe_recompress
+from tierlog.storage.refusal import refuses_partition
 from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
 from tierlog.storage.segments import LogSegments
 from tierlog.storage.txn_index import AbortedTxn
@@ -295,6 +297,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- append ---------------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
@@ -324,7 +327,9 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        self.check_online()
+        channel = self.failure_channel
+        if self.offline_reason is not None or (channel is not None and channel.any_offline):
+            self.check_online()  # raises
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
@@ -352,7 +357,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         size = len(data)
         with self.lock:
             now_ms = self.clock.wall_ms()
-            self._check_timestamps(headers, stats, now_ms, config)
+            if config.checks_create_times:
+                self._check_timestamps(headers, stats, now_ms, config)
             fix_headers = not log_append_time and origin is not AppendOrigin.REPLICATION
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
@@ -380,9 +386,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                 else:
                     end = position + h.size_bytes
-                    head = bytearray(view[position:position + BATCH_HEADER_SIZE])
-                    set_base_offset(head, 0, offset)
-                    set_partition_leader_epoch(head, 0, leader_epoch)
+                    head = header_copy(view, position, offset, leader_epoch)
                     if fix is None:
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                     else:
@@ -397,7 +401,11 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 offset = h.base_offset + h.last_offset_delta + 1
             first, last = assigned[0], assigned[-1]
             last_offset = last.base_offset + last.last_offset_delta
-            staged = self.producer_state.validate_and_stage(assigned, origin)
+            producer_state = self.producer_state
+            if len(assigned) == 1 and first.producer_id <= NO_PRODUCER_ID:
+                staged = NOTHING_STAGED  # what validate_and_stage answers for batches without producer ids
+            else:
+                staged = producer_state.validate_and_stage(assigned, origin)
             duplicate = staged.duplicate
             if duplicate is not None:
                 holding = self._segment_holding(duplicate.first_offset)
@@ -424,16 +432,20 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 if latest_epoch is None or leader_epoch > latest_epoch:
                     self.leader_epoch_cache.assign(leader_epoch, first.base_offset)
             segment.append(data if owned else pieces, assigned)
-            for completion in self.producer_state.commit_staged(staged, last_offset):
-                if completion.is_aborted:
-                    txn = completion.txn
-                    segment.txn_index.append(
-                        AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, completion.last_stable_offset))
+            if staged is NOTHING_STAGED:
+                producer_state.update_map_end_offset(last_offset + 1)  # all commit_staged does for it
+            else:
+                for completion in producer_state.commit_staged(staged, last_offset):
+                    if completion.is_aborted:
+                        txn = completion.txn
+                        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                            completion.last_stable_offset))
             self._log_end_offset = last_offset + 1
             # Without durable acknowledgements the high watermark moves with the log end: completed
             # transactions below it stop bounding the last stable offset (Kafka's onHighWatermarkUpdated).
             # With them it moves at the fsync (durable_synced), and so does this.
-            self.producer_state.on_high_watermark_updated(self.high_watermark)
+            producer_state.on_high_watermark_updated(
+                min(self.durable.offset, last_offset + 1) if self.hw_follows_durable else last_offset + 1)
             self._unflushed_messages += count
             if self._unflushed_messages >= config.flush_messages:
                 self.flush()
@@ -451,14 +463,15 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         """Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
         LogValidator.validateTimestamp), not the header's, which the producer may have got wrong: the
         oldest and newest record of a batch bound the rest. Records without one (-1) are not checked."""
-        before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-        if config.log_append_time or (before_ms == INT64_MAX and after_ms == INT64_MAX):
-            # The defaults accept any timestamp (Kafka's long arithmetic never exceeds Long.MAX_VALUE).
+        if not config.checks_create_times:
             return
+        # Since Kafka 4 (message.timestamp.after.max.ms one hour) this runs for every produced batch:
+        # the two bounds are tested without a generator.
         for h, st in zip(headers, stats, strict=True):
-            if h.timestamp_type == LOG_APPEND_TIME:
+            if h.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime
                 continue
-            if any(timestamp_out_of_range(ts, now_ms, config) for ts in (st.min_timestamp, st.max_timestamp)):
+            if (timestamp_out_of_range(st.min_timestamp, now_ms, config)
+                    or timestamp_out_of_range(st.max_timestamp, now_ms, config)):
                 # Which records, with Kafka's messages (KIP-467), decoded only on this refusing path.
                 error = record_validation_error(h, config, f"{self.topic}-{self.partition}", now_ms)
                 assert error is not None, "the batch's oldest or newest record is out of range"
@@ -466,11 +479,13 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
         seg = self.active_segment
-        self._ensure_checked(seg)
+        if not seg.checked:
+            self._ensure_checked(seg)
+        config = self.config
         if should_roll(
-            segment_size=seg.size_bytes, max_segment_bytes=self.config.segment_bytes, messages_size=size,
+            segment_size=seg.log.size_bytes, max_segment_bytes=config.segment_bytes, messages_size=size,
             first_batch_timestamp=seg.first_batch_timestamp, created_ms=seg.created_ms, now_ms=now_ms,
-            max_timestamp_in_messages=max_ts, max_segment_ms=self.config.max_segment_ms,
+            max_timestamp_in_messages=max_ts, max_segment_ms=config.max_segment_ms,
             roll_jitter_ms=seg.roll_jitter_ms, indexes_full=seg.indexes_full(), base_offset=seg.base_offset,
             max_offset_in_messages=last_offset,
         ):
@@ -479,6 +494,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- roll, flush ----------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at max(expected, LEO); snapshot producer state."""
@@ -561,54 +577,60 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- read -----------------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
 
-        Returns a file region so the broker can send it without copying it through Python."""
+        Returns a file region so the broker can send it without copying it through Python. The
+        segments are read under the log's lock, which retention and the cleaner hold while they
+        delete or replace segments, so a read never finds its segment's file closed under it (with
+        ``file.delete.delay.ms=0`` the files go the moment the segment does: the read then either
+        went first or finds its offset below the new log start, OFFSET_OUT_OF_RANGE). The region
+        stays valid only while the caller holds the lock: take its bytes (or a duplicate of its
+        descriptor) before releasing it, as :meth:`read_bytes` and the Fetch path do."""
         end_offset = self.high_watermark if max_offset is None else max_offset
         self.check_online()
         with self.lock:
-            if start_offset == end_offset or start_offset == self._log_end_offset:
-                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
-            if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
-                    f"of {self.topic}-{self.partition}"
-                )
-            if start_offset > end_offset:
-                # Past the high watermark (or the LSO) but within the log: nothing to serve yet (the
-                # bound below only cuts the segment holding it, not a later one).
-                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
-            segment = self.segments.floor(start_offset)
-        try:
-            while segment is not None:
-                self._ensure_checked(segment)
-                max_position: int | None = None
-                next_base = self.segments.next_base_offset(segment.base_offset)
-                if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
-                    pos = segment.translate_offset(end_offset)
-                    max_position = pos.position if pos is not None else None
-                try:
-                    info = segment.read(start_offset, max_bytes, max_position, min_one_message,
-                                        upper_offset=next_base)
-                finally:
-                    if segment.damage is not None and not segment.damage_reported:
-                        self._report_damage(segment, next_base)
-                if info is not None:
-                    return info
-                with self.lock:
-                    segment = self.segments.higher(segment.base_offset)
-        except UnsupportedRecordFormatError as e:
-            self._refuse(str(e))
-            raise
+            return self._read_locked(start_offset, end_offset, max_bytes, min_one_message)
+
+    def _read_locked(self, start_offset: int, end_offset: int, max_bytes: int, min_one_message: bool) -> FetchDataInfo:
+        if start_offset == end_offset or start_offset == self._log_end_offset:
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
+                f"of {self.topic}-{self.partition}"
+            )
+        if start_offset > end_offset:
+            # Past the high watermark (or the LSO) but within the log: nothing to serve yet (the
+            # bound below only cuts the segment holding it, not a later one).
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        segment = self.segments.floor(start_offset)
+        while segment is not None:
+            self._ensure_checked(segment)
+            max_position: int | None = None
+            next_base = self.segments.next_base_offset(segment.base_offset)
+            if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
+                pos = segment.translate_offset(end_offset)
+                max_position = pos.position if pos is not None else None
+            try:
+                info = segment.read(start_offset, max_bytes, max_position, min_one_message,
+                                    upper_offset=next_base)
+            finally:
+                if segment.damage is not None and not segment.damage_reported:
+                    self._report_damage(segment, next_base)
+            if info is not None:
+                return info
+            segment = self.segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
 
-    def _refuse(self, reason: str) -> None:
-        """Refuse the partition once a read finds data of a format tierlog does not read, as startup
-        refuses it: offline from now on, so no append writes a v2 batch after that data (which
-        would make it read as a damaged magic byte, and be cut off, at the next recovery)."""
+    def refuse(self, reason: str) -> None:
+        """Refuse the partition once an operation finds data of a format tierlog does not read, as
+        startup refuses it (each public method that reads segments is :func:`refuses_partition`):
+        offline from now on, so no append writes a v2 batch after that data (which would make it
+        read as a damaged magic byte, and be cut off, at the next recovery)."""
         with self.lock:
             if self.refused_reason is not None:
                 return
@@ -685,8 +707,12 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 self._check_segment(earlier)
 
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
-        return self.read(start_offset, max_bytes).read_bytes()
+        """The bytes of :meth:`read`, taken under the log's lock: a segment deleted meanwhile
+        (``file.delete.delay.ms=0``) cannot close the file before they are read."""
+        with self.lock:
+            return self.read(start_offset, max_bytes).read_bytes()
 
+    @refuses_partition
     @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
@@ -699,6 +725,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 return found
         return None
 
+    @refuses_partition
     @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
@@ -749,17 +776,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         with self.lock:
             self._check_segment(segment)
 
+    @refuses_partition
     def check_all_batches(self, segment: LogSegment) -> BatchProblem | None:
         """Check the segment's indexes if startup left them unchecked (seed 003) and every batch not
         known good (CRC, lengths, offsets), e.g. before its files are uploaded to the remote tier;
         damage is reported as a read would report it."""
-        try:
-            self._ensure_checked(segment)
-            next_base = self.segments.next_base_offset(segment.base_offset)
-            problem = segment.check_all_batches(next_base)
-        except UnsupportedRecordFormatError as e:
-            self._refuse(str(e))
-            raise
+        self._ensure_checked(segment)
+        next_base = self.segments.next_base_offset(segment.base_offset)
+        problem = segment.check_all_batches(next_base)
         if problem is not None:
             self._report_damage(segment, next_base)
         return problem
@@ -786,6 +810,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             for earlier in self.segments.lower(segment.base_offset):
                 self._check_segment(earlier)
 
+    @refuses_partition
     def check_some_segments(self, limit: int) -> int:
         """The background checker's step: check up to ``limit`` unchecked segments, oldest first."""
         done = 0
@@ -804,6 +829,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- log start offset, truncation -----------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
         with self.lock:
@@ -820,6 +846,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.on_log_start_offset_incremented(new_offset)
             return True
 
+    @refuses_partition
     def truncate_to(self, target_offset: int) -> bool:
         """Remove everything at or after ``target_offset``; reload producer state to match."""
         with self.lock:
@@ -846,6 +873,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.on_high_watermark_updated(self.high_watermark)
             return True
 
+    @refuses_partition
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         with self.lock:
             for seg in list(self.segments):
@@ -868,6 +896,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         self.topic_id = topic_id
         PartitionMetadataFile(self.dir / PARTITION_METADATA).write(topic_id)
 
+    @refuses_partition
     def close(self, *, sync: bool = True) -> None:
         """Clean shutdown of the log: the active segment's final time index entry and trims, a
         producer snapshot at the LEO, files closed. With ``sync`` everything is fsynced and the

@@ -23,9 +23,11 @@ from tests.helpers.lying_batches import (
 from tests.helpers.storage import OpenLog
 from tierlog.cli.dump import time_index_errors
 from tierlog.config import LogConfig
+from tierlog.config.definition import INT64_MAX
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
 from tierlog.storage.log import UnifiedLog
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.testing import ManualClock
 
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
@@ -110,7 +112,8 @@ def test_a_lying_batch_kept_as_it_came_in_a_recompressed_request_is_fixed_too(op
     request then gets a buffer of its own, where the kept batch's header is rewritten in place."""
     log = open_log(config(compression_type="gzip"))
     request = make_batch(0, CompressionType.GZIP, lie) + make_batch(1, CompressionType.NONE, lie)
-    log.append_as_leader(request)
+    # Two batches in one append: a coordinator's write (a client's Produce holds one batch).
+    log.append_as_leader(request, origin=AppendOrigin.COORDINATOR)
     headers = stored_headers(log)
     assert [h.compression for h in headers] == [CompressionType.GZIP] * 2
     assert [h.max_timestamp for h in headers] == [max(batch_timestamps(0)), max(batch_timestamps(1))]
@@ -265,3 +268,25 @@ def test_a_segment_ending_in_lying_headers_after_an_honest_one_gets_its_records_
     again = open_log(config(), clean=True, sanity_check_all=False, log_start_offset=4 * PER_BATCH)
     assert [s.largest_timestamp for s in again.segments] == expected_largest()[2:]
     assert again.fetch_offset_by_timestamp(floor) == (5 * PER_BATCH, T0 + 5 * DAY_MS)
+
+
+@pytest.mark.parametrize("bound", ["before", "after"])
+def test_one_timestamp_bound_alone_is_checked(open_log: OpenLog, clock: ManualClock, bound: str) -> None:
+    """The append checks record timestamps whenever either bound is below Long.MAX_VALUE
+    (``LogConfig.checks_create_times``), not only when both are; with both unbounded any timestamp
+    is taken."""
+    other = "after" if bound == "before" else "before"
+    log = open_log(config(**{f"message_timestamp_{bound}_max_ms": 3_600_000,
+                             f"message_timestamp_{other}_max_ms": INT64_MAX}))
+    now = clock.wall_ms()
+    bad = now - 2 * 3_600_000 if bound == "before" else now + 2 * 3_600_000
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=bad)]))
+    # The other side is unbounded: any distance that way is accepted.
+    far = now + 10**12 if bound == "before" else now - 10**12
+    log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=far)]))
+    assert log.log_end_offset == 1
+    unbounded = open_log(config(message_timestamp_before_max_ms=INT64_MAX, message_timestamp_after_max_ms=INT64_MAX),
+                         name="unbounded-0")
+    unbounded.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=bad)]))
+    assert unbounded.log_end_offset == 1
