@@ -41,13 +41,6 @@ if [ "${TIERLOG_NEED_JAVA:-1}" = 1 ] && ! command -v java >/dev/null 2>&1; then
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
-# The JVM reader of the Spark pipeline (jvm/spark-reader, tierlog.pipeline.read): built into
-# build/spark-reader/ when its sources' hash changed. Without a JDK or mvn it says so once; the reader
-# then falls back to the Python one and its tests skip naming the missing jar. TIERLOG_NEED_SPARK_READER=0
-# skips it.
-if [ "${TIERLOG_NEED_SPARK_READER:-1}" = 1 ] && command -v java >/dev/null 2>&1; then
-  scripts/build-spark-reader || true
-fi
 # Apache Kafka's jars (and Spark's Kafka source), for the tests that hold tierlog against Kafka itself
 # (tests/jvm/, marker `jvm`) and bench/vs_kafka.py. Fetched once into build/ (ignored by git, kept between
 # runs); Maven's own cache (~/.m2) makes a refetch cheap. TIERLOG_NEED_KAFKA_JARS=0 skips it.
@@ -74,4 +67,11 @@ if [ "${TIERLOG_NEED_KAFKA_JARS:-1}" = 1 ] && command -v java >/dev/null 2>&1; t
       fi
     fi
   done
+fi
+# The JVM reader of the Spark pipeline (jvm/spark-reader, tierlog.pipeline.read): built into
+# build/spark-reader/ when its sources' hash changed. Runs after the JDK and mvn installs above; without them it says so; the reader
+# then falls back to the Python one and its tests skip naming the missing jar. TIERLOG_NEED_SPARK_READER=0
+# skips it.
+if [ "${TIERLOG_NEED_SPARK_READER:-1}" = 1 ] && command -v java >/dev/null 2>&1; then
+  scripts/build-spark-reader || true
 fi
