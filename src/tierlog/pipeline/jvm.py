@@ -11,10 +11,11 @@ ranges to the JVM reader as JSON in an option. The name ``tierlog`` cannot serve
 format name up among JVM providers first, so a JVM source named ``tierlog`` would hide the Python one
 (which streaming, S3 and ``tail=broker`` need), and a JVM provider cannot call the Python planner.
 
-Falls back to the Python reader, logging one line at WARNING saying why, when: the jar is not built
-(``scripts/build-spark-reader``, run by ``scripts/_env.sh``: it needs a JDK and mvn); the session was
-started without it (``spark_session`` adds it to ``spark.jars`` when it exists); or a range is not a
-local file (a remote tier other than the local-directory one, such as S3, or ``tail=broker``).
+Falls back to the Python reader, logging one line saying why: at WARNING when the jar is not built
+(``scripts/build-spark-reader``, run by ``scripts/_env.sh``: it needs a JDK and mvn) or the session
+was started without it (``spark_session`` adds it to ``spark.jars`` when it exists); at INFO when a
+range is not a local file (a remote tier other than the local-directory one, such as S3, or
+``tail=broker``), which only the Python reader reads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,13 @@ BATCH_ROWS = 4096
 
 
 class FallBack(TierlogError):
-    """Why the JVM reader cannot read this scan (the Python reader then does)."""
+    """Why the JVM reader cannot read this scan (the Python reader then does). ``by_design``: the scan
+    needs what only the Python reader does (S3, the broker), logged at INFO; otherwise the setup
+    lacks the jar, logged at WARNING."""
+
+    def __init__(self, message: str, *, by_design: bool = False) -> None:
+        super().__init__(message)
+        self.by_design = by_design
 
 
 def reader_dir() -> Path:
@@ -107,12 +114,12 @@ def _segment_file(rng: ScanRange, spec: RemoteSpec | None) -> str:
         return rng.log_path
     where = f"{rng.topic}-{rng.partition} offsets [{rng.start_offset}, {rng.end_offset})"
     if rng.broker is not None:
-        raise FallBack(f"{where} are read through the broker (tail=broker)")
+        raise FallBack(f"{where} are read through the broker (tail=broker)", by_design=True)
     assert rng.remote is not None
     rsm = remote_storage(spec) if spec is not None else None
     if not isinstance(rsm, LocalDirectoryRemoteStorageManager):
         plugin = spec.class_name.rsplit(".", 1)[-1] if spec is not None else "no plugin"
-        raise FallBack(f"{where} are in a remote tier the JVM reader does not read ({plugin})")
+        raise FallBack(f"{where} are in a remote tier the JVM reader does not read ({plugin})", by_design=True)
     return str(rsm.segment_path(rng.remote, LOG_SUFFIX))
 
 
@@ -146,13 +153,19 @@ def read(spark: Any, path: str | None = None, *, jvm: bool | None = None, **opti
     opts = {k: str(v) for k, v in options.items()}
     if path is not None:
         opts["path"] = path
+    return load(spark, opts, jvm=jvm)
+
+
+def load(spark: Any, opts: Mapping[str, str], *, jvm: bool | None = None) -> Any:
+    """:func:`read` with the options (``path`` among them) as one mapping."""
+    opts = dict(opts)
     if jvm is not False:
         try:
             return _read_jvm(spark, opts)
         except FallBack as e:
             if jvm:
                 raise
-            log.warning("tierlog: reading with the Python reader: %s", e)
+            log.log(logging.INFO if e.by_design else logging.WARNING, "tierlog: reading with the Python reader: %s", e)
     return spark.read.format("tierlog").options(**opts).load()
 
 
@@ -162,6 +175,8 @@ def _read_jvm(spark: Any, opts: dict[str, str]) -> Any:
     reader_jars()
     _loadable(spark)
     parsed = read_options(spark, opts)
+    if parsed.tail == "broker":  # known before planning: what is not tiered comes through the broker
+        raise FallBack("tail=broker reads offsets through the broker", by_design=True)
     batch = TierlogBatchReader(parsed, spark.sparkContext.defaultParallelism)
     packs = pack_ranges(batch.plan(), parsed, batch.parallelism)
     ranges = plan_json(packs, parsed.remote)
