@@ -7,9 +7,10 @@ batch a Python worker makes to the JVM through Arrow and a row-based reader whos
 much as Parquet's whole scan (docs/benchmarks.md, "Where the scan's time goes"). A JVM reader skips
 that. Planning stays here: this process plans exactly as ``format("tierlog")`` does (the same
 ReadOptions, planner and packing), resolves each range to a file and its byte bounds, and hands the
-ranges to the JVM reader as JSON in an option. The name ``tierlog`` cannot serve both: Spark looks a
-format name up among JVM providers first, so a JVM source named ``tierlog`` would hide the Python one
-(which streaming, S3 and ``tail=broker`` need), and a JVM provider cannot call the Python planner.
+ranges to the JVM reader as JSON in an option. The name ``tierlog`` cannot serve both: Spark 4.3
+refuses to register a Python data source under a name a JVM source already has
+(DATA_SOURCE_ALREADY_EXISTS), the Python one is what streaming, S3 and ``tail=broker`` need, and a
+JVM provider cannot run the Python planner.
 
 Falls back to the Python reader, logging one line saying why: at WARNING when the jar is not built
 (``scripts/build-spark-reader``, run by ``scripts/_env.sh``: it needs a JDK and mvn) or the session
