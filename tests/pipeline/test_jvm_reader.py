@@ -111,3 +111,21 @@ def test_jvm_reader_falls_back_naming_what_is_missing(spark: Any, dataset: Datas
     assert "reading with the Python reader: the JVM reader's jar" in caplog.text
     assert "tierlog JVM reader" not in df._jdf.queryExecution().executedPlan().toString()
     assert rows(df, headers=False) == dataset.expected[("events", 0)]
+
+
+def test_session_jars_add_the_reader_and_keep_a_kafka_clients_already_given(tmp_path: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Spark: which jars spark_session puts on spark.jars (one kafka-clients on a classpath)."""
+    from tierlog.pipeline.jvm import session_jars
+
+    monkeypatch.setenv("TIERLOG_SPARK_READER_DIR", str(tmp_path))
+    assert session_jars({}) is None  # nothing built: the session is started as before
+    (tmp_path / "tierlog-spark-reader.jar").write_bytes(b"")
+    assert session_jars({}) is None  # no kafka-clients beside it
+    (tmp_path / "deps").mkdir()
+    (tmp_path / "deps" / "kafka-clients-3.9.2.jar").write_bytes(b"")
+    reader, clients = str(tmp_path / "tierlog-spark-reader.jar"), str(tmp_path / "deps" / "kafka-clients-3.9.2.jar")
+    assert session_jars({}) == f"{reader},{clients}"
+    assert session_jars({"spark.jars": "/x/other.jar"}) == f"/x/other.jar,{reader},{clients}"
+    assert session_jars({"spark.jars": "/k/kafka-clients-3.9.2.jar,/k/spark-sql-kafka.jar"}) == \
+        f"/k/kafka-clients-3.9.2.jar,/k/spark-sql-kafka.jar,{reader}"
