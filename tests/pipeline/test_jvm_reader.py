@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from typing import Any
 
 import pytest
@@ -129,3 +130,38 @@ def test_session_jars_add_the_reader_and_keep_a_kafka_clients_already_given(tmp_
     assert session_jars({"spark.jars": "/x/other.jar"}) == f"/x/other.jar,{reader},{clients}"
     assert session_jars({"spark.jars": "/k/kafka-clients-3.9.2.jar,/k/spark-sql-kafka.jar"}) == \
         f"/k/kafka-clients-3.9.2.jar,/k/spark-sql-kafka.jar,{reader}"
+
+
+def test_jvm_reader_on_damaged_segments_does_what_the_python_reader_does(spark: Any, dataset: Dataset,
+                                                                         tmp_path: Any) -> None:
+    """A bad CRC is an error naming the batch's position (none with kafka.check.crcs=false); a torn last
+    batch and a zero-filled tail end the log, as recovery would cut it."""
+    _need_jar()
+    want = dataset.expected[("events", 0)]
+
+    def damaged(name: str, change: Any) -> Any:
+        target = tmp_path / name
+        shutil.copytree(dataset.data / "events-0", target / "events-0")
+        log_file = target / "events-0" / "00000000000000000000.log"
+        log_file.write_bytes(change(log_file.read_bytes()))
+        return target
+
+    def flip(raw: bytes) -> bytes:
+        out = bytearray(raw)
+        out[-3] ^= 0xFF  # inside the last batch's value
+        return bytes(out)
+
+    bad_crc = damaged("crc", flip)
+    with pytest.raises(Exception, match=r"events-0: record batch at position \d+ is corrupt \(CRC mismatch\)"):
+        read(spark, str(bad_crc), jvm=True, subscribe="events").collect()
+    got = rows(read(spark, str(bad_crc), jvm=True, subscribe="events", **{"kafka.check.crcs": "false"}),
+               headers=False)
+    assert [r[4] for r in got] == [r[4] for r in want] and got[-1][1] != want[-1][1]
+
+    for name, change in [("torn", lambda raw: raw[:-10]), ("zeros", lambda raw: raw + bytes(4096))]:
+        data = damaged(name, change)
+        expected = rows(read(spark, str(data), jvm=False, subscribe="events", failOnDataLoss="false"),
+                        headers=False)
+        assert rows(read(spark, str(data), jvm=True, subscribe="events", failOnDataLoss="false"),
+                    headers=False) == expected, name
+        assert expected == (want[:-1] if name == "torn" else want), name
