@@ -36,6 +36,9 @@ final class RangeTable implements SupportsRead {
         return "tierlog";
     }
 
+    // Deprecated in Spark 4 for columns(), whose default derives the columns from it; columns() would
+    // need Spark's internal CatalogV2Util to build them from a StructType.
+    @SuppressWarnings("deprecation")
     @Override
     public StructType schema() {
         return schema;
