@@ -77,8 +77,10 @@ def reader_jars() -> list[Path]:
     where = reader_dir()
     jar = where / READER_JAR
     if not jar.is_file():
-        raise FallBack(f"the JVM reader's jar {jar} is missing (built by scripts/build-spark-reader, which "
-                       "needs javac, jar and mvn)")
+        why = where / ".not-built"
+        cause = why.read_text().strip() if why.is_file() else "scripts/build-spark-reader has not run"
+        raise FallBack(f"the JVM reader's jar {jar} is missing: {cause} (scripts/build-spark-reader builds it with "
+                       "javac, jar and mvn)")
     deps = sorted((where / "deps").glob("kafka-clients-*.jar"))
     if not deps:
         raise FallBack(f"the JVM reader's kafka-clients jar is missing from {where / 'deps'} "
