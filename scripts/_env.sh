@@ -5,9 +5,12 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-# Reinstall only when pyproject.toml changed since the last install.
+# Reinstall only when pyproject.toml, setup.py or the C record walk changed since the last install
+# (the install compiles the C walk in place, src/tierlog/records/_cwalk.*.so; without a C compiler
+# it goes on without it and the broker uses the numba walk).
 stamp=.venv/.tierlog-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+    || [ src/tierlog/records/_cwalk.c -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev,spark,s3]"
   touch "$stamp"

@@ -152,7 +152,7 @@ TOPIC_KEYS: list[ConfigKey] = [
     _topic("message.timestamp.before.max.ms", Type.LONG, INT64_MAX,
            "How far in the past a CreateTime timestamp may lie before the batch is rejected.",
            validator=at_least(0), synonyms=(("log.message.timestamp.before.max.ms", 1),)),
-    _topic("message.timestamp.after.max.ms", Type.LONG, INT64_MAX,
+    _topic("message.timestamp.after.max.ms", Type.LONG, HOUR_MS,
            "How far in the future a CreateTime timestamp may lie before the batch is rejected.",
            validator=at_least(0), synonyms=(("log.message.timestamp.after.max.ms", 1),)),
 ]
@@ -276,7 +276,7 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("log.cleaner.io.buffer.load.factor", Type.DOUBLE, 0.9,
             "How full a cleaner's key to offset map may get before the cleaning stops at that offset.",
             validator=between(0, 1), group="cleaner", dynamic=True),
-    _broker("num.recovery.threads.per.data.dir", Type.INT, 1,
+    _broker("num.recovery.threads.per.data.dir", Type.INT, 2,
             "Threads per log directory that load and recover logs at startup.",
             validator=at_least(1), group="log"),
     _broker("producer.id.expiration.ms", Type.INT, 86400000,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from tierlog.config.definition import Value
+from tierlog.config.definition import INT64_MAX, Value
 from tierlog.config.keys import TOPIC_DEF, UNMODELLED_GROUP
 from tierlog.errors import ConfigError
 
@@ -80,6 +80,14 @@ class LogConfig:
     @cached_property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @cached_property
+    def checks_create_times(self) -> bool:
+        """Whether produced records' CreateTime timestamps are checked against
+        message.timestamp.before/after.max.ms: not on a LogAppendTime topic, nor when both are
+        Long.MAX_VALUE, which accepts any timestamp (Kafka's long arithmetic never exceeds it)."""
+        return not self.log_append_time and (
+            self.message_timestamp_before_max_ms != INT64_MAX or self.message_timestamp_after_max_ms != INT64_MAX)
 
     @property
     def delete_enabled(self) -> bool:

@@ -224,6 +224,16 @@ def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int
     _I64.pack_into(buf, position + BASE_OFFSET, base_offset)
 
 
+def header_copy(view: memoryview, position: int, base_offset: int, partition_leader_epoch: int) -> bytearray:
+    """A copy of the 61-byte header of the batch at ``position`` with its base offset and partition
+    leader epoch set (neither is under the CRC): what the produce path writes before the request's
+    body, so a 1 MiB batch is not copied to change them."""
+    head = bytearray(view[position : position + BATCH_HEADER_SIZE])
+    _I64.pack_into(head, BASE_OFFSET, base_offset)
+    _I32.pack_into(head, PARTITION_LEADER_EPOCH, partition_leader_epoch)
+    return head
+
+
 def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch; the CRC does not cover it."""
     _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH, epoch)

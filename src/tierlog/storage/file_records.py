@@ -99,13 +99,16 @@ class FileRecords:
 
     def append(self, data: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]) -> int:
         """Write ``data`` (one buffer, or several written in order with ``pwritev``) at the end."""
-        position = self.size_bytes
+        position = self._size
+        if position is None:
+            position = self.size_bytes
         buffers = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
         total = sum(map(len, buffers))  # byte buffers: a memoryview's len is its bytes here
         written = 0
         if len(buffers) <= _IOV_MAX:
             # Nearly always one call writes it all (a produced batch: its patched header and body).
-            written = os.pwritev(self.fd, buffers, position)
+            fd = self._fd
+            written = os.pwritev(self.fd if fd is None else fd, buffers, position)
             if written == total:
                 self._size = position + written
                 return written

@@ -167,8 +167,10 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        entry = self.latest_entry
-        return None if entry is None else entry.epoch
+        # Read by every append: one lock, no second property.
+        with self._lock:
+            epochs = self._epochs
+            return epochs[-1].epoch if epochs else None
 
     @property
     def earliest_entry(self) -> EpochEntry | None:

@@ -35,8 +35,10 @@ from tierlog.ids import METADATA_TOPIC
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     CREATE_TIME,
-    LOG_APPEND_TIME,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    header_copy,
     set_base_offset,
     set_create_time_max_timestamp,
     set_log_append_time,
@@ -66,7 +68,7 @@ from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
 from tierlog.storage.log_retention import LogRetentionMixin
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
-from tierlog.storage.producer_state import AppendOrigin, ProducerStateManager
+from tierlog.storage.producer_state import NOTHING_STAGED, AppendOrigin, ProducerStateManager
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import PRODUCER as PRODUCER_COMPRESSION
 from tierlog.storage.recompress import maybe_recompress
@@ -279,7 +281,9 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        self.check_online()
+        channel = self.failure_channel
+        if self.offline_reason is not None or (channel is not None and channel.any_offline):
+            self.check_online()  # raises
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
@@ -307,7 +311,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         size = len(data)
         with self.lock:
             now_ms = self.clock.wall_ms()
-            self._check_timestamps(headers, stats, now_ms, config)
+            if config.checks_create_times:
+                self._check_timestamps(headers, stats, now_ms, config)
             fix_headers = not log_append_time and origin is not AppendOrigin.REPLICATION
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
@@ -335,9 +340,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                 else:
                     end = position + h.size_bytes
-                    head = bytearray(view[position:position + BATCH_HEADER_SIZE])
-                    set_base_offset(head, 0, offset)
-                    set_partition_leader_epoch(head, 0, leader_epoch)
+                    head = header_copy(view, position, offset, leader_epoch)
                     if fix is None:
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                     else:
@@ -352,7 +355,11 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 offset = h.base_offset + h.last_offset_delta + 1
             first, last = assigned[0], assigned[-1]
             last_offset = last.base_offset + last.last_offset_delta
-            staged = self.producer_state.validate_and_stage(assigned, origin)
+            producer_state = self.producer_state
+            if len(assigned) == 1 and first.producer_id <= NO_PRODUCER_ID:
+                staged = NOTHING_STAGED  # what validate_and_stage answers for batches without producer ids
+            else:
+                staged = producer_state.validate_and_stage(assigned, origin)
             duplicate = staged.duplicate
             if duplicate is not None:
                 return LogAppendInfo(
@@ -377,15 +384,18 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 if latest_epoch is None or leader_epoch > latest_epoch:
                     self.leader_epoch_cache.assign(leader_epoch, first.base_offset)
             segment.append(data if owned else pieces, assigned)
-            for completion in self.producer_state.commit_staged(staged, last_offset):
-                if completion.is_aborted:
-                    txn = completion.txn
-                    segment.txn_index.append(
-                        AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, completion.last_stable_offset))
+            if staged is NOTHING_STAGED:
+                producer_state.update_map_end_offset(last_offset + 1)  # all commit_staged does for it
+            else:
+                for completion in producer_state.commit_staged(staged, last_offset):
+                    if completion.is_aborted:
+                        txn = completion.txn
+                        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                            completion.last_stable_offset))
             self._log_end_offset = last_offset + 1
             # A single replica is the whole ISR, so the high watermark moves with the log end: completed
             # transactions below it stop bounding the last stable offset (Kafka's onHighWatermarkUpdated).
-            self.producer_state.on_high_watermark_updated(self.high_watermark)
+            producer_state.on_high_watermark_updated(last_offset + 1)
             self._unflushed_messages += count
             if self._unflushed_messages >= config.flush_messages:
                 self.flush()
@@ -403,14 +413,15 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         """Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
         LogValidator.validateTimestamp), not the header's, which the producer may have got wrong: the
         oldest and newest record of a batch bound the rest. Records without one (-1) are not checked."""
-        before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-        if config.log_append_time or (before_ms == INT64_MAX and after_ms == INT64_MAX):
-            # The defaults accept any timestamp (Kafka's long arithmetic never exceeds Long.MAX_VALUE).
+        if not config.checks_create_times:
             return
+        # Since Kafka 4 (message.timestamp.after.max.ms one hour) this runs for every produced batch:
+        # the two bounds are tested without a generator.
         for h, st in zip(headers, stats, strict=True):
-            if h.timestamp_type == LOG_APPEND_TIME:
+            if h.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime
                 continue
-            if any(timestamp_out_of_range(ts, now_ms, config) for ts in (st.min_timestamp, st.max_timestamp)):
+            if (timestamp_out_of_range(st.min_timestamp, now_ms, config)
+                    or timestamp_out_of_range(st.max_timestamp, now_ms, config)):
                 # Which records, with Kafka's messages (KIP-467), decoded only on this refusing path.
                 error = record_validation_error(h, config, f"{self.topic}-{self.partition}", now_ms)
                 assert error is not None, "the batch's oldest or newest record is out of range"
@@ -418,11 +429,13 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
         seg = self.active_segment
-        self._ensure_checked(seg)
+        if not seg.checked:
+            self._ensure_checked(seg)
+        config = self.config
         if should_roll(
-            segment_size=seg.size_bytes, max_segment_bytes=self.config.segment_bytes, messages_size=size,
+            segment_size=seg.log.size_bytes, max_segment_bytes=config.segment_bytes, messages_size=size,
             first_batch_timestamp=seg.first_batch_timestamp, created_ms=seg.created_ms, now_ms=now_ms,
-            max_timestamp_in_messages=max_ts, max_segment_ms=self.config.max_segment_ms,
+            max_timestamp_in_messages=max_ts, max_segment_ms=config.max_segment_ms,
             roll_jitter_ms=seg.roll_jitter_ms, indexes_full=seg.indexes_full(), base_offset=seg.base_offset,
             max_offset_in_messages=last_offset,
         ):

@@ -674,11 +674,10 @@ class ProducerStateManager:
         return min(self._ongoing_txns) if self._ongoing_txns else None
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
-        self._remove_unreplicated_txns(high_watermark)
+        if self._unreplicated_txns:  # every append calls this; almost always there is none
+            self._remove_unreplicated_txns(high_watermark)
 
     def _remove_unreplicated_txns(self, offset: int) -> None:
-        if not self._unreplicated_txns:  # every append calls this; almost always there is none
-            return
         for first, txn in list(self._unreplicated_txns.items()):
             if txn.last_offset is not None and txn.last_offset < offset:
                 del self._unreplicated_txns[first]

@@ -417,7 +417,7 @@ class LogSegment:
         return records_max_timestamp(BatchHeader(self.log.read(header.position, header.size_bytes), 0))
 
     def indexes_full(self) -> bool:
-        return self.offset_index.is_full or self.time_index.is_full
+        return self._offset_index.get().is_full or self._time_index.get().is_full
 
     # -- append and read ----------------------------------------------------------------------------
 
@@ -438,10 +438,11 @@ class LogSegment:
         if physical_position == 0:
             self._first_batch_timestamp_loaded = True
             self._first_batch_timestamp = first.max_timestamp
-        log_file.append(records)
+        written = log_file.append(records)
         # Validated before they were written: later reads send these bytes without checking them again.
-        self.verified.add(physical_position, log_file.size_bytes, first.base_offset, last + 1)
-        max_ts, offset_of_max = self._max_ts()
+        self.verified.add(physical_position, physical_position + written, first.base_offset, last + 1)
+        known = self._max_ts_and_offset
+        max_ts, offset_of_max = self._max_ts() if known is None else known
         # Kafka's LogSegment.append: an index entry once more than index.interval.bytes were
         # appended since the last (every 16 KiB batch at the default 4096).
         interval = self.settings.index_interval_bytes
@@ -452,8 +453,8 @@ class LogSegment:
             if h.max_timestamp > max_ts:
                 max_ts, offset_of_max = h.max_timestamp, batch_last
             if since > interval:
-                self.offset_index.append(batch_last, delta + h.position)
-                self.time_index.maybe_append(max_ts, offset_of_max)
+                self._offset_index.get().append(batch_last, delta + h.position)
+                self._time_index.get().maybe_append(max_ts, offset_of_max)
                 since = 0
             since += h.size_bytes
         self._bytes_since_last_index_entry = since

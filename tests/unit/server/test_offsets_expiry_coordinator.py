@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 from tests.helpers.server import with_broker
+from tierlog.clock import SystemClock
 from tierlog.server.context import BrokerContext
 from tierlog.server.groups.consumer_group import HeartbeatRequest
 from tierlog.server.groups.coordinator import GroupCoordinator
@@ -112,7 +113,10 @@ def test_offsets_expire_by_kafka_rules_and_stay_expired_after_a_restart(tmp_path
 
 
 def test_group_metadata_record_carries_the_wall_clock_empty_since(tmp_path: Path) -> None:
-    clock = ManualClock(wall_ms=1_800_000_000_000)
+    # A wall clock apart from the broker's (whose log checks record timestamps against the real time,
+    # within message.timestamp.after.max.ms), at a whole second so the expectation is exact.
+    start_ms = SystemClock().wall_ms() // 1000 * 1000 - 60_000
+    clock = ManualClock(wall_ms=start_ms)
 
     async def first(ctx: BrokerContext) -> None:
         groups = ctx.groups
@@ -129,7 +133,7 @@ def test_group_metadata_record_carries_the_wall_clock_empty_since(tmp_path: Path
     async def second(ctx: BrokerContext) -> None:
         groups = ctx.groups
         assert groups is not None
-        assert groups._empty_since_ms["g"] == 1_800_000_005_000
+        assert groups._empty_since_ms["g"] == start_ms + 5_000
 
     with_broker(tmp_path, first, **SETTINGS)
     with_broker(tmp_path, second, **SETTINGS)

@@ -85,3 +85,18 @@ def test_coordinator_writes_an_abort_marker_into_the_txn_index(open_log: OpenLog
         origin=AppendOrigin.COORDINATOR)
     entries = log.active_segment.txn_index.all_entries()
     assert [(e.producer_id, e.first_offset, e.last_offset) for e in entries] == [(7, 0, 1)]
+
+
+def test_appends_without_producer_ids_move_the_producer_state_to_the_log_end(open_log: OpenLog) -> None:
+    """Such appends skip producer-state staging (the append's fast path): the map end offset still
+    follows the log end, so a snapshot taken now is named after it, and a later idempotent batch is
+    staged and deduplicated as before."""
+    log = open_log()
+    log.append_as_leader(batch(3))
+    log.append_as_leader(batch(2))
+    assert log.producer_state.map_end_offset == log.log_end_offset == 5
+    snapshot = log.producer_state.take_snapshot(sync=False)
+    assert snapshot is not None and files.offset_from_file_name(snapshot.name) == 5
+    first = log.append_as_leader(idem(0))
+    assert log.append_as_leader(idem(0)).duplicate
+    assert log.producer_state.map_end_offset == first.last_offset + 1 == 7

@@ -23,6 +23,7 @@ from tests.helpers.lying_batches import (
 from tests.helpers.storage import OpenLog
 from tierlog.cli.dump import time_index_errors
 from tierlog.config import LogConfig
+from tierlog.config.definition import INT64_MAX
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
 from tierlog.storage.log import UnifiedLog
@@ -265,3 +266,25 @@ def test_a_segment_ending_in_lying_headers_after_an_honest_one_gets_its_records_
     again = open_log(config(), clean=True, sanity_check_all=False, log_start_offset=4 * PER_BATCH)
     assert [s.largest_timestamp for s in again.segments] == expected_largest()[2:]
     assert again.fetch_offset_by_timestamp(floor) == (5 * PER_BATCH, T0 + 5 * DAY_MS)
+
+
+@pytest.mark.parametrize("bound", ["before", "after"])
+def test_one_timestamp_bound_alone_is_checked(open_log: OpenLog, clock: ManualClock, bound: str) -> None:
+    """The append checks record timestamps whenever either bound is below Long.MAX_VALUE
+    (``LogConfig.checks_create_times``), not only when both are; with both unbounded any timestamp
+    is taken."""
+    other = "after" if bound == "before" else "before"
+    log = open_log(config(**{f"message_timestamp_{bound}_max_ms": 3_600_000,
+                             f"message_timestamp_{other}_max_ms": INT64_MAX}))
+    now = clock.wall_ms()
+    bad = now - 2 * 3_600_000 if bound == "before" else now + 2 * 3_600_000
+    with pytest.raises(InvalidTimestampError):
+        log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=bad)]))
+    # The other side is unbounded: any distance that way is accepted.
+    far = now + 10**12 if bound == "before" else now - 10**12
+    log.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=far)]))
+    assert log.log_end_offset == 1
+    unbounded = open_log(config(message_timestamp_before_max_ms=INT64_MAX, message_timestamp_after_max_ms=INT64_MAX),
+                         name="unbounded-0")
+    unbounded.append_as_leader(build_batch([SimpleRecord(None, b"a", timestamp=bad)]))
+    assert unbounded.log_end_offset == 1

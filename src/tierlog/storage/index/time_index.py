@@ -13,6 +13,7 @@ from tierlog.storage.index.base import (
     DEFAULT_MAX_INDEX_SIZE,
     I32,
     I64,
+    INT32_MAX,
     NO_TIMESTAMP,
     TIME_ENTRY,
     TIME_ENTRY_SIZE,
@@ -100,7 +101,9 @@ class TimeIndex(AbstractIndex):
                 )
             if timestamp <= last.timestamp:
                 return
-            relative = self.relative_offset(offset)
+            relative = offset - self._base_offset
+            if relative < 0 or relative > INT32_MAX:
+                self.relative_offset(offset)  # raises, naming the index
             if entries >= self._max_entries:
                 raise IndexFullError(f"no room for a time index entry in {self._path} (size = {entries})")
             at = entries * TIME_ENTRY_SIZE

@@ -1,0 +1,5 @@
+from tierlog.records.header import Buffer
+
+def walk_records(
+    buffer: Buffer, pos: int, end: int, count: int, base_timestamp: int, from_client: bool, /
+) -> tuple[bool, int, int, int, int, int, bool, int]: ...
