@@ -95,8 +95,10 @@ def test_jvm_reader_returns_the_rows_of_the_python_reader(spark: Any, dataset: D
         assert [r[4] for r in got] == [r[4] for r in ds.expected[tp] if start <= r[4] < end] != []
         assert got == rows(py_df, headers=False)
 
-    # Columnar batches of 3 rows: a record batch's rows carried across Spark batches.
+    # Columnar batches of 3 rows (a record batch's rows carried across Spark batches) and windows of
+    # 100 bytes (every batch carried across windows, most larger than one: the buffer grows).
     monkeypatch.setattr(jvm_module, "BATCH_ROWS", 3)
+    monkeypatch.setattr(jvm_module, "WINDOW_BYTES", 100)
     small, _ = both(spark, ds, subscribePattern=".*", includeHeaders="true")
     assert rows(small) == want
 

@@ -53,6 +53,8 @@ READER_DIR_ENV = "TIERLOG_SPARK_READER_DIR"
 READER_JAR = "tierlog-spark-reader.jar"
 #: Rows per columnar batch (Spark's own default, spark.sql.parquet.columnarReaderBatchSize).
 BATCH_ROWS = 4096
+#: Bytes of segment read at a time by the JVM reader (as the Python reader's WINDOW_BYTES).
+WINDOW_BYTES = 16 << 20
 
 
 class FallBack(TierlogError):
@@ -184,4 +186,5 @@ def _read_jvm(spark: Any, opts: dict[str, str]) -> Any:
     packs = pack_ranges(batch.plan(), parsed, batch.parallelism)
     ranges = plan_json(packs, parsed.remote)
     return (spark.read.format(READER_CLASS).option("ranges", ranges).option("includeHeaders", str(parsed.include_headers).lower())
-            .option("checkCrcs", str(parsed.check_crcs).lower()).option("batchRows", str(BATCH_ROWS)).load())
+            .option("checkCrcs", str(parsed.check_crcs).lower()).option("batchRows", str(BATCH_ROWS))
+            .option("windowBytes", str(WINDOW_BYTES)).load())

@@ -145,7 +145,8 @@ final class RangeTable implements SupportsRead {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            return new Factory(schema, options.getBoolean("checkCrcs", true), options.getInt("batchRows", 4096));
+            return new Factory(schema, options.getBoolean("checkCrcs", true), options.getInt("batchRows", 4096),
+                options.getInt("windowBytes", SegmentReader.WINDOW_BYTES));
         }
     }
 
@@ -154,11 +155,13 @@ final class RangeTable implements SupportsRead {
         private final StructType schema;
         private final boolean checkCrcs;
         private final int batchRows;
+        private final int windowBytes;
 
-        Factory(StructType schema, boolean checkCrcs, int batchRows) {
+        Factory(StructType schema, boolean checkCrcs, int batchRows, int windowBytes) {
             this.schema = schema;
             this.checkCrcs = checkCrcs;
             this.batchRows = batchRows;
+            this.windowBytes = windowBytes;
         }
 
         @Override
@@ -173,7 +176,7 @@ final class RangeTable implements SupportsRead {
 
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-            return new SegmentReader(((RangePartition) partition).ranges, schema, checkCrcs, batchRows);
+            return new SegmentReader(((RangePartition) partition).ranges, schema, checkCrcs, batchRows, windowBytes);
         }
     }
 }

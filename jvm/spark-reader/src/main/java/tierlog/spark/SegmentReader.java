@@ -30,7 +30,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * Reads the ranges of one input partition, one after the other, into columnar batches of up to
  * {@code batchRows} rows (a batch never spans two ranges: topic and partition are constant columns).
  *
- * <p>The segment is read in windows of {@link #WINDOW_BYTES} into one reused heap buffer; the
+ * <p>The segment is read in windows of {@link #WINDOW_BYTES} (option windowBytes) into one reused
+ * heap buffer, grown for a batch larger than that; the
  * batch framing is walked here (so a zero-filled preallocated tail ends the log, as recovery would
  * cut it, rather than raising) and each whole record batch is decoded by Apache Kafka's own
  * record-batch code (CRC, every codec, LogAppendTime, headers). What is returned matches the Python
@@ -47,6 +48,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private final TierlogRange[] ranges;
     private final boolean checkCrcs;
     private final int batchRows;
+    private final int windowBytes;
     private final boolean includeHeaders;
 
     private final WritableColumnVector key;
@@ -73,13 +75,14 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     private CloseableIterator<Record> records;
     private int recordsType;
 
-    SegmentReader(RangeTable.Range[] planned, StructType schema, boolean checkCrcs, int batchRows) {
+    SegmentReader(RangeTable.Range[] planned, StructType schema, boolean checkCrcs, int batchRows, int windowBytes) {
         this.ranges = new TierlogRange[planned.length];
         for (int i = 0; i < planned.length; i++) {
             ranges[i] = new TierlogRange(planned[i]);
         }
         this.checkCrcs = checkCrcs;
         this.batchRows = batchRows;
+        this.windowBytes = windowBytes;
         this.includeHeaders = schema.fields().length > 7;
         key = new OnHeapColumnVector(batchRows, DataTypes.BinaryType);
         value = new OnHeapColumnVector(batchRows, DataTypes.BinaryType);
@@ -307,7 +310,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
     /** Moves the unread bytes to the front and reads more, growing the buffer to hold {@code need}. */
     private void refill(int need) throws IOException {
         int keep = buf.limit() - at;
-        int capacity = Math.max(Math.max(WINDOW_BYTES, need), buf.capacity());
+        int capacity = Math.max(Math.max(windowBytes, need), buf.capacity());
         if (buf.capacity() < capacity) {
             ByteBuffer bigger = ByteBuffer.allocate(capacity);
             bigger.put(buf.duplicate().position(at).limit(buf.limit()));
