@@ -100,7 +100,11 @@ def seed000(s: Session) -> list[Expectation]:
                     matches(r"^# tierlog-data/__cluster_metadata-0: \d{20}-0000000000\.checkpoint \+ 0 records from the log$")),
         Expectation(r"^python - <<'EOF'\nfrom confluent_kafka\.admin ", has_lines("time-based metadata snapshots off")),
         Expectation(r"^tierlog topics alter payments --config retention\.ms=3600000$"),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until tierlog metadata show --data-dir tierlog-data --topic payments \| grep -q " \+ 0 records from '
+                    r'the log\$"; do kill -0 %1 \|\| break; sleep 0\.2; done$'),
+        Expectation(r"^tierlog metadata show --data-dir tierlog-data --topic payments \| head -1$",
+                    matches(r"^# tierlog-data/__cluster_metadata-0: \d{20}-0000000000\.checkpoint \+ [1-9]\d* records "
+                            r"from the log$")),
         *_feature_change(),
     ]
 
@@ -174,7 +178,7 @@ def seed001(s: Session) -> list[Expectation]:
         Expectation(r"^rm tierlog-data/invoices-0/\*\.snapshot$"),
         Expectation(r"^ls tierlog-data/invoices-0/$", lambda r: _no_snapshots(r)),
         Expectation(r"^tierlog topics alter invoices --config remote\.storage\.enable=true$"),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until \[ "\$\(grep -c "rebuilt the producer snapshot" tierlog\.log\)" -ge 2 \]; do kill -0 %1 '),
         Expectation(r'^grep "rebuilt the producer snapshot"', _rebuilt_both),
         Expectation(r"^tierlog tier status$", tier_row("invoices-0", **{"TIERED-TO": "159", "SEGMENTS": "2", "LAG-SEGMENTS": "0"}),
                     eventually=True),
@@ -215,7 +219,8 @@ def seed002(s: Session) -> list[Expectation]:
         Expectation(WAIT_FOR_BROKER, listening(s)),
         Expectation(r"^tierlog topics create events "),
         Expectation(r"^for i in 1 2 3; do seq 1 50 \| tierlog produce events"),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until tierlog tier status --config s3\.properties \| grep -Eq "\^events-0 \+stopped "; do kill -0 %2 '),
+        Expectation(r'^until grep -qs "remote copy finished topic=events" tierlog\.log; do kill -0 %2 '),
         Expectation(r'^grep "exceeds remote\.log\.metadata\.custom\.metadata\.max\.bytes"',
                     matches(r"custom metadata of 72 bytes for segment 0 of events-0 exceeds "
                             r"remote\.log\.metadata\.custom\.metadata\.max\.bytes=40; deleting the uploaded data$")),
@@ -277,7 +282,7 @@ def seed003(s: Session) -> list[Expectation]:
                     r"-X batch\.num\.messages=50; done$"),
         Expectation(r"^ls tierlog-data/clicks-0/\*\.log \| wc -l$", lines_count(10)),
         Expectation(r'^grep "loaded \.\* logs" tierlog\.log$', startup),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until grep -qs "lazy segment check finished" tierlog\.log; do kill -0 %1 '),
         Expectation(r'^grep "lazy segment check finished"', matches(r"lazy segment check finished checked_segments=9 ")),
         Expectation(r"^truncate -s 5 tierlog-data/clicks-0/00000000000000000500\.index$"),
         Expectation(r"^tierlog consume clicks --offset 500 ", has_lines("Offset:500\t1")),
@@ -299,7 +304,7 @@ def seed004(s: Session) -> list[Expectation]:
         Expectation(r"^tierlog spark retention-preview ", _preview),
         Expectation(r"^tierlog topics alter ledger --config retention\.min\.timestamp=1704326400000$",
                     has_lines("altered topic ledger: set retention.min.timestamp=1704326400000")),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until \[ "\$\(grep -c "reason=timestamp_floor" tierlog\.log\)" -ge 2 \]; do kill -0 %1 '),
         Expectation(r'^grep "reason=timestamp_floor"', _floor_deletions, eventually=True),
         Expectation(r"^tierlog topics describe ledger$", log_start("80"), eventually=True),
         Expectation(r"^curl .*tierlog_log_segment_deletions",
@@ -325,7 +330,7 @@ def operations(s: Session) -> list[Expectation]:
         *broker_lifecycle(s),
         Expectation(r"^tierlog topics create audit "),
         Expectation(r"^for i in \$\(seq 1 6\); do seq 1 50 \| sed"),
-        Expectation(r"^sleep \d+$"),
+        Expectation(r'^until tierlog tier status \| grep -Eq "\^audit-0 \+active \+249 "; do kill -0 %1 '),
         Expectation(r"^tierlog tier status$", tier_row("audit-0", **{"TIERED-TO": "249", "SEGMENTS": "5", "LAG-SEGMENTS": "0"}),
                     eventually=True),
         Expectation(r"^tierlog tier status \| grep audit-0$", matches(r"^audit-0 +active +249 ")),
@@ -357,7 +362,8 @@ def operations(s: Session) -> list[Expectation]:
         Expectation(r"^for base in .*; do mv tierlog-data/audit-0/\$base\.\* quarantine/audit-0/; done$"),
         Expectation(r"^tierlog consume audit --from-beginning --max-messages 300 .*\| wc -l$", lines_count(300)),
         Expectation(r"^python - <<'EOF'\nfrom confluent_kafka import TopicPartition", has_lines("low watermark now 150")),
-                Expectation(r"^tierlog topics describe audit$", log_start("150"), eventually=True),
+        Expectation(r"""^until \[ "\$\(tierlog topics describe audit \| awk '\$1 == "0" \{print \$5\}'\)" = 150 \]; """),
+        Expectation(r"^tierlog topics describe audit$", log_start("150"), eventually=True),
         Expectation(r"^curl -s http://127\.0\.0\.1:9404/metrics ", contains("tierlog_log_unchecked_segments 0.0",
                                                                             'tierlog_remote_copy_lag_segments{partition="0",topic="audit"}')),
     ]

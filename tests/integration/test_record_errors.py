@@ -104,3 +104,23 @@ def test_librdkafka_fails_only_the_listed_records_as_invalid(broker: BrokerProce
     assert sorted(set(errors)) == sorted({KafkaError.INVALID_RECORD, KafkaError._INVALID_DIFFERENT_RECORD})
     assert errors.count(KafkaError.INVALID_RECORD) == 10
     assert errors.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90
+
+
+def test_a_record_set_of_two_batches_is_refused_whole_and_the_connection_carries_on(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Kafka's LogValidator takes one v2 batch per partition from a client: two are INVALID_RECORD with
+    its message, nothing of them written; the same connection then produces one batch as usual."""
+    client = RawClient(broker.port, client_id="record-errors")
+    try:
+        _create(client, topic_name, {})
+        now = _now_ms()
+        one = build_batch([SimpleRecord(b"k", b"v", timestamp=now)])
+        part = _produce(client, topic_name, one + one, 9)
+        assert part.error_code == 87, part  # INVALID_RECORD
+        assert part.error_message == "Compressed outer record has more than one batch"
+        assert _end_offset(client, topic_name) == 0
+        part = _produce(client, topic_name, one, 9)
+        assert (part.error_code, part.base_offset) == (0, 0), part
+        assert _end_offset(client, topic_name) == 1
+    finally:
+        client.close()

@@ -339,6 +339,14 @@ BROKER_KEYS: list[ConfigKey] = [
     _broker("max.connections.per.ip.overrides", Type.STRING, "",
             "Per-address exceptions to max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200' (host names are "
             "resolved at startup).", validator=HostCounts(), group="network"),
+    _broker("max.connection.creation.rate", Type.INT, INT32_MAX,
+            "The most new connections per second the broker takes, over all its listeners, measured as "
+            "client quotas' rates are (quota.window.num windows of quota.window.size.seconds). As Kafka's "
+            "acceptor does, a listener takes its new connections one at a time: one that brings the rate over "
+            "the limit waits, unread, for the time that brings the rate back to it (at most one window), and "
+            "the listener's newer connections wait behind it; none is closed for it. Applied before an ip "
+            "quota's connection_creation_rate. Dynamic, per broker or cluster-wide: the next connection uses "
+            "the new value.", validator=at_least(0), group="network", dynamic=True),
     _broker("connections.max.idle.ms", Type.LONG, 600000,
             "A connection with no bytes received and no response written for this long is closed, unless a "
             "request of it is still being handled (a long-polling fetch); a client that stopped reading its "

@@ -32,7 +32,7 @@ from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
-from tierlog.server.connection_rate import ConnectionRateGate, IpConnectionRates
+from tierlog.server.connection_rate import BrokerConnectionRate, ConnectionRateGate, IpConnectionRates
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
@@ -121,6 +121,20 @@ def _connection_quotas(net: NetworkSettings, clock: Clock) -> ConnectionQuotas:
     except ValueError as e:
         raise ConfigError("max.connections.per.ip.overrides", str(e)) from None
     return ConnectionQuotas(net.max_connections, net.max_connections_per_ip, overrides, clock=clock)
+
+
+def _dynamic_int(image: Callable[[], MetadataImage], node_id: int, key: str, static: int) -> Callable[[], int]:
+    """The current value of a dynamic int broker key: per broker, else cluster-wide, else ``static``
+    (the value was validated when it was altered)."""
+
+    def current() -> int:
+        value = image().effective_broker_config(node_id, key)
+        try:
+            return static if value is None else int(value)
+        except ValueError:
+            return static
+
+    return current
 
 
 class Broker:
@@ -233,7 +247,10 @@ class Broker:
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.connection_rates = IpConnectionRates(lambda: controller.image.client_quotas, quota_window(config))
-        self._rate_gate = ConnectionRateGate(ctx.connection_rates, self.clock)
+        ctx.broker_connection_rate = BrokerConnectionRate(
+            _dynamic_int(lambda: controller.image, config.node_id, "max.connection.creation.rate",
+                         net.max_connection_creation_rate), quota_window(config))
+        self._rate_gate = ConnectionRateGate(ctx.connection_rates, self.clock, ctx.broker_connection_rate)
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
         ctx.transactions = _transaction_coordinator(ctx)

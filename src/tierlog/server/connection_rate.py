@@ -13,6 +13,16 @@
 
 :class:`IpConnectionRates` is the pure decision (every call takes ``now_ms``); :class:`ConnectionRateGate`
 puts it in front of each listener's protocol factory, before TLS and before the connection counts.
+
+The broker-wide ``max.connection.creation.rate`` (static, or dynamic per broker or cluster-wide) is
+enforced as Kafka's acceptor does (ConnectionQuotas.waitForConnectionSlot), before the ip quota:
+
+* Each listener takes its new connections one at a time, in arrival order. Each is recorded in the
+  broker's rate (:class:`BrokerConnectionRate`); when the rate then exceeds the limit, that
+  connection waits out the throttle time (the same formula, capped at one window) before it is
+  served, and the listener takes no newer connection meanwhile (Kafka's acceptor thread blocks,
+  leaving them in the TCP backlog): accepting slows to the limit, and no connection is closed for it.
+* A connection then refused by its address's ip quota is un-recorded from the broker's rate too.
 """
 
 from __future__ import annotations
@@ -20,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tierlog.clock import Clock
+from tierlog.config.definition import INT32_MAX
 from tierlog.metadata.client_quotas import CONNECTION_CREATION_RATE, IP
 from tierlog.metadata.image import QuotaEntity
 from tierlog.server.quotas import QuotaWindow, SampledRate, throttle_time_ms
@@ -105,26 +117,162 @@ class IpConnectionRates:
             del self._rates[ip]
 
 
+class BrokerConnectionRate:
+    """The broker-wide connection creation rate and its limit, ``max.connection.creation.rate``
+    (``limit`` is read at each connection: a dynamic change applies to the next one)."""
+
+    def __init__(self, limit: Callable[[], int], window: QuotaWindow) -> None:
+        self._limit = limit
+        self.window = window
+        self.rate = SampledRate(window.num_windows, window.window_ms)
+        #: Connections made to wait, and the wait they were given, in total.
+        self.throttled_total = 0
+        self.throttle_time_ms_total = 0
+
+    def admit(self, now_ms: int) -> int:
+        """Record a new connection: 0 to serve it now, else the ms it waits first (and the listener with it)."""
+        self.rate.record(1.0, now_ms)
+        limit = self._limit()
+        if limit >= INT32_MAX:
+            return 0  # Kafka's default: unlimited
+        throttle = throttle_time_ms(self.rate.rate_per_s(now_ms), limit, self.rate.window_size_ms(now_ms))
+        throttle = min(throttle, self.window.window_ms)
+        if throttle > 0:
+            self.throttled_total += 1
+            self.throttle_time_ms_total += throttle
+        return max(throttle, 0)
+
+    def unrecord(self, now_ms: int) -> None:
+        """A connection the ip quota refused: not taken, so not counted (Kafka's updateListenerMetrics)."""
+        self.rate.record(-1.0, now_ms)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    gate: _Gate
+    transport: asyncio.Transport
+    host: str
+
+
+class _Acceptor:
+    """One listener's new connections, taken one at a time in arrival order (Kafka's Acceptor): while
+    a connection waits out the broker's throttle, the ones after it wait too."""
+
+    def __init__(self, owner: ConnectionRateGate) -> None:
+        self._owner = owner
+        self._queue: deque[_Waiting] = deque()
+        self._busy_until_ms = 0
+        self._wakeup: asyncio.TimerHandle | None = None
+        #: A throttled connection is waiting to be served: the ones after it wait for it.
+        self._serving = False
+
+    def arrive(self, waiting: _Waiting) -> None:
+        if self._queue or self._serving or self._owner.now_ms() < self._busy_until_ms:
+            waiting.transport.pause_reading()  # not served yet: nothing of it is read
+            self._queue.append(waiting)
+            self._schedule()
+            return
+        self._take(waiting)
+
+    def _take(self, waiting: _Waiting) -> None:
+        owner = self._owner
+        now_ms = owner.now_ms()
+        throttle_ms = owner.broker_rate.admit(now_ms) if owner.broker_rate is not None else 0
+        if throttle_ms <= 0:
+            owner.admit_ip(waiting)
+            return
+        self._busy_until_ms = now_ms + throttle_ms
+        self._serving = True
+        waiting.transport.pause_reading()
+        owner.report("accepting new connections slowly: the one from %s waits %d ms, and newer ones behind it "
+                     "(max.connection.creation.rate; %d waited so far)", waiting.host, throttle_ms,
+                     owner.broker_rate.throttled_total if owner.broker_rate is not None else 0)
+
+        def served() -> None:
+            self._serving = False
+            owner.admit_ip(waiting)
+            self._drain()
+
+        asyncio.get_running_loop().call_later(throttle_ms / 1000.0, served)
+
+    def _schedule(self) -> None:
+        if self._wakeup is None and not self._serving:  # (served() drains when it is done)
+            delay_ms = max(self._busy_until_ms - self._owner.now_ms(), 0)
+            self._wakeup = asyncio.get_running_loop().call_later(delay_ms / 1000.0, self._drain)
+
+    def close(self) -> None:
+        """Shutdown: the connections still waiting are closed unserved."""
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        while self._queue:
+            self._queue.popleft().transport.abort()
+
+    def _drain(self) -> None:
+        self._wakeup = None
+        while self._queue and not self._serving:
+            if self._owner.now_ms() < self._busy_until_ms:
+                self._schedule()
+                return
+            waiting = self._queue.popleft()
+            if waiting.transport.is_closing():
+                continue  # the client gave up while it waited: never taken, never counted
+            self._take(waiting)
+
+
 class ConnectionRateGate:
     """Wraps a listener's protocol factory: a connection over its address's rate is held unread and
     closed after its throttle time; the others go on to the listener's own protocol."""
 
-    def __init__(self, rates: IpConnectionRates, clock: Clock) -> None:
+    def __init__(self, rates: IpConnectionRates, clock: Clock, broker_rate: BrokerConnectionRate | None = None) -> None:
         self.rates = rates
+        self.broker_rate = broker_rate
         self._clock = clock
         self._held: set[asyncio.Transport] = set()
+        self._acceptors: list[_Acceptor] = []
         self._last_report_ms = -10_000_000
 
     def wrap(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.BaseProtocol]:
+        """One listener's factory behind its own acceptor (call once per listener)."""
+        acceptor = _Acceptor(self)
+        self._acceptors.append(acceptor)
+
         def make() -> asyncio.BaseProtocol:
-            return _Gate(self, factory)
+            return _Gate(self, factory, acceptor)
 
         return make
+
+    def now_ms(self) -> int:
+        return self._clock.monotonic_ns() // 1_000_000
+
+    def admit_ip(self, waiting: _Waiting) -> None:
+        """The ip quota's turn, then the listener's own protocol (or the connection held and closed)."""
+        transport, host = waiting.transport, waiting.host
+        if transport.is_closing():
+            return
+        now_ms = self.now_ms()
+        throttle_ms = self.rates.admit(host, now_ms) if host else 0
+        if throttle_ms > 0:
+            if self.broker_rate is not None:
+                self.broker_rate.unrecord(now_ms)
+            self._throttled(transport, host, throttle_ms)
+            return
+        waiting.gate.serve(transport)
+
+    def report(self, message: str, *args: object) -> None:
+        """Log ``message`` at WARNING -- at most one line per 10 s: a flood of throttled connections
+        must not flood the log."""
+        now_ms = self.now_ms()
+        if now_ms - self._last_report_ms >= 10_000:
+            self._last_report_ms = now_ms
+            log.warning(message, *args)
 
     def close(self) -> None:
         for transport in list(self._held):
             transport.abort()
         self._held.clear()
+        for acceptor in self._acceptors:
+            acceptor.close()
 
     def _throttled(self, transport: asyncio.Transport, host: str, throttle_ms: int) -> None:
         transport.pause_reading()
@@ -135,28 +283,26 @@ class ConnectionRateGate:
             transport.abort()
 
         asyncio.get_running_loop().call_later(throttle_ms / 1000.0, close)
-        now_ms = self._clock.monotonic_ns() // 1_000_000
-        # A flood of throttled connections must not flood the log: one line per 10 s.
-        if now_ms - self._last_report_ms >= 10_000:
-            self._last_report_ms = now_ms
-            log.warning("throttling new connections from %s for %d ms (connection_creation_rate; %d throttled so far)",
-                        host, throttle_ms, self.rates.throttled_total)
+        self.report("throttling new connections from %s for %d ms (connection_creation_rate; %d throttled so far)",
+                    host, throttle_ms, self.rates.throttled_total)
 
 
 class _Gate(asyncio.Protocol):
-    def __init__(self, owner: ConnectionRateGate, factory: Callable[[], asyncio.BaseProtocol]) -> None:
+    def __init__(self, owner: ConnectionRateGate, factory: Callable[[], asyncio.BaseProtocol],
+                 acceptor: _Acceptor) -> None:
         self._owner = owner
         self._factory = factory
+        self._acceptor = acceptor
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         peer = transport.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) else ""
-        throttle_ms = self._owner.rates.admit(host, self._owner._clock.monotonic_ns() // 1_000_000) if host else 0
-        if throttle_ms > 0:
-            self._owner._throttled(transport, host, throttle_ms)
-            return
+        self._acceptor.arrive(_Waiting(self, transport, host))
+
+    def serve(self, transport: asyncio.Transport) -> None:
         inner = self._factory()
+        transport.resume_reading()  # (paused if it waited; nothing is delivered before this returns)
         transport.set_protocol(inner)
         inner.connection_made(transport)
 

@@ -166,7 +166,8 @@ class BrokerCollector(Collector):
         yield self._connections()
         yield from self._transactions()
         yield from cleaner_metrics(self._ctx.log_cleaner)
-        yield from quota_metrics(getattr(self._ctx, "quotas", None), getattr(self._ctx, "connection_rates", None))
+        yield from quota_metrics(getattr(self._ctx, "quotas", None), getattr(self._ctx, "connection_rates", None),
+                                 getattr(self._ctx, "broker_connection_rate", None))
 
     # -- transactions ---------------------------------------------------------------------------
 

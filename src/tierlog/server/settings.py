@@ -85,6 +85,8 @@ class NetworkSettings:
     max_connections_per_ip: int = setting("max.connections.per.ip")
     #: The raw ``max.connections.per.ip.overrides`` (``host:count,...``), parsed where it is used.
     max_connections_per_ip_overrides: str = setting("max.connections.per.ip.overrides")
+    #: Also dynamic (per broker or cluster-wide): the broker reads the current value per connection.
+    max_connection_creation_rate: int = setting("max.connection.creation.rate")
     metrics_listener: str | None = setting("metrics.listener")
     console_listener: str | None = setting("console.listener")
 

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from tierlog.protocol import ApiKey, ParsedRequest
 from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
-from tierlog.server.connection_rate import IpConnectionRates
+from tierlog.server.connection_rate import BrokerConnectionRate, IpConnectionRates
 from tierlog.server.fetch_response import encode_fetch_response
 from tierlog.server.quotas import QuotaManager, QuotaType
 
@@ -152,8 +152,17 @@ def _empty_fetch(request: ParsedRequest, reply: RawResponse, throttle_ms: int) -
                                  session_id=session_id)
 
 
-def quota_metrics(quotas: QuotaManager | None, connection_rates: IpConnectionRates | None = None) -> list[Metric]:
+def quota_metrics(quotas: QuotaManager | None, connection_rates: IpConnectionRates | None = None,
+                  broker_rate: BrokerConnectionRate | None = None) -> list[Metric]:
     out: list[Metric] = []
+    if broker_rate is not None:
+        waited = CounterMetricFamily("tierlog_connections_accept_throttled", "New connections made to wait "
+                                     "before being served for going over max.connection.creation.rate.")
+        waited.add_metric([], broker_rate.throttled_total)
+        wait = CounterMetricFamily("tierlog_connection_accept_throttle_time_ms", "How long those connections "
+                                   "waited, in ms (Kafka's connection-accept-throttle-time).")
+        wait.add_metric([], broker_rate.throttle_time_ms_total)
+        out += [waited, wait]
     if connection_rates is not None:
         refused = CounterMetricFamily("tierlog_ip_connections_throttled", "New connections held and closed unserved "
                                       "for going over their address's connection_creation_rate (ip quotas).")

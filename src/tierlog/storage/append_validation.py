@@ -50,6 +50,10 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
             raise CorruptRecordError(
                 f"the record set of {size} bytes does not hold whole v2 batches ({consumed} bytes parsed)"
             )
+        if from_client and len(headers) > 1:
+            # Kafka's LogValidator takes one v2 batch per partition from a client (what every client
+            # sends), so offsets are assigned and the batch validated as one unit; its message verbatim.
+            raise InvalidRecordError("Compressed outer record has more than one batch")
     stats: list[BatchStats] = []
     max_message_bytes, compact = config.max_message_bytes, config.compact
     for h in headers:

@@ -80,6 +80,42 @@ def unsupported_format(buf: Buffer, at: int, size: int) -> str | None:
     return None
 
 
+def first_unsupported(buf: Buffer, file_end: int, segment_base: int) -> BatchProblem | None:
+    """The first entry of a segment's bytes ``buf[:file_end]`` that is intact data of a format tierlog
+    does not read, by the rule :class:`BatchWalk` applies (a message of magic 0/1 whose CRC-32 holds;
+    a batch above v2 whose CRC-32C holds and which no v2 batch follows), found from the length and
+    magic fields alone: recovery asks this before it rewrites any index, so a partition it refuses
+    keeps every file as it was. None as soon as the entries stop making sense (damage is recovery's
+    business) or end; the checksums of v2 batches are not read."""
+    pos = 0
+    previous = -1  # the last v2 batch's position: the offset expected next is read from it only if needed
+    length_at = _LENGTH.unpack_from
+    while file_end - pos >= HEADER_SIZE_UP_TO_MAGIC:
+        (length,) = length_at(buf, pos + LENGTH)
+        entry_size = LOG_OVERHEAD + length
+        if length <= 0 or pos + entry_size > file_end:
+            return None
+        magic = buf[pos + MAGIC]
+        if magic != MAGIC_V2:
+            feature = unsupported_format(buf, pos, entry_size)
+            after = pos + entry_size
+            if (feature is not None and magic > MAGIC_V2 and after + HEADER_SIZE_UP_TO_MAGIC <= file_end
+                    and buf[after + MAGIC] == MAGIC_V2):
+                feature = None  # a damaged magic byte, as BatchWalk judges it
+            if feature is None:
+                return None
+            expected = segment_base
+            if previous >= 0:
+                base_offset, _, _, _, _, _, last_delta = _HEAD.unpack_from(buf, previous)
+                expected = base_offset + last_delta + 1
+            return BatchProblem(pos, expected, feature, unsupported=True)
+        if length < MIN_BATCH_LENGTH or entry_size < BATCH_HEADER_SIZE:
+            return None
+        previous = pos
+        pos += entry_size
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CheckedBatch:
     position: int

@@ -304,6 +304,10 @@ def _recover(segments: LogSegments, recovery_point: int, assign_epoch: Callable[
     """Unclean shutdown: re-scan every segment from the one holding the recovery point; a segment
     with invalid bytes is truncated there and every later segment is deleted (LogLoader#recoverLog)."""
     to_recover = segments.from_offset(recovery_point)
+    # A partition refused for its record format keeps every file as it was: no segment's indexes
+    # are rewritten (nor bytes cut) before each segment to recover is known to be of a format it reads.
+    for seg in to_recover:
+        seg.refuse_unsupported_format()
     for i, seg in enumerate(to_recover):
         log.info("recovering segment dir=%s base_offset=%d (unclean shutdown)", seg.dir.name, seg.base_offset)
         next_base = to_recover[i + 1].base_offset if i + 1 < len(to_recover) else None

@@ -29,7 +29,6 @@ from tierlog.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    UnsupportedRecordFormatError,
 )
 from tierlog.ids import METADATA_TOPIC
 from tierlog.records.header import (
@@ -72,6 +71,7 @@ from tierlog.storage.producer_state import NOTHING_STAGED, AppendOrigin, Produce
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import PRODUCER as PRODUCER_COMPRESSION
 from tierlog.storage.recompress import maybe_recompress
+from tierlog.storage.refusal import refuses_partition
 from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
 from tierlog.storage.segments import LogSegments
 from tierlog.storage.txn_index import AbortedTxn
@@ -252,6 +252,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- append ---------------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
@@ -444,6 +445,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- roll, flush ----------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at max(expected, LEO); snapshot producer state."""
@@ -524,50 +526,56 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- read -----------------------------------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Read from ``start_offset`` up to ``max_bytes``, below the high watermark by default.
 
-        Returns a file region so the broker can send it without copying it through Python."""
+        Returns a file region so the broker can send it without copying it through Python. The
+        segments are read under the log's lock, which retention and the cleaner hold while they
+        delete or replace segments, so a read never finds its segment's file closed under it (with
+        ``file.delete.delay.ms=0`` the files go the moment the segment does: the read then either
+        went first or finds its offset below the new log start, OFFSET_OUT_OF_RANGE). The region
+        stays valid only while the caller holds the lock: take its bytes (or a duplicate of its
+        descriptor) before releasing it, as :meth:`read_bytes` and the Fetch path do."""
         end_offset = self.high_watermark if max_offset is None else max_offset
         self.check_online()
         with self.lock:
-            if start_offset == end_offset or start_offset == self._log_end_offset:
-                return FetchDataInfo(LogOffsetMetadata(start_offset), None)
-            if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
-                    f"of {self.topic}-{self.partition}"
-                )
-            segment = self.segments.floor(start_offset)
-        try:
-            while segment is not None:
-                self._ensure_checked(segment)
-                max_position: int | None = None
-                next_base = self.segments.next_base_offset(segment.base_offset)
-                if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
-                    pos = segment.translate_offset(end_offset)
-                    max_position = pos.position if pos is not None else None
-                try:
-                    info = segment.read(start_offset, max_bytes, max_position, min_one_message,
-                                        upper_offset=next_base)
-                finally:
-                    if segment.damage is not None and not segment.damage_reported:
-                        self._report_damage(segment, next_base)
-                if info is not None:
-                    return info
-                with self.lock:
-                    segment = self.segments.higher(segment.base_offset)
-        except UnsupportedRecordFormatError as e:
-            self._refuse(str(e))
-            raise
+            return self._read_locked(start_offset, end_offset, max_bytes, min_one_message)
+
+    def _read_locked(self, start_offset: int, end_offset: int, max_bytes: int, min_one_message: bool) -> FetchDataInfo:
+        if start_offset == end_offset or start_offset == self._log_end_offset:
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        if start_offset > self._log_end_offset or start_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
+                f"of {self.topic}-{self.partition}"
+            )
+        segment = self.segments.floor(start_offset)
+        while segment is not None:
+            self._ensure_checked(segment)
+            max_position: int | None = None
+            next_base = self.segments.next_base_offset(segment.base_offset)
+            if end_offset < self._log_end_offset and (next_base is None or end_offset < next_base):
+                pos = segment.translate_offset(end_offset)
+                max_position = pos.position if pos is not None else None
+            try:
+                info = segment.read(start_offset, max_bytes, max_position, min_one_message,
+                                    upper_offset=next_base)
+            finally:
+                if segment.damage is not None and not segment.damage_reported:
+                    self._report_damage(segment, next_base)
+            if info is not None:
+                return info
+            segment = self.segments.higher(segment.base_offset)
         return FetchDataInfo(LogOffsetMetadata(start_offset), None)
 
-    def _refuse(self, reason: str) -> None:
-        """Refuse the partition once a read finds data of a format tierlog does not read, as startup
-        refuses it: offline from now on, so no append writes a v2 batch after that data (which
-        would make it read as a damaged magic byte, and be cut off, at the next recovery)."""
+    def refuse(self, reason: str) -> None:
+        """Refuse the partition once an operation finds data of a format tierlog does not read, as
+        startup refuses it (each public method that reads segments is :func:`refuses_partition`):
+        offline from now on, so no append writes a v2 batch after that data (which would make it
+        read as a damaged magic byte, and be cut off, at the next recovery)."""
         with self.lock:
             if self.refused_reason is not None:
                 return
@@ -644,8 +652,12 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 self._check_segment(earlier)
 
     def read_bytes(self, start_offset: int, max_bytes: int = 1 << 30) -> bytes:
-        return self.read(start_offset, max_bytes).read_bytes()
+        """The bytes of :meth:`read`, taken under the log's lock: a segment deleted meanwhile
+        (``file.delete.delay.ms=0``) cannot close the file before they are read."""
+        with self.lock:
+            return self.read(start_offset, max_bytes).read_bytes()
 
+    @refuses_partition
     @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
@@ -658,6 +670,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 return found
         return None
 
+    @refuses_partition
     @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
@@ -708,17 +721,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         with self.lock:
             self._check_segment(segment)
 
+    @refuses_partition
     def check_all_batches(self, segment: LogSegment) -> BatchProblem | None:
         """Check the segment's indexes if startup left them unchecked (seed 003) and every batch not
         known good (CRC, lengths, offsets), e.g. before its files are uploaded to the remote tier;
         damage is reported as a read would report it."""
-        try:
-            self._ensure_checked(segment)
-            next_base = self.segments.next_base_offset(segment.base_offset)
-            problem = segment.check_all_batches(next_base)
-        except UnsupportedRecordFormatError as e:
-            self._refuse(str(e))
-            raise
+        self._ensure_checked(segment)
+        next_base = self.segments.next_base_offset(segment.base_offset)
+        problem = segment.check_all_batches(next_base)
         if problem is not None:
             self._report_damage(segment, next_base)
         return problem
@@ -745,6 +755,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             for earlier in self.segments.lower(segment.base_offset):
                 self._check_segment(earlier)
 
+    @refuses_partition
     def check_some_segments(self, limit: int) -> int:
         """The background checker's step: check up to ``limit`` unchecked segments, oldest first."""
         done = 0
@@ -763,6 +774,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- log start offset, truncation -----------------------------------------------------------------
 
+    @refuses_partition
     @disk_errors
     def maybe_increment_log_start_offset(self, new_offset: int, reason: str = "") -> bool:
         with self.lock:
@@ -779,6 +791,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.on_log_start_offset_incremented(new_offset)
             return True
 
+    @refuses_partition
     def truncate_to(self, target_offset: int) -> bool:
         """Remove everything at or after ``target_offset``; reload producer state to match."""
         with self.lock:
@@ -804,6 +817,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.on_high_watermark_updated(self.high_watermark)
             return True
 
+    @refuses_partition
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         with self.lock:
             for seg in list(self.segments):
@@ -825,6 +839,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         self.topic_id = topic_id
         PartitionMetadataFile(self.dir / PARTITION_METADATA).write(topic_id)
 
+    @refuses_partition
     def close(self, *, sync: bool = True) -> None:
         """Clean shutdown of the log: the active segment's final time index entry and trims, a
         producer snapshot at the LEO, files closed. With ``sync`` everything is fsynced and the

@@ -487,7 +487,10 @@ class LogManager:
         for ulog in self.all_logs().values():
             if done >= budget:
                 break
-            done += ulog.check_some_segments(budget - done)
+            try:
+                done += ulog.check_some_segments(budget - done)
+            except UnsupportedRecordFormatError:
+                continue  # the partition is refused (refusal.py), its ERROR already logged
         if done:
             if not self.lazy_checked_segments:
                 self._lazy_started = monotonic_s(self.clock)
@@ -509,6 +512,8 @@ class LogManager:
         for (topic, partition), ulog in self.all_logs().items():
             try:
                 plan = ulog.delete_old_segments(now)
+            except UnsupportedRecordFormatError:
+                continue  # the partition is refused (refusal.py), its ERROR already logged
             except (OSError, TierlogError) as e:
                 if not self.failure_channel.maybe_fail(ulog.dir.parent, e, f"retention of {topic}-{partition}"):
                     log.error("retention of %s-%d failed: %s", topic, partition, e)

@@ -19,6 +19,7 @@ from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.producer_state import ProducerStateManager
+from tierlog.storage.refusal import refuses_partition
 from tierlog.storage.retention import Deletion, RetentionPolicy, SegmentInfo, deletable_segments
 from tierlog.storage.segment import LogSegment
 from tierlog.storage.segments import LogSegments
@@ -50,6 +51,7 @@ class LogRetentionMixin:
         def size_bytes(self) -> int: ...
         def roll(self, expected_next_offset: int | None = None) -> LogSegment: ...
         def _ensure_checked(self, segment: LogSegment) -> None: ...
+        def refuse(self, reason: str) -> None: ...
 
     def delete_segments_async(self, segments: list[LogSegment]) -> list[Path]:
         """Remove segments from the log, rename their files to ``.deleted`` now and delete them after
@@ -94,6 +96,7 @@ class LogRetentionMixin:
             highest_offset_in_remote=self.highest_offset_in_remote_storage if local else None,
         )
 
+    @refuses_partition
     def retention_plan(self, now_ms: int, policy: RetentionPolicy | None = None) -> list[Deletion]:
         """What retention would delete now (the dry run uses this directly)."""
         with self.lock:
@@ -103,6 +106,7 @@ class LogRetentionMixin:
             total = self.size_bytes if policy.retention_bytes >= 0 else None
             return deletable_segments(self.segment_infos(), policy, now_ms, total)
 
+    @refuses_partition
     def delete_old_segments(self, now_ms: int | None = None, policy: RetentionPolicy | None = None) -> list[Deletion]:
         """One retention pass: delete the planned segments and advance the log start offset."""
         now_ms = self.clock.wall_ms() if now_ms is None else now_ms

@@ -16,6 +16,7 @@ import mmap
 import os
 import struct
 import threading
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from tierlog.errors import (
 )
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
+    HEADER_SIZE_UP_TO_MAGIC,
     INT32_MAX,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -39,7 +41,13 @@ from tierlog.records.header import (
 )
 from tierlog.records.reader import records_max_timestamp
 from tierlog.storage import files
-from tierlog.storage.batch_check import BatchProblem, BatchWalk, CheckedBatch, VerifiedSpans
+from tierlog.storage.batch_check import (
+    BatchProblem,
+    BatchWalk,
+    CheckedBatch,
+    VerifiedSpans,
+    first_unsupported,
+)
 from tierlog.storage.file_records import FileRecords, FileRegion
 from tierlog.storage.index import OffsetIndex, TimeIndex, looks_untrimmed
 from tierlog.storage.txn_index import TransactionIndex
@@ -513,6 +521,16 @@ class LogSegment:
                 f"{self.log.path}: byte {problem.position} (offset {problem.offset}) holds {problem.reason}; "
                 "the partition is refused and its files are left as they are")
 
+    def refuse_unsupported_format(self) -> None:
+        """Raise UnsupportedRecordFormatError if the segment holds data of a format tierlog does not
+        read, judged from its entries' length and magic fields (see :func:`first_unsupported`), without
+        opening its indexes: recovery asks every segment it will rewrite before it rewrites any."""
+        size = self.log.size_bytes
+        if self.settings.v2_only or size < HEADER_SIZE_UP_TO_MAGIC:
+            return
+        with mmap.mmap(self.log.fd, 0, access=mmap.ACCESS_READ) as mm:
+            self._refuse_unsupported(first_unsupported(mm, min(size, len(mm)), self.base_offset))
+
     def _walk(self, position: int, *, expected_offset: int | None, upper_offset: int | None = None,
               stop_offset: int | None = None, exact_end: int | None = None,
               on_batch: Callable[[CheckedBatch], None] | None = None) -> BatchWalk:
@@ -763,15 +781,11 @@ class LogSegment:
         batch stored by an older tierlog keeps its producer's header value, which may be -1 or wrong.
         The bytes are not rewritten; :attr:`headers_lie` remembers that the headers cannot be trusted.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        if truncate:
-            # The data may be cut: its aborted-transaction entries are rebuilt from the batches by
-            # the loader (txn_rebuild), as Kafka's recovery rebuilds them with the producer state.
-            # Kept bytes keep their entries.
-            self.txn_index.reset()
-            self.txn_index_reset = True
         self.verified.clear()
+        # The index entries are gathered first and written only once the walk has shown the data is
+        # of a format tierlog reads: a refused partition's index files stay as they were.
+        offset_entries = array("q")  # last offset, position
+        time_entries = array("q")  # max timestamp so far, its offset
         valid_bytes = 0
         last_index_entry = 0
         max_ts, offset_of_max = -1, self.base_offset
@@ -793,8 +807,8 @@ class LogSegment:
                     if batch_ts > max_ts:
                         max_ts, offset_of_max = batch_ts, b.last_offset
                     if b.position - last_index_entry > self.settings.index_interval_bytes:
-                        self.offset_index.append(b.last_offset, b.position)
-                        self.time_index.maybe_append(max_ts, offset_of_max)
+                        offset_entries.extend((b.last_offset, b.position))
+                        time_entries.extend((max_ts, offset_of_max))
                         last_index_entry = b.position
                     if on_batch is not None:
                         # Hand out a copy of the header so no view of the mapping outlives it.
@@ -809,6 +823,17 @@ class LogSegment:
                     self.verified.add(0, valid_bytes, walk.first_offset, walk.next_offset)
         # Before anything is truncated or marked: data of another format is not damage.
         self._refuse_unsupported(problem)
+        self.offset_index.reset()
+        self.time_index.reset()
+        if truncate:
+            # The data may be cut: its aborted-transaction entries are rebuilt from the batches by
+            # the loader (txn_rebuild), as Kafka's recovery rebuilds them with the producer state.
+            # Kept bytes keep their entries.
+            self.txn_index.reset()
+            self.txn_index_reset = True
+        for i in range(0, len(offset_entries), 2):
+            self.offset_index.append(offset_entries[i], offset_entries[i + 1])
+            self.time_index.maybe_append(time_entries[i], time_entries[i + 1])
         self.recovery_problem = problem
         if headers_lie:
             log.warning("batch headers of %s carry max timestamps their records do not (written so by an older "

@@ -4,7 +4,7 @@ not counted in the rate."""
 
 from __future__ import annotations
 
-from tierlog.server.connection_rate import IpConnectionRates, canonical_ip
+from tierlog.server.connection_rate import BrokerConnectionRate, IpConnectionRates, canonical_ip
 from tierlog.server.quotas import QuotaWindow
 
 RATE = "connection_creation_rate"
@@ -51,3 +51,24 @@ def test_addresses_are_compared_in_one_spelling() -> None:
     assert canonical_ip("0:0:0:0:0:0:0:1") == canonical_ip("::1") == "::1"
     r = _rates({(("ip", "0:0:0:0:0:0:0:1"),): {RATE: 7.0}})
     assert r.quota_for("::1") == 7.0
+
+
+def test_the_broker_wide_rate_makes_a_connection_wait_and_counts_it() -> None:
+    """max.connection.creation.rate (Kafka's broker connection rate sensor): over the limit a new
+    connection waits Kafka's throttle time, capped at one window; unlike an ip quota's refusal the
+    connection is taken afterwards, so it stays counted. A dynamic change applies to the next one."""
+    limit = [5]
+    r = BrokerConnectionRate(lambda: limit[0], QuotaWindow(2, 1))
+    assert [r.admit(1000) for _ in range(5)] == [0] * 5
+    assert r.admit(1000) == 200  # 6/s: (6 - 5) / 5 x 1000 ms
+    assert r.admit(1000) == 400  # 7/s: counted, so the next waits longer
+    assert max(r.admit(1000) for _ in range(50)) == 1000  # never more than one window
+    assert r.throttled_total == 52
+    limit[0] = 2**31 - 1  # Kafka's default: unlimited
+    assert r.admit(1000) == 0
+    r.unrecord(1000)  # an ip quota's refusal is taken back out of the broker's rate
+
+
+def test_without_a_broker_limit_nothing_waits() -> None:
+    r = BrokerConnectionRate(lambda: 2**31 - 1, QuotaWindow(2, 1))
+    assert [r.admit(1000) for _ in range(1000)] == [0] * 1000 and r.throttled_total == 0

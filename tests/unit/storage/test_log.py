@@ -7,10 +7,11 @@ import pytest
 
 from tests.helpers.storage import OpenLog, batch, offsets_in
 from tierlog.config import LogConfig
-from tierlog.errors import CorruptRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from tierlog.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
 from tierlog.records import decode_batch, iter_headers
 from tierlog.records.header import BatchHeader
 from tierlog.storage import files
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.testing import ManualClock
 
 
@@ -171,7 +172,8 @@ def test_multi_batch_request_written_without_copy_keeps_input_and_gets_offsets(o
     log.append_as_leader(batch(2))
     request = bytearray(batch(3) + batch(1, value_size=500) + batch(4))
     before = bytes(request)
-    info = log.append_as_leader(request, leader_epoch=7)
+    # Several batches in one append: what the coordinators write (a client's Produce holds one).
+    info = log.append_as_leader(request, leader_epoch=7, origin=AppendOrigin.COORDINATOR)
     assert bytes(request) == before
     assert (info.first_offset, info.last_offset) == (2, 9)
     headers = list(iter_headers(log.read(2, 1 << 20).read_bytes()))
@@ -184,11 +186,20 @@ def test_multi_batch_request_written_without_copy_keeps_input_and_gets_offsets(o
         assert bytes(h.body()) == bytes(s.body()) and h.crc == s.crc
 
 
+def test_a_client_append_of_more_than_one_batch_is_refused_whole(open_log: OpenLog) -> None:
+    """Kafka's LogValidator: one v2 batch per partition from a client, else INVALID_RECORD."""
+    log = open_log()
+    with pytest.raises(InvalidRecordError, match="more than one batch"):
+        log.append_as_leader(batch(2) + batch(1))
+    assert log.log_end_offset == 0
+    assert log.append_as_leader(batch(2)).last_offset == 1
+
+
 def test_request_with_more_buffers_than_one_pwritev_takes(open_log: OpenLog) -> None:
     """Two buffers per batch: 700 batches need 1,400 iovecs, past Linux's 1,024 per call."""
     log = open_log(LogConfig(segment_bytes=64 << 20))
     request = b"".join(batch(1, value_size=i % 50) for i in range(700))
-    info = log.append_as_leader(request)
+    info = log.append_as_leader(request, origin=AppendOrigin.COORDINATOR)
     assert (info.first_offset, info.last_offset) == (0, 699)
     data = log.read(0, 1 << 24).read_bytes()
     assert len(data) == len(request)

@@ -27,6 +27,7 @@ from tierlog.config.definition import INT64_MAX
 from tierlog.errors import InvalidTimestampError
 from tierlog.records import BatchHeader, CompressionType, SimpleRecord, build_batch, iter_headers
 from tierlog.storage.log import UnifiedLog
+from tierlog.storage.producer_state import AppendOrigin
 from tierlog.testing import ManualClock
 
 CODECS = [CompressionType.NONE, CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
@@ -111,7 +112,8 @@ def test_a_lying_batch_kept_as_it_came_in_a_recompressed_request_is_fixed_too(op
     request then gets a buffer of its own, where the kept batch's header is rewritten in place."""
     log = open_log(config(compression_type="gzip"))
     request = make_batch(0, CompressionType.GZIP, lie) + make_batch(1, CompressionType.NONE, lie)
-    log.append_as_leader(request)
+    # Two batches in one append: a coordinator's write (a client's Produce holds one batch).
+    log.append_as_leader(request, origin=AppendOrigin.COORDINATOR)
     headers = stored_headers(log)
     assert [h.compression for h in headers] == [CompressionType.GZIP] * 2
     assert [h.max_timestamp for h in headers] == [max(batch_timestamps(0)), max(batch_timestamps(1))]

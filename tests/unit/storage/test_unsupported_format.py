@@ -5,6 +5,7 @@ other partitions load and a torn tail is still truncated as before."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from tests.helpers.records import legacy_message
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import KafkaStorageError, UnsupportedRecordFormatError
 from tierlog.records import SimpleRecord, build_batch
-from tierlog.storage.checkpoints import CLEAN_SHUTDOWN
+from tierlog.storage.checkpoints import CLEAN_SHUTDOWN, RECOVERY_POINT_CHECKPOINT
 from tierlog.storage.log_manager import LogManager
 
 CFG = LogConfig()
@@ -160,4 +161,53 @@ def test_a_newer_last_batch_found_by_a_read_after_a_clean_shutdown_refuses_the_p
         assert manager.get_log("old", 0) is None and manager.refused_reason("old", 0) == reason
     finally:
         manager.shutdown()
-    assert segment.read_bytes() == files_before[SEGMENT]  # (recovery's walk rebuilt its indexes)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "old-0").iterdir()} == files_before
+
+
+def _digest(d: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize(("clean", "where"), [(False, "first"), (False, "active"), (True, "active")],
+                         ids=["crash-first-segment", "crash-active-segment", "clean-active-segment"])
+@pytest.mark.parametrize("kind", ["magic-3", "magic-1"])
+def test_a_partition_refused_at_startup_keeps_every_file_byte_for_byte(
+        tmp_path: Path, clean: bool, where: str, kind: str) -> None:
+    """Startup refuses the partition before it modifies any of its files: no index rebuilt (the
+    earlier segments' indexes were written with another index.interval.bytes, so a rebuild would
+    change them), none preallocated for appends, no bytes cut, no snapshot or checkpoint of its own
+    rewritten -- during the broker's life and after its shutdown. Before, recovery rebuilt the
+    indexes of every segment it walked before the one it refused, and loading preallocated the
+    active segment's indexes to segment.index.bytes and left them so."""
+    dense = LogConfig(index_interval_bytes=1)
+    manager = LogManager([tmp_path], lambda t: dense)
+    ulog = manager.get_or_create_log("old", 0)
+    batches = [build_batch([SimpleRecord(None, b"v%d" % i * 50, timestamp=1_700_000_000_000 + i)])
+               for i in range(20)]
+    for i, batch in enumerate(batches):
+        ulog.append_as_leader(batch)
+        if i == 9:
+            ulog.roll()
+    manager.shutdown()
+    part = tmp_path / "old-0"
+    segment = part / (SEGMENT if where == "first" else "00000000000000000010.log")
+    raw = bytearray(segment.read_bytes())
+    if kind == "magic-3":
+        raw[len(raw) - len(batches[9 if where == "first" else 19]) + 16] = 3
+    else:
+        raw += legacy_message(10 if where == "first" else 20, b"old")
+    segment.write_bytes(bytes(raw))
+    if not clean:
+        (tmp_path / CLEAN_SHUTDOWN).unlink()
+        (tmp_path / RECOVERY_POINT_CHECKPOINT).unlink()  # every segment is walked again
+    before = _digest(part)
+
+    manager = LogManager([tmp_path], lambda t: CFG)
+    manager.startup_logs()
+    try:
+        reason = manager.refused_reason("old", 0)
+        assert reason is not None and str(segment) in reason, reason
+        assert _digest(part) == before
+    finally:
+        manager.shutdown()
+    assert _digest(part) == before

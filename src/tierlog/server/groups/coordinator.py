@@ -211,7 +211,7 @@ class GroupCoordinator:
             end = ulog.log_end_offset
             while offset < end:
                 try:
-                    data = ulog.read(offset, 8 << 20).read_bytes()
+                    data = ulog.read_bytes(offset, 8 << 20)
                 except CorruptRecordError as e:
                     # Damaged data (the log reported it): the commits in it are lost, the rest load.
                     segment = ulog.segments.floor(offset)

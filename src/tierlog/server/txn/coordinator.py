@@ -159,7 +159,7 @@ class TransactionCoordinator:
             offset, end = ulog.log_start_offset, ulog.log_end_offset
             while offset < end:
                 try:
-                    data = ulog.read(offset, 8 << 20).read_bytes()
+                    data = ulog.read_bytes(offset, 8 << 20)
                 except CorruptRecordError as e:
                     log.error("stopping the load of %s-%d at damaged data at offset %d: %s", TRANSACTION_STATE_TOPIC,
                               partition, offset, e)

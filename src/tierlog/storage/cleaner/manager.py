@@ -11,8 +11,9 @@ from pathlib import Path
 
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.settings import setting
-from tierlog.errors import TierlogError
+from tierlog.errors import TierlogError, UnsupportedRecordFormatError
 from tierlog.ids import TopicPartition
+from tierlog.storage import files
 from tierlog.storage.cleaner.batches import CorruptDirtyBatchError
 from tierlog.storage.cleaner.checkpoint import CleanerCheckpoint
 from tierlog.storage.cleaner.cleaner import Cleaner, CleanResult, Throttle, segment_views, with_timestamps
@@ -287,6 +288,12 @@ class LogCleaner:
             views = segment_views(ulog)
             result = cleaner.clean(ulog, plan.rng.first_dirty_offset, plan.rng.first_uncleanable_offset, views, now_ms)
         except Exception as e:
+            if isinstance(e, CorruptDirtyBatchError) and _refused_by(ulog, e):
+                # Data of a format tierlog does not read, not damage: the partition is refused as
+                # every other path refuses it (refusal.py), with its one ERROR; nothing to clean.
+                self.states.pop(tp, None)
+                log.info("log cleaner skips the refused partition %s-%d", tp[0], tp[1])
+                return True
             # Kafka's LogCleaningException: whatever failed, this partition is marked uncleanable
             # (the thread goes on with the others); damaged data gets its own words.
             state.uncleanable_reason = str(e) if isinstance(e, CorruptDirtyBatchError) else f"{type(e).__name__}: {e}"
@@ -372,6 +379,27 @@ class LogCleaner:
     def time_since_last_run_ms(self, now_ms: int) -> int:
         last = self.metrics.last_run_end_ms
         return 0 if last is None else max(0, now_ms - last)
+
+
+def _refused_by(ulog: UnifiedLog, e: CorruptDirtyBatchError) -> bool:
+    """Whether the batch the cleaner found bad is data of a record format tierlog does not read (an
+    intact batch of magic > 2 with no v2 batch after it): the cleaner's walk only sees a wrong magic,
+    so the log's own check of that segment decides -- and refuses the partition when it is."""
+    base_text, _, suffix = e.path.name.partition(".")
+    if suffix != files.LOG_SUFFIX.lstrip(".") or not base_text.isdigit():
+        return False
+    base = int(base_text)
+    with ulog.lock:
+        if e.path.parent != ulog.dir or base not in ulog.segments.base_offsets:
+            return False
+        segment = ulog.segments.get(base)
+    try:
+        ulog.check_all_batches(segment)
+    except UnsupportedRecordFormatError:
+        return True
+    except (OSError, TierlogError):
+        return False
+    return False
 
 
 def plan_log(ulog: UnifiedLog, checkpoint: int | None, now_ms: int) -> tuple[CleanableRange, DirtyStats, int]:
