@@ -11,6 +11,10 @@ fixed cost, the Spark session's start (JVM and session) and the first job (Pytho
 which every ``tierlog spark`` job pays before it scans. Target (issue 26): tierlog ≥ 1.0× the
 Parquet scan.
 
+Also timed in the same rounds, when its jar is built: ``tierlog.pipeline.read`` with the JVM reader
+(jvm/spark-reader: planned in this process, read by a Java DataSource V2 reader; each round plans
+again, as each ``format("tierlog")`` round does).
+
 Run: .venv/bin/python bench/spark_scan.py [--records 5000000] [--partitions 2] [--master local[*]]
 
 ``--s3-only``: instead, the remote read. The topic is tiered to S3 (moto's server on 127.0.0.1,
@@ -279,6 +283,17 @@ def main() -> int:
     def scan_parquet() -> None:
         spark.read.parquet(str(parquet_dir)).write.format("noop").mode("overwrite").save()
 
+    from tierlog.pipeline.jvm import FallBack, read
+
+    def scan_jvm() -> None:
+        read(spark, str(data), jvm=True, subscribe=TOPIC).write.format("noop").mode("overwrite").save()
+
+    try:
+        jvm_count = read(spark, str(data), jvm=True, subscribe=TOPIC).count()
+    except FallBack as e:
+        print(f"JVM reader not timed: {e}")
+        jvm_count = None
+
     def scan_ready_made() -> None:
         spark.read.format("tierlog_ready_made").option("path", str(data)).option("subscribe", TOPIC).load() \
             .write.format("noop").mode("overwrite").save()
@@ -289,13 +304,17 @@ def main() -> int:
     assert count == args.records - args.records % args.partitions, count
     scan_tierlog()  # warm-up: Python workers, the compiled decoder, the page cache
     scan_parquet()
+    if jvm_count is not None:
+        assert jvm_count == count, (jvm_count, count)
+        scan_jvm()  # warm-up: the JIT
     # Rounds alternate between the two scans, so a burst of other load on the machine hits both.
-    times: dict[str, list[float]] = {"tierlog": [], "parquet": [], "ready-made": []}
-    cpu: dict[str, list[tuple[float, float]]] = {"tierlog": [], "parquet": [], "ready-made": []}
+    times: dict[str, list[float]] = {"tierlog": [], "parquet": [], "ready-made": [], "jvm": []}
+    cpu: dict[str, list[tuple[float, float]]] = {"tierlog": [], "parquet": [], "ready-made": [], "jvm": []}
     if args.ceiling:
         scan_ready_made()
         scan_ready_made()  # every worker has its cache filled
-    scans = {"tierlog": scan_tierlog, "parquet": scan_parquet, **({"ready-made": scan_ready_made} if args.ceiling else {})}
+    scans = {"tierlog": scan_tierlog, "parquet": scan_parquet, **({"jvm": scan_jvm} if jvm_count is not None else {}),
+             **({"ready-made": scan_ready_made} if args.ceiling else {})}
     for _ in range(args.rounds):
         for name, scan in scans.items():
             before = cpu_seconds()
@@ -322,6 +341,15 @@ def main() -> int:
           f"(all rounds: {', '.join(f'{t:.2f}' for t in times['tierlog'])}; {cpu_line('tierlog')})")
     print(f"parquet scan:        {t_parquet:6.2f} s  {rate_p / 1e6:6.2f} M rows/s   "
           f"(all rounds: {', '.join(f'{t:.2f}' for t in times['parquet'])}; {cpu_line('parquet')})")
+    if jvm_count is not None:
+        t_jvm = min(times["jvm"])
+        print(f"JVM reader (read()):  {t_jvm:6.2f} s  {count / t_jvm / 1e6:6.2f} M rows/s   "
+              f"(all rounds: {', '.join(f'{t:.2f}' for t in times['jvm'])}; {cpu_line('jvm')})")
+        pairs = [p / j for p, j in zip(times["parquet"], times["jvm"], strict=True)]
+        print(f"ratio JVM reader/parquet: {count / t_jvm / rate_p:.2f}x best, "
+              f"{statistics.median(times['parquet']) / statistics.median(times['jvm']):.2f}x median; per round "
+              f"{', '.join(f'{x:.2f}' for x in pairs)} (target >= 1.0x); JVM reader/format('tierlog') "
+              f"{statistics.median(times['tierlog']) / statistics.median(times['jvm']):.2f}x median")
     if args.ceiling:
         t_ready = min(times["ready-made"])
         print(f"ready-made batches:  {t_ready:6.2f} s  {count / t_ready / 1e6:6.2f} M rows/s   "

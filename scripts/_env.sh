@@ -71,3 +71,10 @@ if [ "${TIERLOG_NEED_KAFKA_JARS:-1}" = 1 ] && command -v java >/dev/null 2>&1; t
     fi
   done
 fi
+# The JVM reader of the Spark pipeline (jvm/spark-reader, tierlog.pipeline.read): built into
+# build/spark-reader/ when its sources' hash changed. Runs after the JDK and mvn installs above; without them it says so; the reader
+# then falls back to the Python one and its tests skip naming the missing jar. TIERLOG_NEED_SPARK_READER=0
+# skips it.
+if [ "${TIERLOG_NEED_SPARK_READER:-1}" = 1 ] && command -v java >/dev/null 2>&1; then
+  scripts/build-spark-reader || true
+fi

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,14 +143,15 @@ def _tier_to_s3(data: Path, endpoint: str, props: dict[str, str], *, publish: bo
 
 def test_spark_reads_s3_with_credentials_from_spark_conf(spark: Any, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     """No AWS_* variable anywhere (driver or executors) and no spark.executorEnv: the credentials come
     from Spark conf (spark.tierlog.s3.*, or Hadoop's spark.hadoop.fs.s3a.*) and reach the executors
     with the scan."""
     pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 tests")
     from tests.helpers.pipeline import rows
     from tests.helpers.tiered import MotoServer
-    from tierlog.pipeline import register
+    from tierlog.pipeline import read, register
 
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
@@ -176,6 +178,13 @@ def test_spark_reads_s3_with_credentials_from_spark_conf(spark: Any, tmp_path: P
             df = spark.read.format("tierlog").option("path", str(data)).option("subscribe", "s3t").option(
                 "includeHeaders", "true").load()
             assert rows(df) == want, way
+            # tierlog.pipeline.read plans on the driver with the same conf, and leaves S3 ranges to
+            # the Python reader, saying so.
+            with caplog.at_level(logging.INFO, logger="tierlog.pipeline.jvm"):
+                assert rows(read(spark, str(data), subscribe="s3t", includeHeaders="true")) == want, way
+            assert "reading with the Python reader: s3t-0 offsets" in caplog.text
+            assert "in a remote tier the JVM reader does not read (S3RemoteStorageManager)" in caplog.text
+            caplog.clear()
             assert spark_cmd.run(cli("usage", "--path", str(data), "--json")) == 0
             usage = json.loads(capsys.readouterr().out)
             assert usage["remote_records"] + usage["local_records"] == len(want) and usage["remote_segments"] >= 2

@@ -16,12 +16,17 @@ from tierlog._util.extras import require_extra
 require_extra("spark", "the Spark pipeline", "pyspark", "pyarrow")
 
 if TYPE_CHECKING:
+    from tierlog.pipeline.jvm import read
     from tierlog.pipeline.source import TierlogDataSource, kafka_schema, register, spark_session
 
-__all__ = ["TierlogDataSource", "kafka_schema", "register", "spark_session"]
+__all__ = ["TierlogDataSource", "kafka_schema", "read", "register", "spark_session"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "read":
+        from tierlog.pipeline import jvm
+
+        return jvm.read
     if name in __all__:
         from tierlog.pipeline import source
 

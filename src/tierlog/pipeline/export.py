@@ -39,11 +39,13 @@ def _source_options(paths: Sequence[str], spec: RemoteSpec | None, options: Mapp
     return out
 
 
-def _reader(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None) -> Any:
-    reader = spark.read.format("tierlog").option("includeHeaders", "true")
-    for key, value in _source_options(paths, spec, options).items():
-        reader = reader.option(key, value)
-    return reader
+def _read(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, options: Mapping[str, str] | None,
+          **more: str) -> Any:
+    """What format("tierlog") returns for these options, read by the JVM reader where it can be
+    (tierlog.pipeline.read: it falls back to format("tierlog") itself, saying why)."""
+    from tierlog.pipeline.jvm import load
+
+    return load(spark, {"includeHeaders": "true", **_source_options(paths, spec, options), **more})
 
 
 def _with_date(df: Any) -> Any:
@@ -119,7 +121,7 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
     if mode not in EXPORT_MODES:
         raise TierlogError(f"export mode must be one of {', '.join(EXPORT_MODES)}, got {mode!r}")
     if mode == "mirror":
-        df = _with_date(_reader(spark, paths, spec, options).option("subscribe", ",".join(topics)).load())
+        df = _with_date(_read(spark, paths, spec, options, subscribe=",".join(topics)))
         previous = spark.conf.get("spark.sql.sources.partitionOverwriteMode")
         spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
         try:
@@ -162,10 +164,9 @@ def export(spark: Any, paths: Sequence[str], spec: RemoteSpec | None, topics: Se
     chosen = sorted({t for t, _ in todo})
     starting = {t: {str(p): todo[(t, p)][0] for tt, p in todo if tt == t} for t in chosen}
     ending = {t: {str(p): todo[(t, p)][1] for tt, p in todo if tt == t} for t in chosen}
-    reader = _reader(spark, paths, spec, options)
-    reader = reader.option("startingOffsets", json.dumps(starting)).option("endingOffsets", json.dumps(ending))
-    reader = reader.option("assign", json.dumps({t: sorted(p for tt, p in todo if tt == t) for t in chosen}))
-    _with_date(reader.load()).write.mode("append").partitionBy("topic", "date").parquet(output)
+    rows = _read(spark, paths, spec, options, startingOffsets=json.dumps(starting), endingOffsets=json.dumps(ending),
+                 assign=json.dumps({t: sorted(p for tt, p in todo if tt == t) for t in chosen}))
+    _with_date(rows).write.mode("append").partitionBy("topic", "date").parquet(output)
     spark.createDataFrame([(run, "committed", None, None, None, None)], _MANIFEST_SCHEMA).coalesce(1).write.mode(
         "append").json(manifest)
     # The rows this run wrote, read back (the offset column only) rather than counted by a second scan

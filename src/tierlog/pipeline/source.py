@@ -376,7 +376,8 @@ PRUNE_BY_FILTERS_CONF = "spark.tierlog.pruneByFilters"
 
 def spark_session(master: str | None = None, *, app_name: str = "tierlog",
                   conf: Mapping[str, str] | None = None, prune_by_filters: bool = False) -> SparkSession:
-    """A Spark session (``local[*]`` unless told) with ``format("tierlog")`` registered.
+    """A Spark session (``local[*]`` unless told) with ``format("tierlog")`` registered, and the
+    JVM reader of :func:`tierlog.pipeline.read` on its classpath when it is built.
 
     Python workers run this interpreter, which has tierlog and its compiled decoder.
     ``prune_by_filters`` switches on Spark's FILTER_PUSHDOWN_CONF and the source's ``pruneByFilters``
@@ -388,6 +389,12 @@ def spark_session(master: str | None = None, *, app_name: str = "tierlog",
     builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
     settings = {FILTER_PUSHDOWN_CONF: "true", PRUNE_BY_FILTERS_CONF: "true"} if prune_by_filters else {}
     settings.update(conf or {})
+    # The JVM reader of tierlog.pipeline.read, when it is built: a jar cannot join a running driver.
+    from tierlog.pipeline.jvm import session_jars
+
+    jars = session_jars(settings)
+    if jars is not None:
+        settings["spark.jars"] = jars
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -120,6 +120,10 @@ class LocalDirectoryRemoteStorageManager:
         directory, prefix = self._paths(metadata)
         return directory / f"{prefix}{suffix}"
 
+    def segment_path(self, metadata: RemoteLogSegmentMetadata, suffix: str = LOG_SUFFIX) -> Path:
+        """The file of one of a segment's objects (the Spark pipeline's JVM reader opens it directly)."""
+        return self._path(metadata, suffix)
+
     # -- the partition manifest's objects (tiered/manifest.py) ---------------------------------
 
     def manifest_location(self, tip: TopicIdPartition) -> str:
