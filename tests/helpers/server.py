@@ -98,3 +98,12 @@ def with_broker(tmp_path: Path, test: Callable[[BrokerContext], Awaitable[None]]
 
 
 HANDLERS = all_handlers()
+
+
+async def append_durably(ctx: BrokerContext, items: list[tuple[str, int, bytes]]) -> list[Any]:
+    """Append as an acks=all produce does under log.durable.acks=all and wait for the fsync: what was
+    appended is then below the high watermark, readable (an append alone becomes readable only at
+    its fsync, some time later)."""
+    results = await ctx.io.run(ctx.partitions.append_blocking, items, durable=True)
+    await asyncio.gather(*(asyncio.wrap_future(r.synced) for r in results if r.synced is not None))
+    return list(results)

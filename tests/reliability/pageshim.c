@@ -62,6 +62,9 @@ struct control {
     volatile int32_t fail_fsync;
     volatile int32_t fail_write;
     volatile int32_t fsync_delay_ms;
+    /* While set, every sync waits (a disk that has not answered yet): a test holds a sync under way
+     * for as long as it needs and lets it finish -- no timing involved. */
+    volatile int32_t hold_fsync;
 };
 
 struct mapping {
@@ -514,6 +517,10 @@ int close(int fd) {
 static int sync_fault(void) {
     if (!ctl)
         return 0;
+    while (ctl->hold_fsync) {
+        struct timespec t = {0, 1000000L};
+        nanosleep(&t, NULL);
+    }
     if (ctl->fsync_delay_ms > 0) {
         struct timespec t = {ctl->fsync_delay_ms / 1000, (long)(ctl->fsync_delay_ms % 1000) * 1000000L};
         nanosleep(&t, NULL);

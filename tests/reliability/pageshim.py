@@ -13,8 +13,9 @@ Modelled, as in ``lazyfs.py`` and more:
   renamed (the replaced target comes back too) is kept only when its parent directory (for a
   rename: the target's) was fsynced after it, or a syncfs ran -- lazyfs treats renames and
   unlinks as durable at once;
-- faults: every sync failing with EIO, every data write failing with ENOSPC, slow syncs. After a
-  failed sync the change stays unsynced, as Linux marks the pages clean without writing them.
+- faults: every sync failing with EIO, every data write failing with ENOSPC, slow syncs, syncs held
+  until released. After a failed sync the change stays unsynced, as Linux marks the pages clean
+  without writing them.
 
 Not modelled (said in docs/operations.md's "Durability" too):
 
@@ -44,7 +45,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("pageshim.c")
 _RECORD = struct.Struct("<IIQQQqq")
-_CONTROL = struct.Struct("<iii")
+_CONTROL = struct.Struct("<iiii")
 _ENTRY_KINDS = frozenset(b"CMUDR")
 
 
@@ -141,20 +142,25 @@ class PageShim:
                 "TIERLOG_PAGESHIM_JOURNAL": str(self.journal), "TIERLOG_PAGESHIM_BACKUP": str(self.backup),
                 "TIERLOG_PAGESHIM_CONTROL": str(self.control)}
 
-    def faults(self, *, fail_fsync: bool = False, fail_write: bool = False, fsync_delay_ms: int = 0) -> None:
-        """Seen by the broker at its next sync or write (the control file is mapped shared)."""
+    def faults(self, *, fail_fsync: bool = False, fail_write: bool = False, fsync_delay_ms: int = 0,
+               hold_fsync: bool = False) -> None:
+        """Seen by the broker at its next sync or write (the control file is mapped shared);
+        ``hold_fsync`` makes every sync wait, those under way included, until the faults change."""
         with open(self.control, "r+b") as f:
-            f.write(_CONTROL.pack(int(fail_fsync), int(fail_write), fsync_delay_ms))
+            f.write(_CONTROL.pack(int(fail_fsync), int(fail_write), fsync_delay_ms, int(hold_fsync)))
 
     def command(self, cmd: str) -> str:
         """lazyfs's fault commands (``eio-fsync``, ``enospc-write``, ``slow-fsync MS``, ``clear``),
-        so a test drives either harness the same way; answers ``ok``."""
+        so a test drives either harness the same way, and the shim's own ``hold-fsync`` (lazyfs has
+        none: every sync waits until ``clear``); answers ``ok``."""
         if cmd == "eio-fsync":
             self.faults(fail_fsync=True)
         elif cmd == "enospc-write":
             self.faults(fail_write=True)
         elif cmd.startswith("slow-fsync "):
             self.faults(fsync_delay_ms=int(cmd.split()[1]))
+        elif cmd == "hold-fsync":
+            self.faults(hold_fsync=True)
         elif cmd == "clear":
             self.faults()
         else:

@@ -240,7 +240,10 @@ BROKER_KEYS: list[ConfigKey] = [
             "produce requests of a log dir share one fdatasync). all: acks=all waits for the disk; 1: acks=1 and "
             "acks=all wait; none: Kafka's behaviour, answer once appended (to the page cache) and flush by "
             "flush.messages and flush.ms -- acknowledged records then survive a process crash but not a power "
-            "cut. tierlog has no replicas, so all is the default.",
+            "cut. Under all and 1 a record counts as committed once fsynced, whatever its produce's acks: "
+            "consumers read (and ListOffsets latest answers) only up to the high watermark, which follows the "
+            "fsyncs; under none it is the log end offset, as on a single-node Kafka. tierlog has no replicas, "
+            "so all is the default.",
             importance=H, validator=one_of("all", "1", "none"), group="log"),
     _broker("log.dir.unflushed.max.bytes", Type.LONG, 134217728,
             "The bytes appended to one log dir by produce requests (and internal writes) that wait for their "

@@ -237,6 +237,8 @@ class Broker:
         partitions = PartitionManager(manager, lambda: controller.image, config.node_id, remote)
         handler_settings = request_settings(config)
         partitions.durable_internal = handler_settings.durable_acks != "none"
+        # With durable acknowledgements the high watermark moves at the fsync: that wakes long polls.
+        manager.set_high_watermark_listener(partitions.waiters.notifier(asyncio.get_running_loop()))
         ctx = self.ctx = BrokerContext(
             config=config, node_id=config.node_id, cluster_id=cluster_id, clock=self.clock, controller=controller,
             log_manager=manager, partitions=partitions, io=io,

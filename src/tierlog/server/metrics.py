@@ -123,6 +123,7 @@ class _PartitionReading:
     log_start_offset: int
     log_end_offset: int
     unchecked_segments: int
+    high_watermark: int
 
 
 def _labels(topic: str, partition: int) -> list[str]:
@@ -209,7 +210,7 @@ class BrokerCollector(Collector):
             size = ulog.size_bytes_unloaded()
             with ulog.lock:
                 yield _PartitionReading(topic, partition, size, ulog.num_segments, ulog.log_start_offset,
-                                        ulog.log_end_offset, ulog.unchecked_segments())
+                                        ulog.log_end_offset, ulog.unchecked_segments(), ulog.high_watermark)
 
     def _logs(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -219,6 +220,9 @@ class BrokerCollector(Collector):
                                      "included.", labels=labels)
         start = GaugeMetricFamily("tierlog_log_start_offset", "A partition's log start offset.", labels=labels)
         end = GaugeMetricFamily("tierlog_log_end_offset", "A partition's log end offset.", labels=labels)
+        high = GaugeMetricFamily("tierlog_log_high_watermark", "A partition's high watermark: what consumers "
+                                 "read up to. Below the log end offset by what waits for its fsync under "
+                                 "log.durable.acks all or 1.", labels=labels)
         unchecked = 0
         for r in self._readings():
             tp = _labels(r.topic, r.partition)
@@ -226,8 +230,9 @@ class BrokerCollector(Collector):
             segments.add_metric(tp, r.segments)
             start.add_metric(tp, r.log_start_offset)
             end.add_metric(tp, r.log_end_offset)
+            high.add_metric(tp, r.high_watermark)
             unchecked += r.unchecked_segments
-        yield from (size, segments, start, end)
+        yield from (size, segments, start, end, high)
         yield GaugeMetricFamily(
             "tierlog_log_unchecked_segments", "Segments whose indexes are not sanity-checked yet (seed 003: "
             "sanity.check.all.logs.enabled=false leaves them to first access and the background checker).",

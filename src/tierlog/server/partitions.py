@@ -97,7 +97,7 @@ def _take(region: FileRegion, copy_all: bool) -> bytes | FileSlice:
 
 
 class DataWaiters:
-    """Futures of fetches waiting for data, by partition; an append completes them."""
+    """Futures of fetches waiting for data, by partition; a moving high watermark completes them."""
 
     def __init__(self) -> None:
         self._by_partition: dict[TopicPartition, set[asyncio.Future[None]]] = {}
@@ -124,6 +124,16 @@ class DataWaiters:
 
     def notify_all(self) -> None:
         self.notify(list(self._by_partition))
+
+    def notifier(self, loop: asyncio.AbstractEventLoop) -> Callable[[UnifiedLog], None]:
+        """A log's high watermark listener: wakes the fetches waiting on it, on ``loop``, from the
+        thread whose fsync or flush moved the high watermark (the fetch reads up to it)."""
+        def advanced(ulog: UnifiedLog) -> None:
+            try:
+                loop.call_soon_threadsafe(self.notify, [(ulog.topic, ulog.partition)])
+            except RuntimeError:
+                pass  # the loop is closed: the broker stopped, nobody waits
+        return advanced
 
 
 class PartitionManager:
@@ -221,7 +231,13 @@ class PartitionManager:
                 out.append(AppendResult(code, log_start_offset=start, error_message=str(e) or type(e).__name__,
                                         record_errors=record_errors))
                 continue
-            synced = self.log_manager.sync_future(ulog, info) if durable else None
+            synced = None
+            if durable:
+                synced = self.log_manager.sync_future(ulog, info)
+            elif ulog.hw_follows_durable and not info.duplicate:
+                # Answered now (acks=1 under log.durable.acks=all), but consumers see the records only
+                # once they are fsynced: the sync is asked for all the same, so the high watermark moves.
+                self.log_manager.sync_future(ulog, info, answered=False)
             out.append(AppendResult(ErrorCode.NONE, info.first_offset, info.log_append_time_ms, info.log_start_offset,
                                     duplicate=info.duplicate, synced=synced))
         return out
@@ -249,7 +265,9 @@ class PartitionManager:
                 result.error_code = ErrorCode.FENCED_LEADER_EPOCH if spec.current_leader_epoch < epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
             hw = ulog.high_watermark
-            lso = ulog.last_stable_offset
+            # Read after: an fsync may move the high watermark between the two reads, and the LSO
+            # answered with this high watermark must not pass it.
+            lso = min(ulog.last_stable_offset, hw)
             result.high_watermark, result.last_stable_offset = hw, lso
             result.log_start_offset = self.log_start_offset(ulog)
             limit = min(spec.partition_max_bytes, remaining)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,11 +63,14 @@ class GroupCommitStats:
 class _FileSyncs:
     """One file's requests: those waiting for its next fdatasync, and whether one is under way."""
 
-    __slots__ = ("pending_bytes", "records", "syncing", "waiters")
+    __slots__ = ("on_synced", "pending_bytes", "records", "syncing", "waiters")
 
     def __init__(self, records: FileRecords) -> None:
         self.records = records
         self.waiters: list[Future[None]] = []
+        #: Called after the next successful fdatasync, before its waiters are answered: how the log
+        #: learns its records are durable (its high watermark follows them).
+        self.on_synced: list[Callable[[], None]] = []
         self.pending_bytes = 0
         self.syncing = False
 
@@ -98,9 +102,13 @@ class GroupCommit:
             self.stats.room_waits += 1
             return fut
 
-    def request(self, records: FileRecords, appended_bytes: int = 0) -> Future[None]:
+    def request(self, records: FileRecords, appended_bytes: int = 0,
+                on_synced: Callable[[], None] | None = None) -> Future[None]:
         """A future completed once everything written to ``records`` so far is on disk;
-        ``appended_bytes`` (what the request appended) count against the bound until then."""
+        ``appended_bytes`` (what the request appended) count against the bound until then.
+        ``on_synced`` is called on the sync thread once that sync succeeded, before the future is
+        completed (so a client that saw its acknowledgement can read the records: the high watermark
+        moved first)."""
         fut: Future[None] = Future()
         reason = self._channel.offline_reason(self.log_dir)
         if reason is not None:
@@ -114,6 +122,8 @@ class GroupCommit:
             if file is None:
                 file = self._files[id(records)] = _FileSyncs(records)
             file.waiters.append(fut)
+            if on_synced is not None:
+                file.on_synced.append(on_synced)
             file.pending_bytes += appended_bytes
             self.stats.requests += 1
             self.stats.pending_bytes += appended_bytes
@@ -126,11 +136,12 @@ class GroupCommit:
         """Hand the file's waiters to a new fdatasync (called holding the condition's lock)."""
         file.syncing = True
         waiters, file.waiters = file.waiters, []
+        callbacks, file.on_synced = file.on_synced, []
         covered_bytes, file.pending_bytes = file.pending_bytes, 0
         self._syncs_running += 1
         if self._pool is None:
             self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix=f"tierlog-sync-{self.log_dir.name}")
-        self._pool.submit(self._sync_and_answer, file, waiters, covered_bytes)
+        self._pool.submit(self._sync_and_answer, file, waiters, callbacks, covered_bytes)
 
     def close(self) -> None:
         """Finish the syncs under way and the ones already asked for, then stop."""
@@ -146,7 +157,8 @@ class GroupCommit:
         if pool is not None:
             pool.shutdown()
 
-    def _sync_and_answer(self, file: _FileSyncs, waiters: list[Future[None]], covered_bytes: int) -> None:
+    def _sync_and_answer(self, file: _FileSyncs, waiters: list[Future[None]], callbacks: list[Callable[[], None]],
+                         covered_bytes: int) -> None:
         error = self._sync(file.records)
         with self._cond:
             self.stats.pending_bytes -= covered_bytes
@@ -160,6 +172,11 @@ class GroupCommit:
                 room, self._room_waiters = self._room_waiters, []
             self._syncs_running -= 1
             self._cond.notify_all()
+        for callback in callbacks if error is None else ():
+            try:
+                callback()
+            except Exception:
+                log.exception("a callback after the fdatasync of %s failed", file.records.path)
         for fut in room:
             _settle(fut, None)
         for fut in waiters:
@@ -218,3 +235,26 @@ def _settle(fut: Future[None], error: BaseException | None) -> None:
             fut.set_exception(error)
     except InvalidStateError:
         pass  # cancelled between the sync's start and now: nobody is waiting
+
+
+def all_done(futures: list[Future[None]]) -> Future[None]:
+    """A future completed once every one of ``futures`` is, with the first error among them."""
+    if len(futures) == 1:
+        return futures[0]
+    out: Future[None] = Future()
+    lock = threading.Lock()
+    left = [len(futures)]
+
+    def one_done(fut: Future[None]) -> None:
+        error = None if fut.cancelled() else fut.exception()
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if error is not None:
+            _settle(out, error)
+        elif last:
+            _settle(out, None)
+
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    return out

@@ -1,14 +1,14 @@
 """A partition's log: validated appends with offset assignment, reads, rolls, flushes, truncation,
 the log start offset, producer state and the leader-epoch cache (Kafka's UnifiedLog + LocalLog).
 
-Longer than most modules (about 780 lines) because what stays here is one state machine under one
+Longer than most modules (about 940 lines) because what stays here is one state machine under one
 lock: appends, rolls, flushes, reads, the lazy checks of seed 003 and truncation all move or read
 the same log end offset, recovery point, active segment and producer state, and each must see the
 others' effects (an append checks the segment it rolls to; a read checks the segment it reads; a
 truncation rebuilds the producer state appends stage against). The parts with a seam of their own
 live beside it: the checks of a produce request's bytes (:mod:`.append_validation`), retention
 applied to the log (:mod:`.log_retention`), what the tiered layer may change (:mod:`.log_tiering`),
-and loading (:mod:`.loader`)."""
+the durable offset the high watermark follows (:mod:`.high_watermark`) and loading (:mod:`.loader`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir
@@ -61,6 +62,7 @@ from tierlog.storage.checkpoints import (
     PartitionMetadataFile,
 )
 from tierlog.storage.file_records import FileRecords
+from tierlog.storage.high_watermark import DurableOffset, high_watermark_of
 from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.leader_epoch import LeaderEpochFileCache
 from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
@@ -95,6 +97,8 @@ class LogAppendInfo:
     duplicate: bool = False
     #: The segment file holding the batches: what a durable acknowledgement waits to see synced.
     sync_file: FileRecords | None = None
+    #: That segment's base offset (the durable offset counts its sync once it reaches it).
+    sync_segment_base_offset: int = -1
 
 
 def segment_settings(config: LogConfig, topic: str) -> SegmentSettings:
@@ -147,6 +151,15 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._log_end_offset = next_offset
+        #: Below it every record is on disk. A loaded log starts fsynced to its end (the log manager
+        #: flushes what recovery kept above the recovery point before serving it).
+        self.durable = DurableOffset(next_offset)
+        #: Set by the log manager from ``log.durable.acks``: the high watermark follows the durable
+        #: offset (records are committed once fsynced) instead of the log end offset.
+        self.hw_follows_durable = False
+        #: Set by the broker: called when the high watermark moves without an append moving it -- an
+        #: fsync, a flush -- on whatever thread moved it, maybe holding this log's lock: it must not block.
+        self.on_high_watermark_advanced: Callable[[UnifiedLog], None] | None = None
         self.producer_state = producer_state
         self.leader_epoch_cache = leader_epoch_cache
         self.clock = clock
@@ -183,8 +196,40 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     @property
     def high_watermark(self) -> int:
-        # A single replica is the whole ISR: everything appended is committed.
-        return self._log_end_offset
+        # A single replica is the whole ISR: what is appended is committed -- once it is fsynced,
+        # with durable acknowledgements (high_watermark.py).
+        return high_watermark_of(self._log_end_offset, self.durable.offset, self.hw_follows_durable)
+
+    def durable_synced(self, segment_base_offset: int, end_offset: int) -> None:
+        """The group commit fsynced the records of the segment at ``segment_base_offset`` below
+        ``end_offset`` (called on its sync thread, before the produce is answered)."""
+        if self.durable.synced(segment_base_offset, end_offset):
+            self._durable_moved()
+
+    def segments_awaiting_sync(self, below_base_offset: int) -> list[tuple[int, int, FileRecords]]:
+        """(base offset, next segment's base offset, file) of each closed segment holding records
+        between the durable offset and ``below_base_offset``: what must be synced too before records of
+        the segment at ``below_base_offset`` count as durable (a roll's own flush runs later, apart)."""
+        with self.lock:
+            durable = self.durable.offset
+            bases = self.segments.base_offsets
+            out: list[tuple[int, int, FileRecords]] = []
+            for base, next_base in pairwise(bases):
+                if base >= below_base_offset:
+                    break
+                if next_base > durable and self.segments.is_materialized(base):
+                    out.append((base, next_base, self.segments.get(base).log))
+            return out
+
+    def _durable_moved(self) -> None:
+        if not self.hw_follows_durable:
+            return
+        with self.lock:
+            # Transactions completed below the new high watermark stop bounding the LSO.
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
+        listener = self.on_high_watermark_advanced
+        if listener is not None:
+            listener(self)
 
     @property
     def last_stable_offset(self) -> int:
@@ -363,12 +408,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 staged = producer_state.validate_and_stage(assigned, origin)
             duplicate = staged.duplicate
             if duplicate is not None:
+                holding = self._segment_holding(duplicate.first_offset)
                 return LogAppendInfo(
                     first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
                     max_timestamp=duplicate.timestamp, offset_of_max_timestamp=duplicate.last_offset,
                     log_append_time_ms=duplicate.timestamp if log_append_time else -1,
                     log_start_offset=self.log_start_offset, records_count=0, valid_bytes=0, duplicate=True,
-                    sync_file=self._file_holding(duplicate.first_offset),
+                    sync_file=None if holding is None else holding.log,
+                    sync_segment_base_offset=-1 if holding is None else holding.base_offset,
                 )
             if len(assigned) == 1:
                 max_ts, count = first.max_timestamp, first.last_offset_delta + 1
@@ -394,20 +441,22 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
                                                             completion.last_stable_offset))
             self._log_end_offset = last_offset + 1
-            # A single replica is the whole ISR, so the high watermark moves with the log end: completed
+            # Without durable acknowledgements the high watermark moves with the log end: completed
             # transactions below it stop bounding the last stable offset (Kafka's onHighWatermarkUpdated).
-            producer_state.on_high_watermark_updated(last_offset + 1)
+            # With them it moves at the fsync (durable_synced), and so does this.
+            producer_state.on_high_watermark_updated(
+                min(self.durable.offset, last_offset + 1) if self.hw_follows_durable else last_offset + 1)
             self._unflushed_messages += count
             if self._unflushed_messages >= config.flush_messages:
                 self.flush()
             return LogAppendInfo(first.base_offset, last_offset, max_ts, offset_of_max,
                                  now_ms if log_append_time else -1, self.log_start_offset, count, size,
-                                 False, segment.log)
+                                 False, segment.log, segment.base_offset)
 
-    def _file_holding(self, offset: int) -> FileRecords | None:
-        """The materialised segment file holding ``offset`` (a retried batch may still await its sync)."""
+    def _segment_holding(self, offset: int) -> LogSegment | None:
+        """The materialised segment holding ``offset`` (a retried batch may still await its sync)."""
         seg = self.segments.floor(offset)
-        return seg.log if seg is not None and self.segments.is_materialized(seg.base_offset) else None
+        return seg if seg is not None and self.segments.is_materialized(seg.base_offset) else None
 
     def _check_timestamps(self, headers: list[BatchHeader], stats: list[BatchStats], now_ms: int,
                           config: LogConfig) -> None:
@@ -516,6 +565,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self.producer_state.flush_snapshots()
             if target > self.recovery_point:
                 self.recovery_point = target
+            if self.durable.flushed(target):
+                self._durable_moved()
             if offset is None:
                 self._unflushed_messages = 0
             self.last_flush_ms = self.clock.wall_ms()
@@ -552,6 +603,10 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 f"offset {start_offset} is outside [{self.log_start_offset}, {self._log_end_offset}] "
                 f"of {self.topic}-{self.partition}"
             )
+        if start_offset > end_offset:
+            # Past the high watermark (or the LSO) but within the log: nothing to serve yet (the
+            # bound below only cuts the segment holding it, not a later one).
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
         segment = self.segments.floor(start_offset)
         while segment is not None:
             self._ensure_checked(segment)
@@ -809,6 +864,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             self._ensure_checked(active)
             active.truncate_to(target_offset)
             self._log_end_offset = target_offset
+            self.durable.truncated(target_offset)
             self.recovery_point = min(self.recovery_point, target_offset)
             self.leader_epoch_cache.truncate_from_end(target_offset)
             rebuild_producer_state(self.producer_state, self.segments, self.log_start_offset, target_offset,
@@ -828,6 +884,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                              roll_jitter_ms=random_roll_jitter_ms(self.config, self.rng), create=True)
             self.segments.add(seg)
             self._log_end_offset = new_offset
+            self.durable.reset(new_offset)
             self.log_start_offset = new_offset
             self.recovery_point = new_offset
             self.leader_epoch_cache.clear_and_flush()
@@ -864,6 +921,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         reaches the log end offset."""
         with self.lock:
             self.recovery_point = max(self.recovery_point, self._log_end_offset)
+            if self.durable.flushed(self._log_end_offset):
+                self._durable_moved()
 
     def delete(self) -> None:
         with self.lock:

@@ -1,7 +1,7 @@
 """All logs of a broker across its log directories: load at startup, create/get/delete, the
 background tasks (flush, checkpoints, seed 003's lazy checker, producer expiry), clean shutdown.
 
-Longer than most modules (about 610 lines) because loading, creation, deletion, refusal of a
+Longer than most modules (about 650 lines) because loading, creation, deletion, refusal of a
 partition whose data tierlog does not read, and shutdown all change the one map of logs (and of
 refused partitions) under one lock, and each must see the others' effects (a refused partition is
 never created again; shutdown writes no clean-shutdown marker for a dir that held one)."""
@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir, sync_filesystem
@@ -40,7 +41,8 @@ from tierlog.storage.checkpoints import (
     salvage_meta_properties,
     well_formed_cluster_id,
 )
-from tierlog.storage.group_commit import GroupCommit
+from tierlog.storage.group_commit import GroupCommit, all_done
+from tierlog.storage.high_watermark import follows_durable_offset
 from tierlog.storage.io_errors import disk_errors
 from tierlog.storage.listing_manifest import (
     PartitionListing,
@@ -69,6 +71,8 @@ class LogManagerSettings:
     producer_id_expiration_check_interval_ms: int = setting("producer.id.expiration.check.interval.ms")
     recovery_threads_per_data_dir: int = setting("num.recovery.threads.per.data.dir")
     unflushed_max_bytes: int = setting("log.dir.unflushed.max.bytes")
+    #: Anything but none: the high watermark of every log follows its fsyncs (high_watermark.py).
+    durable_acks: str = setting("log.durable.acks")
     node_id: int = 1
     cluster_id: str = ""
     #: Startup and the lazy checker log a progress line at most this often.
@@ -161,6 +165,11 @@ class LogManager:
         self._unflushed_max_bytes = settings.unflushed_max_bytes
         self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock)
                               for d in self.log_dirs}
+        #: Whether the high watermark waits for the fsync (``log.durable.acks`` not none): then every
+        #: append asks its group commit for a sync, acknowledged after it or not.
+        self.hw_follows_durable = follows_durable_offset(settings.durable_acks)
+        #: Each log's ``on_high_watermark_advanced`` (set_high_watermark_listener).
+        self.on_high_watermark_advanced: Callable[[UnifiedLog], None] | None = None
 
     # -- startup --------------------------------------------------------------------------------------
 
@@ -194,6 +203,11 @@ class LogManager:
                                 scheduler=self.scheduler, stats=stats, listing=trusted_listing(path, plan.manifest))
             except UnsupportedRecordFormatError as e:
                 return tp, str(e), stats
+            if self.hw_follows_durable and ulog.recovery_point < ulog.log_end_offset:
+                # What recovery kept above the recovery point may still be only in the page cache (a
+                # process crash): fsynced before it is served, so the high watermark starts at the log
+                # end and no consumer reads a record a power cut could still take.
+                ulog.flush()
             if stats.recovered_segments:
                 log.info("log recovered topic=%s partition=%d recovered_segments=%d truncated_bytes=%d "
                          "segments=%d seconds=%.3f", tp[0], tp[1], stats.recovered_segments, stats.truncated_bytes,
@@ -224,8 +238,7 @@ class LogManager:
                     report.errors.append(loaded)
                     continue
                 ulog = loaded
-                ulog.failure_channel = self.failure_channel
-                ulog.on_refused = self._refuse_loaded
+                self._adopt(ulog)
                 self._logs[tp] = ulog
                 report.logs += 1
                 report.segments += stats.segments
@@ -369,8 +382,27 @@ class LogManager:
         with self._lock:
             return dict(self._logs)
 
-    def sync_future(self, ulog: UnifiedLog, info: LogAppendInfo) -> Future[None]:
-        """A future completed once the appended batches of ``info`` are on disk (group commit)."""
+    def _adopt(self, ulog: UnifiedLog) -> None:
+        """What a log served by this manager is given: the failure channel, refusal, and whether its
+        high watermark follows its fsyncs."""
+        ulog.failure_channel = self.failure_channel
+        ulog.on_refused = self._refuse_loaded
+        ulog.hw_follows_durable = self.hw_follows_durable
+        ulog.on_high_watermark_advanced = self.on_high_watermark_advanced
+
+    def set_high_watermark_listener(self, listener: Callable[[UnifiedLog], None] | None) -> None:
+        """Called (from any thread, maybe holding the log's lock: it must not block) when a log's high
+        watermark moves at an fsync or flush; given to every log, those loaded and those to come."""
+        with self._lock:
+            self.on_high_watermark_advanced = listener
+            for ulog in self._logs.values():
+                ulog.on_high_watermark_advanced = listener
+
+    def sync_future(self, ulog: UnifiedLog, info: LogAppendInfo, *, answered: bool = True) -> Future[None]:
+        """A future completed once the appended batches of ``info`` are on disk (group commit); the
+        log's durable offset (and so its high watermark) moves first. ``answered``: a produce waits for
+        it, and its bytes count against ``log.dir.unflushed.max.bytes``; otherwise the sync only moves
+        the high watermark (an append acknowledged before its fsync)."""
         log_dir = ulog.dir.parent
         commit = self.group_commits.get(log_dir)
         if commit is None:
@@ -380,7 +412,17 @@ class LogManager:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment
             return done
-        return commit.request(info.sync_file, info.valid_bytes)
+        base = info.sync_segment_base_offset
+        synced = commit.request(info.sync_file, info.valid_bytes if answered else 0,
+                                partial(ulog.durable_synced, base, info.last_offset + 1))
+        if not ulog.hw_follows_durable or ulog.durable.offset >= base:
+            return synced
+        # Right after a roll the closed segment's last records may not be synced yet (its own syncs
+        # and the roll's flush run apart): they are synced too before this answer, so that what a
+        # produce was acknowledged for is below the high watermark -- readable -- as in Kafka.
+        earlier = [commit.request(records, 0, partial(ulog.durable_synced, seg_base, seg_end))
+                   for seg_base, seg_end, records in ulog.segments_awaiting_sync(base)]
+        return all_done([synced, *earlier])
 
     def sync_room(self, topic: str, partition: int) -> Future[None] | None:
         """None when a durable append to the partition may go ahead, else a future completed once
@@ -427,8 +469,7 @@ class LogManager:
                     ulog.write_partition_metadata(topic_id)
             except OSError as e:
                 raise self.failure_channel.raise_offline(path.parent, e, f"creating the log {path.name}") from e
-            ulog.failure_channel = self.failure_channel
-            ulog.on_refused = self._refuse_loaded
+            self._adopt(ulog)
             self._logs[(topic, partition)] = ulog
             log.info("created log for %s-%d in %s", topic, partition, path.parent)
             return ulog

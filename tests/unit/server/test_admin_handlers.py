@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.server import call, with_broker
+from tests.helpers.server import append_durably, call, with_broker
 from tierlog.protocol import ApiKey
 from tierlog.records import SimpleRecord, build_batch
 from tierlog.server.context import BrokerContext
@@ -75,7 +75,7 @@ def test_topic_errors_partitions_records_and_broker_configs(tmp_path: Path) -> N
 
         now = int(time.time() * 1000)
         batch = build_batch([SimpleRecord(None, b"v", timestamp=now) for _ in range(10)])
-        await ctx.io.run(ctx.partitions.append_blocking, [("a", 0, batch)])
+        await append_durably(ctx, [("a", 0, batch)])
         purge = {"topics": [{"name": "a", "partitions": [{"partition_index": 0, "offset": 4},
                                                            {"partition_index": 1, "offset": 7}]}], "timeout": 1000}
         parts = (await call(ctx, ApiKey.DELETE_RECORDS, 2, purge)).topics[0].partitions

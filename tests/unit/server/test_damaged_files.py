@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.helpers.server import config
+from tests.helpers.server import append_durably, config
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.ids import random_uuid
 from tierlog.records import SimpleRecord, build_batch, iter_batches
@@ -49,8 +49,10 @@ def test_a_flipped_character_in_partition_metadata_keeps_the_partition(tmp_path:
         assert ctx is not None
         if not second:
             await ctx.io.run(ctx.controller.create_topic, "orders", 1, 1, {"retention.ms": "-1"})
-            results = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 0, records(4))])
-            assert results[0].error_code == 0
+            # Durable (as acks=all is by default): readable once fsynced, which the answer waits for.
+            results = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 0, records(4))], durable=True)
+            assert results[0].error_code == 0 and results[0].synced is not None
+            await asyncio.wrap_future(results[0].synced)
         reads = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("orders", 0, 0, 1 << 20)], 1 << 20)
         data = reads[0].records
         assert isinstance(data, bytes)
@@ -127,7 +129,9 @@ def test_a_topic_a_damaged_metadata_log_lost_is_restored_from_its_logs(tmp_path:
         assert ctx is not None
         if create:
             await ctx.io.run(ctx.controller.create_topic, "orders", 2, 1, {"retention.ms": "3600000"})
-            assert (await ctx.io.run(ctx.partitions.append_blocking, [("orders", 1, records(4))]))[0].error_code == 0
+            [result] = await ctx.io.run(ctx.partitions.append_blocking, [("orders", 1, records(4))], durable=True)
+            assert result.error_code == 0 and result.synced is not None
+            await asyncio.wrap_future(result.synced)  # readable once fsynced
         topic = ctx.image.topics_by_name["orders"]
         reads = await ctx.io.run(ctx.partitions.read_blocking, [ReadSpec("orders", 1, 0, 1 << 20)], 1 << 20)
         data = reads[0].records
@@ -252,11 +256,11 @@ def test_a_damaged_local_batch_is_served_from_its_remote_copy(tmp_path: Path, ca
                 await ctx.io.run(ctx.controller.create_topic, "r", 1, 1,
                                  {"segment.bytes": "1024", "retention.ms": "-1", "remote.storage.enable": "true"})
                 for i in range(30):
-                    ok = await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))])
+                    ok = await append_durably(ctx, [("r", 0, records(1))])
                     assert ok[0].error_code == 0, i
                 await ctx.io.run(ctx.remote_log_manager.copy_all)
                 for _ in range(20):  # a closed segment the remote tier does not have yet
-                    assert (await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, records(1))]))[0].error_code == 0
+                    assert (await append_durably(ctx, [("r", 0, records(1))]))[0].error_code == 0
             ulog = ctx.log_manager.get_log("r", 0)
             assert ulog is not None
             out = []

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.server import append_durably
 from tierlog.config import BrokerConfig
 from tierlog.protocol import ApiKey, build_request, encode_request
 from tierlog.records import SimpleRecord, build_batch
@@ -194,7 +195,7 @@ def test_a_client_that_never_reads_its_fetches_is_closed_as_idle(tmp_path: Path)
             now = int(time.time() * 1000)
             batch = build_batch([SimpleRecord(None, bytes(1000), timestamp=now) for _ in range(1000)])
             for _ in range(4):
-                assert (await ctx.io.run(ctx.partitions.append_blocking, [("big", 0, batch)]))[0].error_code == 0
+                assert (await append_durably(ctx, [("big", 0, batch)]))[0].error_code == 0
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills at once
             sock.setblocking(False)

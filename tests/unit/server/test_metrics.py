@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.helpers.server import Router, api_versions, settle
+from tests.helpers.server import Router, api_versions, append_durably, settle
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import HostPort
 from tierlog.errors import ConfigError
@@ -104,7 +104,7 @@ def test_collector_reads_logs_retention_metadata_and_connections_and_the_endpoin
             for i in range(40):
                 ts = 1000 if i < 20 else now  # the first half lies below the timestamp floor
                 batch = build_batch([SimpleRecord(b"k", b"v" * 100, timestamp=ts)])
-                results = await ctx.io.run(ctx.partitions.append_blocking, [("m", 0, batch)])
+                results = await append_durably(ctx, [("m", 0, batch)])
                 assert results[0].error_code == 0
             ulog = ctx.log_manager.get_log("m", 0)
             assert ulog is not None and ulog.num_segments > 3
@@ -114,6 +114,7 @@ def test_collector_reads_logs_retention_metadata_and_connections_and_the_endpoin
             assert value(registry, "tierlog_log_segments", topic="m", partition="1") == 1
             assert value(registry, "tierlog_log_size_bytes", topic="m", partition="1") == 0
             assert value(registry, "tierlog_log_end_offset", topic="m", partition="0") == 40
+            assert value(registry, "tierlog_log_high_watermark", topic="m", partition="0") == 40  # appends synced
             assert value(registry, "tierlog_log_unchecked_segments") == 0
             assert value(registry, "tierlog_log_segment_deletions_total", reason="timestamp_floor") == 0
 
@@ -218,7 +219,7 @@ def test_tiering_through_the_broker_counts_copied_bytes_and_the_backlog(tmp_path
             now = int(time.time() * 1000)
             for _ in range(30):
                 batch = build_batch([SimpleRecord(b"k", b"v" * 100, timestamp=now)])
-                assert (await ctx.io.run(ctx.partitions.append_blocking, [("r", 0, batch)]))[0].error_code == 0
+                assert (await append_durably(ctx, [("r", 0, batch)]))[0].error_code == 0
             tp = {"topic": "r", "partition": "0"}
             # The copy task runs at once when tiering starts; whatever it has not copied yet is the backlog.
             ulog = ctx.log_manager.get_log("r", 0)

@@ -249,7 +249,8 @@ def _end_offsets(ctx: BrokerContext, tps: Any) -> dict[tuple[str, int], int]:
     for tp in tps:
         ulog = ctx.log_manager.get_log(*tp)
         if ulog is not None:
-            out[tp] = ulog.log_end_offset
+            # A consumer's lag is to what it can read (Kafka's tools ask ListOffsets for "latest").
+            out[tp] = ulog.high_watermark
     return out
 
 

@@ -1,5 +1,6 @@
 """Fetch: read each partition from its fetch offset, long-polling up to ``max_wait`` until at least
-``min_bytes`` are there; appends wake waiting fetches at once.
+``min_bytes`` are there; a moving high watermark wakes waiting fetches at once (the append moves it
+under ``log.durable.acks=none``, the fsync under any other setting: consumers read below it).
 
 Fetch sessions (KIP-227) are not kept: every answer carries session id 0, which tells a client that
 asked for a session to go on sending full fetch requests (Kafka answers the same when its session

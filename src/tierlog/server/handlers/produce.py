@@ -2,8 +2,10 @@
 
 acks 0, 1 and -1 all append before answering (a single replica is the whole ISR). With durable
 acknowledgements (``log.durable.acks``, by default for acks=all) the answer also waits until the
-batches are fsynced -- by the log dir's group commit, which one fdatasync round shares among every
-request waiting then; a failed sync answers KAFKA_STORAGE_ERROR. acks=0 sends no response, and when
+batches are fsynced by the log dir's group commit, which one fdatasync round shares among every
+request waiting then; a failed sync answers KAFKA_STORAGE_ERROR. Under any setting but none,
+consumers see records only once they are fsynced, whatever the produce's acks: the high watermark
+follows the fsyncs (storage/high_watermark.py). acks=0 sends no response, and when
 such a request fails the connection is closed, as Kafka does, because that is the only way the
 client learns of it. A duplicate batch of an idempotent producer is answered with the offsets it
 got the first time (after its segment is synced too: the first attempt may still be waiting).
@@ -104,6 +106,8 @@ async def _respond_synced(ctx: BrokerContext, items: list[tuple[Any, str | None,
 
 def _notify(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]],
             results: list[AppendResult]) -> None:
+    if ctx.log_manager.hw_follows_durable:
+        return  # the high watermark moves at the fsync, which wakes the waiting fetches (partitions.py)
     ctx.partitions.waiters.notify(
         (name, partition) for (_, name, partition, _), r in zip(items, results, strict=True)
         if name is not None and r.error_code == ErrorCode.NONE and not r.duplicate
