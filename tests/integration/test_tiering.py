@@ -9,6 +9,7 @@ default), so only the topic opts in.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -56,8 +57,10 @@ def _local_base_offsets(data: Path, topic: str) -> list[int]:
 
 
 def _remote_objects(data: Path) -> list[Path]:
+    # os.walk, not rglob: the broker deletes objects and their directories while this lists them, and
+    # rglob raises FileNotFoundError for a directory gone mid-walk where os.walk skips it.
     remote = data.parent / f"{data.name}-remote"
-    return [p for p in remote.rglob("*") if p.is_file()] if remote.exists() else []
+    return [Path(root) / name for root, _dirs, names in os.walk(remote) for name in names]
 
 
 def _produce(bootstrap: str, topic: str, start: int, count: int, base_ts: int) -> list[bytes]:
