@@ -16,6 +16,9 @@ TopicPartition = tuple[str, int]
 #: The cluster metadata topic (KRaft's ``__cluster_metadata``, one partition): its log is the
 #: controller's, written only as record batch v2 (see :func:`tierlog.storage.log.segment_settings`).
 METADATA_TOPIC = "__cluster_metadata"
+#: The group coordinator's and the transaction coordinator's topics: Kafka's ``Topic.INTERNAL_TOPICS``.
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 ZERO_UUID = bytes(16)
 #: Uuid.ONE_UUID, also METADATA_TOPIC_ID: reserved for the cluster metadata topic.

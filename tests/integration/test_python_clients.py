@@ -105,12 +105,13 @@ def test_kafka_python_two_consumers_split_and_rebalance(broker: BrokerProcess, t
     first, second = member(), member()
     try:
         assert _wait_for(lambda: bool(first.assigned) and bool(second.assigned)
-                         and len(first.assigned) + len(second.assigned) == PARTITIONS), (first.assigned, second.assigned)
+                         and len(first.assigned) + len(second.assigned) == PARTITIONS), (
+            first.assigned, second.assigned, broker.stderr_tail())
         assert not (first.assigned & second.assigned)
         assert first.assigned | second.assigned == set(range(PARTITIONS))
 
         second.close()  # LeaveGroup: the survivor must get every partition
-        assert _wait_for(lambda: first.assigned == set(range(PARTITIONS))), first.assigned
+        assert _wait_for(lambda: first.assigned == set(range(PARTITIONS))), (first.assigned, broker.stderr_tail())
 
         kp_produce(broker.bootstrap, topic_name, range(400))
         assert _wait_for(lambda: len(first.values) >= 400)

@@ -1,6 +1,8 @@
 """``tierlog spark compact`` beside a running broker (issue 18 point 3): ``tierlog serve`` with
 ``remote.log.compaction.enable=false`` cleans and tiers a compacted topic that confluent-kafka fills
-with keyed updates and tombstones; the job (the CLI, in this process's Spark session) compacts the
+with keyed updates and tombstones, twice over the same keys, the second round only once the first is
+tiered (so the remote tier surely holds keys twice: within one round, whether the local cleaner left a
+key twice depended on how it and the uploads interleaved, and a loaded run once left the job nothing); the job (the CLI, in this process's Spark session) compacts the
 remote tier on the executors and the broker swaps the new segments in. A consumer reading from offset
 0 then gets each key's latest value with its original offset, the remote tier holds each key once,
 and no object is left that the metadata does not name."""
@@ -42,6 +44,10 @@ def test_spark_compact_beside_a_running_broker(spark: Any, tmp_path: Path, capsy
     try:
         _create(broker, TOPIC, "compact")
         model: dict[bytes, bytes | None] = {}
+        _produce(broker, TOPIC, model)
+        round_one = _read_all(broker.bootstrap, TOPIC)
+        round_one_last_key = max(o for o, k, _ in round_one if k.startswith(b"key"))
+        _wait(broker, "the first round tiered", lambda: _tiered(broker, round_one_last_key))
         _produce(broker, TOPIC, model)
         first = _read_all(broker.bootstrap, TOPIC)
         last_key = max(o for o, k, _ in first if k.startswith(b"key"))

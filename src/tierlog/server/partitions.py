@@ -21,7 +21,7 @@ from tierlog.errors import (
     error_code_of,
     record_errors_of,
 )
-from tierlog.ids import TopicPartition
+from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from tierlog.metadata import MetadataImage, TopicImage
 from tierlog.server.connection import FileSlice
 from tierlog.storage.file_records import FileRegion
@@ -39,9 +39,8 @@ log = logging.getLogger(__name__)
 #: sendfile hand-off (which waits for the socket buffer to drain and pauses reading).
 SENDFILE_MIN_BYTES = 256 << 10
 
-#: Internal topics clients may read but not write (Kafka answers INVALID_TOPIC_EXCEPTION).
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC})
+#: Internal topics clients may read but not write, delete or trim (Kafka answers INVALID_TOPIC_EXCEPTION).
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from typing import TypeVar
 from tierlog.clock import Clock
 from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
-from tierlog.ids import TopicPartition
+from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
 from tierlog.server.groups import consumer_records
@@ -53,7 +53,7 @@ from tierlog.server.groups.records import (
     partition_for_group,
 )
 from tierlog.server.internal_topic import InternalTopic
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, PartitionManager
+from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
 from tierlog.storage.producer_state import AppendOrigin

@@ -17,7 +17,7 @@ from tierlog.metadata.acls import AclOperation, ResourceType
 from tierlog.protocol import ApiKey, ParsedRequest, build_response
 from tierlog.server.connection import ClientInfo, Reply
 from tierlog.server.context import BrokerContext
-from tierlog.server.partitions import PartitionManager
+from tierlog.server.partitions import INTERNAL_TOPICS, PartitionManager
 from tierlog.storage.log import UnifiedLog
 
 log = logging.getLogger(__name__)
@@ -171,6 +171,10 @@ def _delete_records_blocking(pm: PartitionManager, queries: list[tuple[str, int,
     for topic, partition, offset in queries:
         entry: dict[str, Any] = {"partition_index": partition, "low_watermark": -1}
         out.append(entry)
+        if topic in INTERNAL_TOPICS:
+            # ReplicaManager.deleteRecordsOnLocalLog: the coordinators' state is theirs to trim.
+            entry["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
+            continue
         try:
             ulog = pm.get_log_blocking(topic, partition)
             target = ulog.high_watermark if offset == -1 else offset

@@ -24,7 +24,7 @@ from tierlog.clock import Clock
 from tierlog.config.settings import setting
 from tierlog.errors import CorruptRecordError, TierlogError
 from tierlog.errors import ErrorCode as Code
-from tierlog.ids import TopicPartition
+from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
 from tierlog.metadata.features import TRANSACTION_VERSION_FEATURE
 from tierlog.records import (
@@ -37,7 +37,7 @@ from tierlog.records import (
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
 from tierlog.server.internal_topic import InternalTopic
-from tierlog.server.partitions import CONSUMER_OFFSETS_TOPIC, AppendResult, PartitionManager
+from tierlog.server.partitions import AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
 from tierlog.server.txn import rules

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 
 from tierlog._util.varint import read_unsigned_varint
 from tierlog.errors import CorruptRecordError
+from tierlog.ids import (
+    TRANSACTION_STATE_TOPIC as TRANSACTION_STATE_TOPIC,  # re-exported: the txn modules import it here
+)
 from tierlog.server.groups.records import partition_for_group
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
 
