@@ -415,4 +415,9 @@ def test_docs_page_runs_for_real(page: str, tmp_path: Path) -> None:
         run_page(session, commands, PAGES[page](session), page=f"docs/{page}", every_command_checked=False)
     finally:
         session.close()
-    print(f"docs/{page}: {len(commands)} commands in {time.monotonic() - started:.1f} s")
+        # Where the page's time goes (pytest shows it with -s, or under a failure): the slowest commands.
+        slowest = sorted(session.results, key=lambda r: -r.seconds)[:8]
+        print(f"docs/{page}: {len(session.results)} of {len(commands)} commands run in "
+              f"{time.monotonic() - started:.1f} s; slowest:")
+        for r in slowest:
+            print(f"  {r.seconds:6.1f} s  {r.command.splitlines()[0][:110]}")

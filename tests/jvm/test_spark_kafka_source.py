@@ -9,8 +9,10 @@ at rest, starting in the remote tier)."""
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,16 +119,34 @@ def test_a_streaming_query_switches_sources_on_one_checkpoint(tiered_broker: Bro
 
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
 
-    def phase(source: str) -> None:
-        proc = subprocess.run([sys.executable, str(Path(__file__).parent / "spark_switch_job.py"), source,
-                               broker.bootstrap, str(data), topic, str(SPARK_KAFKA_JARS), str(checkpoint), str(out)],
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-
+    # Both phases in one process (one Spark session, each phase a new query on the checkpoint): it
+    # says "ready tierlog" once the kafka phase is done, and goes on when told.
     produce(0, 1500)
-    phase("kafka")
-    produce(1500, 1000)
-    phase("tierlog")
+    log = tmp_path / "switch.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "spark_switch_job.py"), "kafka,tierlog",
+                                 broker.bootstrap, str(data), topic, str(SPARK_KAFKA_JARS), str(checkpoint), str(out)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for text in proc.stdout:
+            lines.put(text)
+        lines.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        while (line := lines.get(timeout=600)) != "ready tierlog\n":
+            assert line is not None, f"the kafka phase failed:\n{log.read_text(errors='replace')[-4000:]}"
+        produce(1500, 1000)
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+        assert proc.wait(600) == 0, f"the tierlog phase failed:\n{log.read_text(errors='replace')[-4000:]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     import pyarrow.parquet as pq
 
     rows = pq.read_table(out).to_pydict()

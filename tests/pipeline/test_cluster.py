@@ -8,7 +8,8 @@ manifests in the bucket, reads it from S3 on the executor, and the rest through 
 equal a Kafka consumer's, read as a batch and as a stream (``tail=broker``). The same read with ``tail=local`` fails on the executor (the namespace
 works), and every ``tierlog spark`` job against the cluster gives what it gives on ``local[*]``
 (the tasks that read the log dir run on the driver, beside the broker; ``export`` reads the tail
-through the broker).
+through the broker). Every job runs through the CLI's entry point in one driver process per master
+(``cluster_driver.py``), whose session is started once for the module.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,40 +30,11 @@ import pytest
 
 from tests.helpers.ports import free_port
 from tests.helpers.waits import wait_until
+from tests.pipeline.cluster_driver import ANSWER
 from tests.pipeline.test_tail import TOPIC, tiered_broker  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]
-
-_DRIVER = r"""
-import json, pickle, sys
-from tierlog.pipeline import spark_session
-from tests.helpers.pipeline import rows
-master, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-spark = spark_session(master, app_name="tierlog-cluster-test", conf={
-    "spark.ui.enabled": "false", "spark.cores.max": "1", "spark.executor.memory": "512m",
-    "spark.sql.session.timeZone": "UTC"})
-result = {}
-try:
-    result["rows"] = rows(spark.read.format("tierlog").options(**options["broker"]).load())
-    # The same as a stream: history from S3 on the executor, the rest through the broker.
-    query = (spark.readStream.format("tierlog").options(**options["broker"]).option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", "1000").load()
-             .writeStream.format("memory").queryName("streamed").trigger(availableNow=True).start())
-    query.awaitTermination(600)
-    result["stream_batches"] = len(query.recentProgress)
-    result["stream"] = rows(spark.table("streamed"))
-    try:
-        spark.read.format("tierlog").options(**options["local"]).load().count()
-        result["local"] = "no error"
-    except Exception as e:
-        result["local"] = str(e)
-finally:
-    spark.stop()
-with open(out, "wb") as f:
-    pickle.dump(result, f)
-"""
-
 
 def _spark_class() -> Path:
     import pyspark
@@ -140,17 +114,72 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # credentials only in the options
 
 
-def _job(master: str, *args: str) -> list[str]:
-    """``tierlog spark ...`` on ``master``, its --json lines."""
-    run = subprocess.run([sys.executable, "-m", "tierlog.cli.main", "spark", *args, "--master", master, "--json",
-                          "--conf", "spark.cores.max=1"], cwd=REPO, env=_env(), capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 0, f"{args[0]} on {master}: {run.stderr[-3000:]}"
-    return run.stdout.splitlines()
+class _Driver:
+    """One Spark driver process on one master (tests/pipeline/cluster_driver.py), kept for the module:
+    each job runs in its session instead of paying a driver JVM (and on the cluster an executor JVM) of
+    its own."""
+
+    def __init__(self, master: str, log: Path) -> None:
+        self.master = master
+        self.log = log
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "tests.pipeline.cluster_driver", master], cwd=REPO,
+                                         env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         text=True, bufsize=1, start_new_session=True)
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(ANSWER):
+                self._answers.put(line[len(ANSWER):])
+        self._answers.put(None)
+
+    def ask(self, request: dict[str, Any], timeout_s: float = 600) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        try:
+            line = self._answers.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"no answer from the driver on {self.master} in {timeout_s} s to {request}:\n"
+                                 f"{self.log.read_text(errors='replace')[-3000:]}") from None
+        assert line is not None, f"the driver on {self.master} exited:\n{self.log.read_text(errors='replace')[-3000:]}"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def drivers(cluster: _Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, _Driver]]:
+    """A driver on local[2] and one on the cluster (each job's answer on one is compared with the other's)."""
+    logs = tmp_path_factory.mktemp("drivers")
+    started = {m: _Driver(m, logs / f"driver-{i}.log") for i, m in enumerate(("local[2]", cluster.url))}
+    yield started
+    for d in started.values():
+        d.stop()
+
+
+def _job(driver: _Driver, *args: str) -> list[str]:
+    """``tierlog spark ...`` on the driver's master, its --json lines."""
+    run = driver.ask({"cli": ["spark", *args, "--master", driver.master, "--json", "--conf", "spark.cores.max=1"]})
+    assert run["rc"] == 0, f"{args[0]} on {driver.master}: {run['stderr'][-3000:]}"
+    lines: list[str] = run["stdout"].splitlines()
+    return lines
 
 
 def test_a_cluster_whose_worker_cannot_see_the_broker_reads_the_topic_whole(
-        cluster: _Cluster, tiered_broker: dict[str, Any], tmp_path: Path) -> None:  # noqa: F811
+        cluster: _Cluster, drivers: dict[str, _Driver], tiered_broker: dict[str, Any],  # noqa: F811
+        tmp_path: Path) -> None:
     broker, data = tiered_broker["broker"], tiered_broker["data"]
     remote = tiered_broker["remote"]
     options = {
@@ -159,9 +188,8 @@ def test_a_cluster_whose_worker_cannot_see_the_broker_reads_the_topic_whole(
         "local": {**remote, "subscribe": TOPIC, "path": str(data), "tail": "local"},
     }
     out = tmp_path / "result.pickle"
-    done = subprocess.run([sys.executable, "-c", _DRIVER, cluster.url, str(out), json.dumps(options)], cwd=REPO,
-                          env=_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{done.stderr[-4000:]}\nworker:\n{cluster.log('worker')[-3000:]}"
+    done = drivers[cluster.url].ask({"read": options, "out": str(out)})
+    assert done["rc"] == 0, f"{done['stderr'][-4000:]}\nworker:\n{cluster.log('worker')[-3000:]}"
     with open(out, "rb") as f:
         result = pickle.load(f)
     assert result["rows"] == tiered_broker["consumed"]
@@ -172,12 +200,14 @@ def test_a_cluster_whose_worker_cannot_see_the_broker_reads_the_topic_whole(
     # `tierlog spark usage` and `verify` on the cluster say what they say on local[*].
     plugin = [f"--remote={k}={v}" for k, v in remote.items()]
     for job in ("usage", "verify"):
-        got = {master: sorted(_job(master, job, "--path", str(data), *plugin)) for master in ("local[2]", cluster.url)}
+        got = {master: sorted(_job(drivers[master], job, "--path", str(data), *plugin))
+               for master in ("local[2]", cluster.url)}
         assert got[cluster.url] == got["local[2]"] and got["local[2]"], job
 
 
 def test_the_jobs_that_read_the_log_dir_give_on_the_cluster_what_they_give_on_local(
-        cluster: _Cluster, tiered_broker: dict[str, Any], stopped: Path, tmp_path: Path) -> None:  # noqa: F811
+        cluster: _Cluster, drivers: dict[str, _Driver], tiered_broker: dict[str, Any],  # noqa: F811
+        stopped: Path, tmp_path: Path) -> None:
     """``retention-preview``, ``rebuild-snapshots`` and ``export`` with a worker that cannot see the
     log dir: the same rows (and the same snapshot bytes, the same Parquet rows) as on local[2]."""
     import pyarrow.parquet as pq
@@ -191,7 +221,7 @@ def test_the_jobs_that_read_the_log_dir_give_on_the_cluster_what_they_give_on_lo
     # retention-preview over both tiers (S3 for the remote one), at a fixed time, with a retention
     # that deletes all but the newest data.
     now = tiered_broker["n"] + 1_700_000_000_000 + 86_400_000
-    preview = {m: sorted(_job(m, "retention-preview", "--path", str(data), *plugin, "--now", str(now),
+    preview = {m: sorted(_job(drivers[m], "retention-preview", "--path", str(data), *plugin, "--now", str(now),
                               "--override", "retention.ms=86400000")) for m in masters}
     assert preview[cluster.url] == preview["local[2]"]
     tiers = {json.loads(line)["tier"] for line in preview["local[2]"]}
@@ -207,7 +237,7 @@ def test_the_jobs_that_read_the_log_dir_give_on_the_cluster_what_they_give_on_lo
         removed = sorted(p.name for p in (copy / "orders-0").glob("*.snapshot"))
         for name in removed:
             (copy / "orders-0" / name).unlink()
-        rows = [json.loads(line) for line in _job(master, "rebuild-snapshots", "--path", str(copy))]
+        rows = [json.loads(line) for line in _job(drivers[master], "rebuild-snapshots", "--path", str(copy))]
         assert rows and all(r["written"] for r in rows), rows
         written[master] = {p.name: p.read_bytes() for p in (copy / "orders-0").glob("*.snapshot")}
         assert set(written[master]) == {r["snapshot"] for r in rows} and set(written[master]) <= set(removed)
@@ -218,7 +248,7 @@ def test_the_jobs_that_read_the_log_dir_give_on_the_cluster_what_they_give_on_lo
     for master in masters:
         out = tmp_path / f"export-{masters.index(master)}"  # no "[": Hadoop globs read paths
         extra = ["--bootstrap-server", broker.bootstrap] if master == cluster.url else []
-        lines = _job(master, "export", "--path", str(data), *plugin, "--topic", TOPIC, "--output", str(out), *extra)
+        lines = _job(drivers[master], "export", "--path", str(data), *plugin, "--topic", TOPIC, "--output", str(out), *extra)
         assert json.loads(lines[0])["rows"] == len(tiered_broker["consumed"])
         table = pq.read_table(out, columns=["key", "value", "topic", "partition", "offset", "timestamp"])
         exported[master] = sorted(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True),

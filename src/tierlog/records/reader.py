@@ -6,10 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
-import numpy as np
-
 from tierlog.errors import CorruptRecordError, InvalidRecordError, TierlogError
-from tierlog.records._fastwalk import walk_records
 from tierlog.records.compression import CompressionType, decompress
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
@@ -33,6 +30,17 @@ try:
     from tierlog.records._cwalk import walk_records as c_walk_records
 except ImportError:
     c_walk_records = None
+
+
+def _numba_walk(buf: Buffer, pos: int, end: int, count: int, base_timestamp: int,
+                from_client: bool) -> tuple[bool, int, int, int, int, int, bool, int]:
+    """The numba walk, imported on first use: numba and numpy take ~0.4 s to import, which every
+    CLI command that reads a batch header (``tier status``, ``metadata show``) paid for nothing
+    where the C walk is built."""
+    import numpy as np
+
+    from tierlog.records._fastwalk import walk_records
+    return walk_records(np.frombuffer(buf, dtype=np.uint8), pos, end, count, base_timestamp, from_client)
 
 
 def _records_region(header: BatchHeader, *, any_buffer: bool = False) -> tuple[bytes, int, int]:
@@ -249,7 +257,7 @@ def _walk(header: BatchHeader, buf: Buffer, pos: int, end: int, from_client: boo
     if c_walk_records is not None:
         fast = c_walk_records(buf, pos, end, count, header.base_timestamp, from_client)
     else:
-        fast = walk_records(np.frombuffer(buf, dtype=np.uint8), pos, end, count, header.base_timestamp, from_client)
+        fast = _numba_walk(buf, pos, end, count, header.base_timestamp, from_client)
     ok, found, walked_to, min_ts, max_ts, max_ts_delta, has_null_key, last_delta = fast
     if ok and found == count and walked_to == end and not (count and last_delta > header.last_offset_delta):
         return BatchStats(count, min_ts, max_ts, max_ts_delta, has_null_key, uncompressed_size)
