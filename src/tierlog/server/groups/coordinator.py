@@ -7,7 +7,7 @@ group's partition of ``__consumer_offsets`` before a commit is acknowledged and 
 there at startup, so they survive restarts. The topic is created through the metadata controller
 the first time a group needs it, as Kafka does.
 
-Longer than most modules (about 630 lines) because GroupCoordinator is one class whose parts share
+Longer than most modules (about 650 lines) because GroupCoordinator is one class whose parts share
 the groups, the committed offsets and one write path to ``__consumer_offsets``: membership, plain and
 transactional commits, loading, expiry; the decisions themselves live beside it (:mod:`.group`,
 :mod:`.offsets_retention`, :mod:`.offset_delete`).
@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from tierlog.clock import Clock
 from tierlog.config.settings import setting
-from tierlog.errors import CorruptRecordError, ErrorCode, TierlogError
+from tierlog.errors import CorruptRecordError, ErrorCode, OffsetOutOfRangeError, TierlogError
 from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
 from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
@@ -52,7 +52,7 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
-from tierlog.server.internal_topic import InternalTopic
+from tierlog.server.internal_topic import InternalTopic, load_resume_offset
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -212,6 +212,12 @@ class GroupCoordinator:
             while offset < end:
                 try:
                     data = ulog.read_bytes(offset, 8 << 20)
+                except OffsetOutOfRangeError:
+                    resumed = load_resume_offset(ulog, offset)
+                    if resumed is None:
+                        raise
+                    offset = resumed
+                    continue
                 except CorruptRecordError as e:
                     # Damaged data (the log reported it): the commits in it are lost, the rest load.
                     segment = ulog.segments.floor(offset)

@@ -112,23 +112,33 @@ async def handle_fetch(ctx: BrokerContext, request: ParsedRequest, client: Clien
     min_bytes = body.min_bytes
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000.0
-    partitions = ctx.partitions
+    waiters = ctx.partitions.waiters
+    tps = [(s.topic, s.partition) for s in specs]
+    # Only a fetch that may wait registers (min_bytes <= 0 is always satisfied).
+    may_wait = bool(specs) and max_wait_ms > 0 and min_bytes > 0
     while True:
-        results = await _read(ctx, specs, max_bytes, read_committed) if specs else []
-        remaining = deadline - loop.time()
-        if (not specs or remaining <= 0 or any(r.error_code for r in results)
-                or sum(r.size for r in results) >= min_bytes):
-            break
-        _release(results)
+        # The waiter is registered *before* the read: a high watermark that moves after the read
+        # looked but before the fetch would start waiting completes it, and the fetch reads again at
+        # once instead of sleeping out max_wait with the data there (a lost wake-up). Registration
+        # and notification both run on the event loop, so nothing slips between them.
         waiter: asyncio.Future[None] = loop.create_future()
-        tps = [(s.topic, s.partition) for s in specs]
-        partitions.waiters.add(tps, waiter)
-        timer = loop.call_later(remaining, _set_done, waiter)
+        if may_wait:
+            waiters.add(tps, waiter)
         try:
-            await waiter
+            results = await _read(ctx, specs, max_bytes, read_committed) if specs else []
+            remaining = deadline - loop.time()
+            if (not may_wait or remaining <= 0 or any(r.error_code for r in results)
+                    or sum(r.size for r in results) >= min_bytes):
+                break
+            _release(results)
+            timer = loop.call_later(remaining, _set_done, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
         finally:
-            timer.cancel()
-            partitions.waiters.remove(tps, waiter)
+            if may_wait:
+                waiters.remove(tps, waiter)
 
     topics: list[TopicData] = []
     for key, entries in layout:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tierlog.clock import Clock
 from tierlog.config.settings import setting
-from tierlog.errors import CorruptRecordError, TierlogError
+from tierlog.errors import CorruptRecordError, OffsetOutOfRangeError, TierlogError
 from tierlog.errors import ErrorCode as Code
 from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
@@ -36,7 +36,7 @@ from tierlog.records import (
     iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
-from tierlog.server.internal_topic import InternalTopic
+from tierlog.server.internal_topic import InternalTopic, load_resume_offset
 from tierlog.server.partitions import AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -160,6 +160,12 @@ class TransactionCoordinator:
             while offset < end:
                 try:
                     data = ulog.read_bytes(offset, 8 << 20)
+                except OffsetOutOfRangeError:
+                    resumed = load_resume_offset(ulog, offset)
+                    if resumed is None:
+                        raise
+                    offset = resumed
+                    continue
                 except CorruptRecordError as e:
                     log.error("stopping the load of %s-%d at damaged data at offset %d: %s", TRANSACTION_STATE_TOPIC,
                               partition, offset, e)
