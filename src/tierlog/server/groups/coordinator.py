@@ -24,10 +24,10 @@ from typing import TypeVar
 
 from tierlog.clock import Clock
 from tierlog.config.settings import setting
-from tierlog.errors import CorruptRecordError, ErrorCode, OffsetOutOfRangeError, TierlogError
+from tierlog.errors import ErrorCode, TierlogError
 from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
-from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch, iter_batches
+from tierlog.records import EndTransactionMarker, Record, SimpleRecord, build_batch
 from tierlog.server.groups import consumer_records
 from tierlog.server.groups.consumer_coordinator import ConsumerGroups
 from tierlog.server.groups.consumer_group import ConsumerGroupSettings
@@ -52,7 +52,7 @@ from tierlog.server.groups.records import (
     encode_offset_value,
     partition_for_group,
 )
-from tierlog.server.internal_topic import InternalTopic, load_resume_offset
+from tierlog.server.internal_topic import InternalTopic, iter_load_batches
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -207,48 +207,22 @@ class GroupCoordinator:
         assert topic is not None
         for partition in sorted(topic.partitions):
             ulog = self.partitions.get_log_blocking(CONSUMER_OFFSETS_TOPIC, partition)
-            offset = ulog.log_start_offset
-            end = ulog.log_end_offset
-            while offset < end:
-                try:
-                    data = ulog.read_bytes(offset, 8 << 20)
-                except OffsetOutOfRangeError:
-                    resumed = load_resume_offset(ulog, offset)
-                    if resumed is None:
-                        raise
-                    offset = resumed
+            # Damaged data (the log reported it): the commits in it are lost, the rest load.
+            for header, records in iter_load_batches(ulog, skip_damaged_segments=True):
+                if header.is_control:
+                    self._load_marker(header.producer_id, records, partition)
                     continue
-                except CorruptRecordError as e:
-                    # Damaged data (the log reported it): the commits in it are lost, the rest load.
-                    segment = ulog.segments.floor(offset)
-                    after = None if segment is None else ulog.segments.next_base_offset(segment.base_offset)
-                    log.error("skipping damaged data in %s-%d from offset %d to %s: %s", CONSUMER_OFFSETS_TOPIC,
-                              partition, offset, "the log end" if after is None else after, e)
-                    if after is None or after <= offset:
-                        break
-                    offset = after
+                if header.is_transactional:
+                    self._load_txn_offsets(header.producer_id, records, partition)
                     continue
-                if not data:
-                    break
-                before = offset
-                for header, records in iter_batches(data):
-                    offset = header.next_offset
-                    if header.is_control:
-                        self._load_marker(header.producer_id, records, partition)
+                for record in records:
+                    if record.key is None:
                         continue
-                    if header.is_transactional:
-                        self._load_txn_offsets(header.producer_id, records, partition)
-                        continue
-                    for record in records:
-                        if record.key is None:
-                            continue
-                        try:
-                            count += self._apply_record(record.key, record.value)
-                        except TierlogError as e:
-                            log.warning("skipping unreadable record at %s-%d offset %d: %s",
-                                        CONSUMER_OFFSETS_TOPIC, partition, record.offset, e)
-                if offset == before:
-                    break  # only a partial batch came back: the log ends mid-batch
+                    try:
+                        count += self._apply_record(record.key, record.value)
+                    except TierlogError as e:
+                        log.warning("skipping unreadable record at %s-%d offset %d: %s",
+                                    CONSUMER_OFFSETS_TOPIC, partition, record.offset, e)
         return count
 
     def _load_txn_offsets(self, producer_id: int, records: Iterable[Record], partition: int) -> None:

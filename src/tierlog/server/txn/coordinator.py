@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from tierlog.clock import Clock
 from tierlog.config.settings import setting
-from tierlog.errors import CorruptRecordError, OffsetOutOfRangeError, TierlogError
 from tierlog.errors import ErrorCode as Code
+from tierlog.errors import TierlogError
 from tierlog.ids import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tierlog.metadata import Controller
 from tierlog.metadata.features import TRANSACTION_VERSION_FEATURE
@@ -33,10 +33,9 @@ from tierlog.records import (
     SimpleRecord,
     build_batch,
     build_end_txn_marker_batch,
-    iter_batches,
 )
 from tierlog.server.groups.coordinator import GroupCoordinator
-from tierlog.server.internal_topic import InternalTopic, load_resume_offset
+from tierlog.server.internal_topic import InternalTopic, iter_load_batches
 from tierlog.server.partitions import AppendResult, PartitionManager
 from tierlog.server.storage_io import StorageIO
 from tierlog.server.ticker import Ticker
@@ -156,38 +155,18 @@ class TransactionCoordinator:
         latest: dict[str, TxnLogValue | None] = {}
         for partition in sorted(topic.partitions):
             ulog = self.partitions.get_log_blocking(TRANSACTION_STATE_TOPIC, partition)
-            offset, end = ulog.log_start_offset, ulog.log_end_offset
-            while offset < end:
-                try:
-                    data = ulog.read_bytes(offset, 8 << 20)
-                except OffsetOutOfRangeError:
-                    resumed = load_resume_offset(ulog, offset)
-                    if resumed is None:
-                        raise
-                    offset = resumed
+            for header, records in iter_load_batches(ulog, skip_damaged_segments=False):
+                if header.is_control:
                     continue
-                except CorruptRecordError as e:
-                    log.error("stopping the load of %s-%d at damaged data at offset %d: %s", TRANSACTION_STATE_TOPIC,
-                              partition, offset, e)
-                    break
-                if not data:
-                    break
-                before = offset
-                for header, records in iter_batches(data):
-                    offset = header.next_offset
-                    if header.is_control:
+                for record in records:
+                    if record.key is None:
                         continue
-                    for record in records:
-                        if record.key is None:
-                            continue
-                        try:
-                            txn_id = decode_key(record.key)
-                            latest[txn_id] = None if record.value is None else decode_value(record.value)
-                        except TierlogError as e:
-                            log.warning("skipping unreadable record at %s-%d offset %d: %s", TRANSACTION_STATE_TOPIC,
-                                        partition, record.offset, e)
-                if offset == before:
-                    break
+                    try:
+                        txn_id = decode_key(record.key)
+                        latest[txn_id] = None if record.value is None else decode_value(record.value)
+                    except TierlogError as e:
+                        log.warning("skipping unreadable record at %s-%d offset %d: %s", TRANSACTION_STATE_TOPIC,
+                                    partition, record.offset, e)
         for txn_id, value in latest.items():
             if value is None:
                 self.txns.pop(txn_id, None)
