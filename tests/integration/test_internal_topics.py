@@ -39,19 +39,19 @@ def test_clients_may_read_but_not_write_trim_or_delete_internal_topics(broker: B
                                             "allow_auto_topic_creation": False,
                                             "include_topic_authorized_operations": False})
         assert {t.name: (t.error_code, t.is_internal) for t in meta.topics} == {
-            "__consumer_offsets": (0, True), "__transaction_state": (0, True), topic_name: (0, False)}
+            "__consumer_offsets": (0, True), "__transaction_state": (0, True), topic_name: (0, False)}, broker.stderr_tail()
 
         records = build_batch([SimpleRecord(b"k", b"v")])
         produced = c.call(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 30000, "topic_data": [
             {"name": n, "partition_data": [{"index": 0, "records": records}]} for n in (*INTERNAL, topic_name)]})
         codes = {t.name: t.partition_responses[0].error_code for t in produced.responses}
         assert codes == {"__consumer_offsets": INVALID_TOPIC_EXCEPTION, "__transaction_state": INVALID_TOPIC_EXCEPTION,
-                         topic_name: 0}
+                         topic_name: 0}, (codes, broker.stderr_tail())
 
         trimmed = c.call(ApiKey.DELETE_RECORDS, 2, {"timeout": 30000, "topics": [
             {"name": n, "partitions": [{"partition_index": 0, "offset": -1}]} for n in (*INTERNAL, topic_name)]})
         answers = {t.name: (t.partitions[0].error_code, t.partitions[0].low_watermark) for t in trimmed.topics}
-        assert answers["__consumer_offsets"] == (INVALID_TOPIC_EXCEPTION, -1)
+        assert answers["__consumer_offsets"] == (INVALID_TOPIC_EXCEPTION, -1), (answers, broker.stderr_tail())
         assert answers["__transaction_state"] == (INVALID_TOPIC_EXCEPTION, -1)
         assert answers[topic_name][0] == 0 and answers[topic_name][1] > 0
 
@@ -63,6 +63,6 @@ def test_clients_may_read_but_not_write_trim_or_delete_internal_topics(broker: B
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "internal-topics-test"})
     try:
         [committed] = consumer.committed([TopicPartition(topic_name, 0)], timeout=30)
-        assert committed.offset == 1
+        assert committed.offset == 1, broker.stderr_tail()
     finally:
         consumer.close()
