@@ -305,7 +305,52 @@ decline:
                          PyBool_FromLong(r.has_null_key));
 }
 
+/* header_copy(buffer, position, base_offset, partition_leader_epoch) -> bytearray
+ *
+ * records.header.header_copy in C (its Python version is the reference, test_check_batch.py holds
+ * them equal): a copy of the 61-byte header at `position` with the base offset and the partition
+ * leader epoch set, neither under the CRC. ~0.1 us against ~0.4 us: once per produced batch. */
+static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "header_copy takes 4 arguments");
+        return NULL;
+    }
+    long long position = PyLong_AsLongLong(args[1]);
+    long long base_offset = PyLong_AsLongLong(args[2]);
+    long epoch = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (epoch < INT32_MIN || epoch > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the partition leader epoch does not fit an int32");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (position < 0 || position > view.len - BATCH_HEADER_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "no %d-byte header at %lld in a buffer of %zd bytes", BATCH_HEADER_SIZE,
+                     position, view.len);
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize((const char *)view.buf + position, BATCH_HEADER_SIZE);
+    PyBuffer_Release(&view);
+    if (out == NULL)
+        return NULL;
+    uint8_t *h = (uint8_t *)PyByteArray_AS_STRING(out);
+    uint64_t o = (uint64_t)base_offset;
+    for (int i = 0; i < 8; i++)
+        h[i] = (uint8_t)(o >> (56 - 8 * i));
+    uint32_t e = (uint32_t)(int32_t)epoch;
+    for (int i = 0; i < 4; i++)
+        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"header_copy", (PyCFunction)(void (*)(void))header_copy, METH_FASTCALL,
+     "header_copy(buffer, position, base_offset, partition_leader_epoch) -> bytearray"},
     {"check_batch", (PyCFunction)(void (*)(void))check_batch, METH_FASTCALL,
      "check_batch(buffer, computed_crc, from_client) -> (min ts, max ts, offsetDelta of max ts, has null key) "
      "or None"},

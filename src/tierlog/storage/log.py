@@ -39,7 +39,7 @@ from tierlog.records.header import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    header_copy,
+    fast_header_copy,
     set_base_offset,
     set_create_time_max_timestamp,
     set_log_append_time,
@@ -376,7 +376,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 # (-1) are not checked, nor a batch stamped LogAppendTime. Since Kafka 4
                 # (message.timestamp.after.max.ms one hour) this runs for every produced batch: inline.
                 before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-                for h, st in zip(headers, stats, strict=False):  # equal lengths by construction
+                for h, st in zip(headers, stats):  # noqa: B905  # equal lengths; strict= costs ~0.1 µs
                     if h.attributes & TIMESTAMP_TYPE_MASK:
                         continue
                     oldest, newest = st.min_timestamp, st.max_timestamp
@@ -393,7 +393,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             pieces: list[bytes | bytearray | memoryview] = []
             view = memoryview(data)
             # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
-            for h, st in zip(headers, stats, strict=False):  # equal lengths by construction; strict costs per append
+            for h, st in zip(headers, stats):  # noqa: B905  # equal lengths by construction; strict= costs per append
                 position = h.position
                 fix = header_max_timestamp_fix(h, st) if fix_headers and st.max_timestamp != h.max_timestamp else None
                 if owned:
@@ -410,7 +410,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                 else:
                     end = position + h.size_bytes
-                    head = header_copy(view, position, offset, leader_epoch)
+                    head = fast_header_copy(view, position, offset, leader_epoch)
                     if fix is None:
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                     else:

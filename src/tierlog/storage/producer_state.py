@@ -656,11 +656,14 @@ class ProducerStateManager:
                 last_seq = (first_seq + offset_delta if first_seq <= INT32_MAX - offset_delta
                             else offset_delta - (INT32_MAX - first_seq) - 1)  # increment_sequence
                 previous = window[-1].last_seq
-                if ((first_seq == previous + 1 or (first_seq == 0 and previous == INT32_MAX))
-                        and not any(m.last_seq == last_seq and m.first_seq == first_seq for m in window)):
-                    first_offset = header.base_offset
-                    return StagedBatch(entry, BatchMetadata(last_seq, first_offset + offset_delta, offset_delta,
-                                                            header.max_timestamp))
+                if first_seq == previous + 1 or (first_seq == 0 and previous == INT32_MAX):
+                    for m in window:  # a retry of one of the last five (a loop: a generator costs ~0.4 µs)
+                        if m.last_seq == last_seq and m.first_seq == first_seq:
+                            break
+                    else:
+                        last_offset = header.base_offset + offset_delta
+                        return StagedBatch(entry, BatchMetadata(last_seq, last_offset, offset_delta,
+                                                                header.max_timestamp))
         return self.validate_and_stage((header,), origin)
 
     def commit_staged(self, staged: StagedAppend | StagedBatch, last_offset: int) -> list[TxnCompletion]:

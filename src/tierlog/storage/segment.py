@@ -443,7 +443,7 @@ class LogSegment:
                 waited = now_ms - self.created_ms
             if waited > max_segment_ms - self.roll_jitter_ms:
                 return True
-        if self.indexes_full():
+        if self._offset_index.get().is_full or self._time_index.get().is_full:  # indexes_full()
             return True
         return max_offset_in_messages - self.base_offset > INT32_MAX
 

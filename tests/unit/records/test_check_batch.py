@@ -17,7 +17,7 @@ from tierlog.config import LogConfig
 from tierlog.errors import TierlogError
 from tierlog.records import SimpleRecord, build_batch, reader
 from tierlog.records.compression import CompressionType
-from tierlog.records.header import CRC, CRC_START, NO_PRODUCER_ID
+from tierlog.records.header import CRC, CRC_START, NO_PRODUCER_ID, fast_header_copy, header_copy
 from tierlog.records.reader import check_batch_python
 from tierlog.storage import append_validation
 from tierlog.storage.append_validation import parse_and_validate
@@ -123,3 +123,17 @@ def test_parse_and_validate_is_the_same_with_and_without_the_c_check(
         mp.setattr(append_validation, "c_check_batch", None)
         without_c = list(_outcome(data, config, from_client))
     assert with_c == without_c
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=61, max_size=200), st.data(), st.integers(-(1 << 63), (1 << 63) - 1),
+       st.integers(-(1 << 31), (1 << 31) - 1))
+def test_c_header_copy_is_header_copy(buf: bytes, data: st.DataObject, base_offset: int, epoch: int) -> None:
+    if fast_header_copy is header_copy:
+        pytest.skip("tierlog.records._cwalk is not built (the install step found no C compiler)")
+    position = data.draw(st.integers(0, len(buf) - 61))
+    view = memoryview(bytearray(buf))
+    copy = fast_header_copy(view, position, base_offset, epoch)
+    assert type(copy) is bytearray and copy == header_copy(view, position, base_offset, epoch)
+    with pytest.raises(ValueError):
+        fast_header_copy(view, len(buf) - 60, base_offset, epoch)
