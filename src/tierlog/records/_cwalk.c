@@ -1,4 +1,5 @@
-/* The record walk of validate_batch in C: the same checks, the same result, as the numba walk
+/* The produce path's per-batch work in C: check_batch (every check of one whole uncompressed batch,
+ * below), header_copy, and the record walk of validate_batch: the same checks, the same result, as the numba walk
  * (tierlog/records/_fastwalk.py) and the Python reference (reader.walk_records_python), which
  * tests/unit/records/test_fastwalk.py holds equal on random valid and damaged records.
  *

@@ -1,8 +1,8 @@
 """The produce path's one-call batch check (``check_batch`` in the C extension) answers what the Python
 checks it stands for answer, on valid batches and on batches damaged anywhere -- the header's length,
 magic, CRC, attributes, offsets, producer fields and record count, and the records -- with and
-without a CRC recomputed over the damage; and parse_and_validate gives the same batches, the same
-stats and the same errors with it as without it."""
+without a CRC recomputed over the damage; parse_and_validate gives the same batches, the same
+stats and the same errors with it as without it; and the C header_copy makes the Python one's bytes."""
 
 from __future__ import annotations
 
