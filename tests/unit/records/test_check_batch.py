@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tierlog._util.crc import crc32c
+from tierlog._util.crc import crc32c, crc32c_small
 from tierlog.config import LogConfig
 from tierlog.errors import TierlogError
 from tierlog.records import SimpleRecord, build_batch, reader
@@ -137,3 +137,12 @@ def test_c_header_copy_is_header_copy(buf: bytes, data: st.DataObject, base_offs
     assert type(copy) is bytearray and copy == header_copy(view, position, base_offset, epoch)
     with pytest.raises(ValueError):
         fast_header_copy(view, len(buf) - 60, base_offset, epoch)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=70_000), st.integers(0, 30), st.sampled_from([bytes, bytearray, memoryview]))
+def test_the_small_buffer_crc_is_crc32c(data: bytes, start: int, kind: type) -> None:
+    """The produce path's CRC of a batch up to 64 KiB (fastcrc when installed) is CRC-32C, on every
+    kind of buffer it is given, a slice of one too."""
+    buf = memoryview(kind(data))[min(start, len(data)):] if kind is memoryview else kind(data)
+    assert crc32c_small(buf) == crc32c(bytes(buf))
