@@ -188,6 +188,11 @@ class BrokerConfig:
         return (self.get_optional_str("inter.broker.listener.name")
                 or self.get_str("security.inter.broker.protocol")).upper()
 
+    def listener_override(self, listener: str, name: str) -> Value | None:
+        """The static ``listener.name.<listener>.<name>`` value, or None when the listener has none."""
+        key = BROKER_DEF.require(name)
+        return self.listener_props.get(listener.upper(), {}).get(key.name)
+
     def listener_value(self, listener: str, name: str) -> Value:
         """The value of a per-listener key for ``listener``: its override, else the broker-wide value."""
         overrides = self.listener_props.get(listener.upper(), {})

@@ -149,7 +149,7 @@ def _listener_rate_limit(image: Callable[[], MetadataImage], config: BrokerConfi
     prefixed keys overriding the others): its dynamic per-listener value (per broker, else
     cluster-wide), else its static one, else the broker-wide limit."""
     prefixed = f"{LISTENER_PREFIX}{listener.lower()}.max.connection.creation.rate"
-    static = config.listener_props.get(listener.upper(), {}).get("max.connection.creation.rate")
+    static = config.listener_override(listener, "max.connection.creation.rate")
 
     def current() -> int:
         value = image().effective_broker_config(config.node_id, prefixed)

@@ -134,6 +134,8 @@ def test_the_per_listener_key_is_a_config_key_static_and_dynamic() -> None:
                            "listener.name.plaintext.max.connection.creation.rate": "7"})
     assert config.listener_value("PLAINTEXT", "max.connection.creation.rate") == 7
     assert config.listener_value("INTERNAL", "max.connection.creation.rate") == 50  # the broker-wide value
+    assert config.listener_override("plaintext", "max.connection.creation.rate") == 7
+    assert config.listener_override("INTERNAL", "max.connection.creation.rate") is None
     assert config.inter_broker_listener() == "INTERNAL"
     assert BrokerConfig({}).inter_broker_listener() == "PLAINTEXT"  # security.inter.broker.protocol's name
     with pytest.raises(ConfigError) as bad:
