@@ -317,6 +317,8 @@ def _run_java_producers(bootstrap: str, topic: str, per_producer: int, producers
     from _common import perf_producer_command, perf_producer_rate
 
     props = {"batch.size": "16384", "linger.ms": "5", "acks": "all", "compression.type": "none"}
+    # The test tools' JVM flags (serial GC, first JIT tier): with the JVM's default JIT the four
+    # clients spent ~1.8x the CPU compiling on these two cores in a run of 200 MiB.
     cmd = perf_producer_command(bootstrap, topic, per_producer, size, props)
     start = time.perf_counter()
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(producers)]
@@ -346,7 +348,19 @@ def produce_requests(metrics: dict[str, float]) -> float:
 
 
 def fdatasyncs(metrics: dict[str, float]) -> float:
+    """Segment files synced by group commit (an fdatasync each, or several by one syncfs)."""
     return sum(v for k, v in metrics.items() if k.startswith("tierlog_group_commit_fdatasyncs_total"))
+
+
+def syncfs_calls(metrics: dict[str, float]) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith("tierlog_group_commit_syncfs_total"))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def log_batches(data_dir: Path, topic: str) -> tuple[int, int]:
@@ -381,6 +395,7 @@ def java_shaped(pid: int, bootstrap: str, data_dir: Path, metrics_url: str, args
             topic = f"bench-java-shaped-{client}-{run}-{int(time.time())}"
             create_topic(bootstrap, topic, partitions)
             before = scrape(metrics_url)
+            user0, sys0 = cpu_split(pid)
             tools_rate = 0.0
 
             def run_clients(client: str = client, topic: str = topic) -> float:
@@ -394,8 +409,10 @@ def java_shaped(pid: int, bootstrap: str, data_dir: Path, metrics_url: str, args
 
             rate, cpu = measured(pid, run_clients, moved)
             after = scrape(metrics_url)
+            user1, sys1 = cpu_split(pid)
             requests = produce_requests(after) - produce_requests(before)
             syncs = fdatasyncs(after) - fdatasyncs(before)
+            syncfs = syncfs_calls(after) - syncfs_calls(before)
             batches, batch_bytes = log_batches(data_dir, topic)
             what = {"sticky": "librdkafka, its own partitioner (sticky)", "round-robin":
                     "librdkafka, partition per record round robin", "java": "kafka-producer-perf-test (Java client)"}
@@ -403,10 +420,12 @@ def java_shaped(pid: int, bootstrap: str, data_dir: Path, metrics_url: str, args
                    "loopback socket copy", baseline)
             if client == "java":
                 print(f"   sum of the 4 tools' own rates (each from its first send): {tools_rate:,.1f} MB/s", flush=True)
-            print(f"   {cpu}", flush=True)
+            print(f"   {cpu}; broker user/system {(user1 - user0) / (moved / 1e9):.2f}/{(sys1 - sys0) / (moved / 1e9):.2f} "
+                  "core-s/GB", flush=True)
             print(f"   broker saw {requests:,.0f} produce requests, {batches:,} batches of {batch_bytes / max(batches, 1):,.0f} B "
-                  f"on average ({batches / max(requests, 1):.1f} per request), {syncs:,.0f} fdatasyncs "
-                  f"({batches / max(syncs, 1):.1f} batches each); load average {os.getloadavg()[0]:.1f}", flush=True)
+                  f"on average ({batches / max(requests, 1):.1f} per request), {syncs:,.0f} files synced "
+                  f"({batches / max(syncs, 1):.1f} batches each; {syncfs:,.0f} syncfs calls among them); "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def free_port() -> int:

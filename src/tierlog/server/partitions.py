@@ -204,7 +204,16 @@ class PartitionManager:
 
     def append_blocking(self, items: list[tuple[str, int, bytes | memoryview | None]], *, internal: bool = False,
                         origin: AppendOrigin = AppendOrigin.CLIENT, durable: bool = False) -> list[AppendResult]:
-        """Append each record set; with ``durable`` each success carries the future of its fsync."""
+        """Append each record set; with ``durable`` each success carries the future of its fsync.
+        The syncs of a request's partitions start together once all are appended (one syncfs for
+        many partitions: LogManager.deferred_syncs)."""
+        if len(items) < 2:
+            return self._append_each(items, internal, origin, durable)
+        with self.log_manager.deferred_syncs():
+            return self._append_each(items, internal, origin, durable)
+
+    def _append_each(self, items: list[tuple[str, int, bytes | memoryview | None]], internal: bool,
+                     origin: AppendOrigin, durable: bool) -> list[AppendResult]:
         out: list[AppendResult] = []
         image = self._image()
         for topic, partition, records in items:
