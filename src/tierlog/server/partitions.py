@@ -128,6 +128,11 @@ class DataWaiters:
         """A log's high watermark listener: wakes the fetches waiting on it, on ``loop``, from the
         thread whose fsync or flush moved the high watermark (the fetch reads up to it)."""
         def advanced(ulog: UnifiedLog) -> None:
+            if (ulog.topic, ulog.partition) not in self._by_partition:
+                # Nobody waits on it: no wake-up of the loop (a sync of a produce of many partitions
+                # moved as many high watermarks). A fetch registers before it reads the high
+                # watermark, which moved before this call, so one registering now sees it.
+                return
             try:
                 loop.call_soon_threadsafe(self.notify, [(ulog.topic, ulog.partition)])
             except RuntimeError:

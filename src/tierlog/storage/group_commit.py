@@ -30,7 +30,9 @@ files (so it weakens nothing); it is used only where it reports the filesystem's
 (Linux 5.8+), through a descriptor of the log dir opened when the group commit is made, so that no
 error after that is missed; a file not on the log dir's filesystem gets its own fdatasync. The
 appends of one request register under :meth:`GroupCommit.deferred`, which starts their syncs
-together when the request's appends are done.
+together when the request's appends are done. Files whose first request comes while all
+``SYNC_THREADS`` are busy (librdkafka sends one partition per request, so many producers' requests
+arrive one file at a time) wait for a sync to end and then start together the same way.
 
 A failed fdatasync is never retried: the dir goes offline (log_dir_failure) and every waiter, now
 and later, gets a storage error -- also a waiter whose own file synced after the dir went offline.
@@ -149,6 +151,11 @@ class GroupCommit:
             self.stats.room_waits += 1
             return fut
 
+    def has_room(self) -> bool:
+        """Whether appends may go ahead now without asking :meth:`room` (read without the lock: the
+        bound may be passed by the requests let in at once anyway)."""
+        return self.stats.pending_bytes < self.max_pending_bytes or self._closed
+
     def request(self, records: FileRecords, appended_bytes: int = 0,
                 on_synced: Callable[[], None] | None = None) -> Future[None]:
         """A future completed once everything written to ``records`` so far is on disk;
@@ -214,6 +221,10 @@ class GroupCommit:
             self._pool.submit(self._sync_and_answer, [self._take(file) for file in files])
             return
         for file in files:
+            if self._syncs_running >= SYNC_THREADS:
+                # Every sync thread is busy: the rest would only queue behind them one by one. They
+                # wait instead, and start together when a sync ends (one syncfs when many).
+                break
             self._syncs_running += 1
             self._pool.submit(self._sync_and_answer, [self._take(file)])
 
@@ -247,16 +258,15 @@ class GroupCommit:
         else:
             errors = self._sync_together([t.file.records for t in taken])
         with self._cond:
-            again: list[_FileSyncs] = []
             for t in taken:
                 self.stats.pending_bytes -= t.covered_bytes
                 t.file.syncing = False
-                if t.file.waiters:
-                    again.append(t.file)  # the requests that came meanwhile: their syncs start now
-                else:
+                if not t.file.waiters:  # (else the requests that came meanwhile: their syncs start now)
                     del self._files[id(t.file.records)]
             if not self._holds:
-                self._start(again)  # (else the last caller leaving deferred() starts them)
+                # Those and the files left waiting while every sync thread was busy (else the last
+                # caller leaving deferred() starts them).
+                self._start([f for f in self._files.values() if f.waiters and not f.syncing])
             room: list[Future[None]] = []
             if self.stats.pending_bytes < self.max_pending_bytes or any(e is not None for e in errors):
                 room, self._room_waiters = self._room_waiters, []

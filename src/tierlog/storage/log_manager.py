@@ -434,6 +434,11 @@ class LogManager:
                 stack.enter_context(commit.deferred())
             yield
 
+    def syncs_have_room(self) -> bool:
+        """Whether no log dir has ``log.dir.unflushed.max.bytes`` waiting for a sync: then no durable
+        append needs to ask :meth:`sync_room` (a check per request, not per partition)."""
+        return all(commit.has_room() for commit in list(self.group_commits.values()))
+
     def sync_room(self, topic: str, partition: int) -> Future[None] | None:
         """None when a durable append to the partition may go ahead, else a future completed once
         its log dir's bytes waiting for an fsync are under ``log.dir.unflushed.max.bytes``."""

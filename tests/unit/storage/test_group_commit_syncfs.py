@@ -187,3 +187,36 @@ def test_when_all_waits_for_every_future_and_keeps_each_result() -> None:
     pending: list[Future[None]] = [Future()]
     assert when_all(pending).cancel() and not pending[0].cancelled()
     pending[0].set_result(None)
+
+
+@needs_syncfs
+def test_files_arriving_while_every_sync_thread_is_busy_start_together(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """One partition per request (librdkafka): with every sync thread busy, the files registering
+    one by one wait for a sync to end and then share one syncfs, not a queue of fdatasyncs."""
+    import threading
+
+    busy = group_commit.SYNC_THREADS
+    mgr = manager(tmp_path)
+    logs = [mgr.get_or_create_log("t", p) for p in range(busy + 5)]
+    calls = Calls(monkeypatch)
+    real_fdatasync = os.fdatasync
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def slow(fd: int) -> None:
+        entered.release()
+        assert release.wait(30)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow)
+    first = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in logs[:busy]]
+    for _ in range(busy):
+        assert entered.acquire(timeout=30)  # every sync thread is in an fdatasync
+    later = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in logs[busy:]]
+    assert not any(f.done() for f in later) and calls.syncfs == []
+    release.set()
+    for f in [*first, *later]:
+        f.result(30)
+    assert len(calls.syncfs) == 1  # the five waiting files, together
+    assert all(ulog.high_watermark == 1 for ulog in logs)
+    mgr.shutdown()

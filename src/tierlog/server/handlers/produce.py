@@ -92,6 +92,8 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
 
 async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]]) -> None:
     """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
+    if ctx.log_manager.syncs_have_room():
+        return
     waits = [w for _, name, partition, _ in items if name is not None
              for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
     if waits:
