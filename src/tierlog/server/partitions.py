@@ -95,6 +95,12 @@ def _take(region: FileRegion, copy_all: bool) -> bytes | FileSlice:
     return FileSlice(os.dup(region.fd), region.position, region.size)
 
 
+def _leader_epoch(image: MetadataImage, topic: str, partition: int) -> int:
+    t = image.topics_by_name.get(topic)
+    p = None if t is None else t.partitions.get(partition)
+    return 0 if p is None else p.leader_epoch
+
+
 class DataWaiters:
     """Futures of fetches waiting for data, by partition; a moving high watermark completes them."""
 
@@ -164,9 +170,7 @@ class PartitionManager:
         return self._image().topics_by_name.get(name)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        t = self.topic(topic)
-        p = None if t is None else t.partitions.get(partition)
-        return 0 if p is None else p.leader_epoch
+        return _leader_epoch(self._image(), topic, partition)
 
     # -- blocking: run these on the storage thread pool -------------------------------------------
 
@@ -196,10 +200,16 @@ class PartitionManager:
         free, nothing to check or fsync first: UnifiedLog.appends_write_only), else None without
         touching any: what may run on the event loop (StorageIO.try_inline)."""
         held: list[UnifiedLog] = []
+        image = self._image()
         try:
             for topic, partition, _ in items:
                 ulog = self.log_manager.get_log(topic, partition)
-                if ulog is None or not ulog.appends_write_only or not ulog.lock.acquire(blocking=False):
+                # A new epoch's first batch fsyncs the epoch checkpoint: a new topic's first produce
+                # of many partitions did as many fsyncs on the loop, and, slow, kept every later
+                # append off it for InlineGate's pause.
+                if (ulog is None or not ulog.appends_write_only
+                        or ulog.assigns_leader_epoch(_leader_epoch(image, topic, partition))
+                        or not ulog.lock.acquire(blocking=False)):
                     return None
                 held.append(ulog)
             return self.append_blocking(items, durable=durable)
@@ -231,9 +241,7 @@ class PartitionManager:
             ulog = None
             try:
                 ulog = self.get_log_blocking(topic, partition)
-                t = image.topics_by_name.get(topic)
-                epoch = t.partitions[partition].leader_epoch if t is not None and partition in t.partitions else 0
-                info = ulog.append_as_leader(records, epoch, origin)
+                info = ulog.append_as_leader(records, _leader_epoch(image, topic, partition), origin)
             except Exception as e:
                 code = error_code_of(e)
                 if code == ErrorCode.UNKNOWN_SERVER_ERROR:
