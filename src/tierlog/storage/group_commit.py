@@ -21,7 +21,7 @@ so the client waits on the socket) until syncs bring the bytes under it. A slow 
 producers instead of letting them fill the page cache and the broker's queues.
 
 Many files at once: when a produce of many partitions (Java's producer puts a 16 KiB batch of each
-ready partition into one request) registers ``SYNCFS_MIN_FILES`` files or more whose syncs are not
+ready partition into one request) registers ``log.dir.syncfs.min.files`` files (4) or more whose syncs are not
 under way, one ``syncfs`` of the log dir's filesystem replaces their fdatasyncs: every dirty page and
 inode of that filesystem is written and its journal committed once, where an fdatasync per file
 costs a journal commit and a cache flush each (measured on this project's ext4 VM: 100 files of
@@ -52,6 +52,7 @@ from pathlib import Path
 from tierlog._util.files import fsync_dir
 from tierlog._util.libc import syncfs, syncfs_reports_errors
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
+from tierlog.config.keys import BROKER_DEF
 from tierlog.errors import KafkaStorageError
 from tierlog.storage.file_records import FileRecords
 from tierlog.storage.log_dir_failure import LogDirFailureChannel
@@ -61,8 +62,9 @@ log = logging.getLogger(__name__)
 #: Threads fdatasyncing the files of one round at once.
 SYNC_THREADS = 8
 #: Files whose syncs start together from which one syncfs replaces their fdatasyncs (a syncfs costs
-#: about one fdatasync: below this, the fdatasyncs run side by side at about the same cost).
-SYNCFS_MIN_FILES = 4
+#: about one fdatasync: below this, the fdatasyncs run side by side at about the same cost):
+#: ``log.dir.syncfs.min.files``'s default; 0 for never.
+SYNCFS_MIN_FILES = int(str(BROKER_DEF.require("log.dir.syncfs.min.files").default))
 
 
 @dataclass

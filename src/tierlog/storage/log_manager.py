@@ -72,6 +72,7 @@ class LogManagerSettings:
     producer_id_expiration_check_interval_ms: int = setting("producer.id.expiration.check.interval.ms")
     recovery_threads_per_data_dir: int = setting("num.recovery.threads.per.data.dir")
     unflushed_max_bytes: int = setting("log.dir.unflushed.max.bytes")
+    syncfs_min_files: int = setting("log.dir.syncfs.min.files")
     #: Anything but none: the high watermark of every log follows its fsyncs (high_watermark.py).
     durable_acks: str = setting("log.durable.acks")
     node_id: int = 1
@@ -164,7 +165,9 @@ class LogManager:
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
         self._unflushed_max_bytes = settings.unflushed_max_bytes
-        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock)
+        self._syncfs_min_files = settings.syncfs_min_files
+        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock,
+                                             settings.syncfs_min_files)
                               for d in self.log_dirs}
         #: Whether the high watermark waits for the fsync (``log.durable.acks`` not none): then every
         #: append asks its group commit for a sync, acknowledged after it or not.
@@ -408,7 +411,8 @@ class LogManager:
         commit = self.group_commits.get(log_dir)
         if commit is None:
             commit = self.group_commits.setdefault(
-                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock))
+                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock,
+                                     self._syncfs_min_files))
         if info.sync_file is None:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment

@@ -220,3 +220,24 @@ def test_files_arriving_while_every_sync_thread_is_busy_start_together(tmp_path:
     assert len(calls.syncfs) == 1  # the five waiting files, together
     assert all(ulog.high_watermark == 1 for ulog in logs)
     mgr.shutdown()
+
+
+@needs_syncfs
+def test_log_dir_syncfs_min_files_0_keeps_an_fdatasync_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``log.dir.syncfs.min.files=0``: a log dir on a filesystem others write much to syncs its own
+    files only, whatever their number."""
+    from tierlog.config import BrokerConfig
+    from tierlog.config.settings import build_settings
+    from tierlog.storage.log_manager import LogManagerSettings
+
+    settings = build_settings(LogManagerSettings, BrokerConfig({"log.dir.syncfs.min.files": "0"}))
+    assert settings.syncfs_min_files == 0
+    mgr = LogManager([tmp_path], lambda t: CFG, settings=settings)
+    mgr.startup_logs()
+    logs = [mgr.get_or_create_log("t", p) for p in range(6)]
+    calls = Calls(monkeypatch)
+    for f in produce(mgr, logs):
+        f.result(30)
+    assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
+    assert all(ulog.high_watermark == 1 for ulog in logs)
+    mgr.shutdown()
