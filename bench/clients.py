@@ -10,6 +10,14 @@ consumed -- printed for every case.
 
     python bench/clients.py [--records 2000000] [--sizes 100,1024] [--partitions 1] [--data-dir DIR]
                             [--security plaintext,ssl,sasl_ssl]
+    python bench/clients.py --only-java-shaped [--java-shaped-mib 200] [--java-shaped-clients java,sticky]
+                            [--broker-override log.durable.acks=none]
+
+The Java-shaped case (:func:`java_shaped`): 4 producers of 1 KiB records with Java's producer
+defaults over 100 partitions, by Kafka's own kafka-producer-perf-test (``java``: the only client here
+that puts many partitions into one produce request), by librdkafka with its own partitioner
+(``sticky``) or with the partition chosen per record (``round-robin``); each run prints the batches,
+produce requests and group-commit syncs the broker saw.
 
 Issue 19's target: over TLS (SSL) and over SASL_SSL with SCRAM-SHA-512, produce and consume
 >= 0.6x the plaintext figure of the same run, for 100 B and 1 KiB records. The broker has one
@@ -390,7 +398,7 @@ def java_shaped(pid: int, bootstrap: str, data_dir: Path, metrics_url: str, args
     print(f"-- Java-shaped: {producers} producers x {per_producer:,} records of {size} B, {partitions} partitions, "
           f"batch.size=16384, linger.ms=5, acks=all (broker overrides: {args.broker_override or 'none'})", flush=True)
     for run in range(args.runs):
-        for client in args.java_shaped_clients.split(","):
+        for client in [c for c in args.java_shaped_clients.split(",") if c]:
             baseline = moved / loopback_copy(moved) / 1e6
             topic = f"bench-java-shaped-{client}-{run}-{int(time.time())}"
             create_topic(bootstrap, topic, partitions)
@@ -549,7 +557,8 @@ def main() -> None:
 
         missing = java_missing()
         if missing is not None:
-            raise SystemExit(f"the Java-shaped case's java client: {missing}")
+            print(f"NOTE: the Java-shaped case runs without Kafka's Java client: {missing}", flush=True)
+            args.java_shaped_clients = ",".join(c for c in args.java_shaped_clients.split(",") if c != "java")
     unknown = set(modes) - set(MODE_NAMES)
     if unknown:
         ap.error(f"--security: unknown {sorted(unknown)}; known: {', '.join(MODE_NAMES)}")
