@@ -5,6 +5,7 @@ producer does; the shim's journal shows the syncfs calls that covered them."""
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -13,13 +14,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
 from tests.reliability.pageshim import PageShim, read_journal, unavailable
-from tierlog._util.libc import syncfs_reports_errors
+from tierlog.storage.group_commit import syncfs_stands_in
 
 UNAVAILABLE = unavailable()
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(UNAVAILABLE is not None, reason=f"page-cache shim cannot run: {UNAVAILABLE}"),
-    pytest.mark.skipif(not syncfs_reports_errors(), reason="syncfs reporting writeback errors needs Linux 5.8+"),
+    pytest.mark.skipif(not syncfs_stands_in(Path(tempfile.gettempdir())),
+                       reason="syncfs standing in for fdatasyncs needs Linux 5.8+ and the temp dir on ext4, XFS or Btrfs"),
 ]
 
 PARTITIONS = 8

@@ -59,3 +59,20 @@ def syncfs_reports_errors() -> bool:
 def syncfs(fd: int, what: str) -> None:
     """``syncfs(2)`` of the filesystem holding ``fd``; OSError when it fails."""
     check_result(LIBC.syncfs(fd), what)
+
+
+#: statfs f_type of the filesystems whose syncfs writes every dirty page and inode and then commits
+#: their journal and flushes the device's cache, as an fdatasync of each file would: ext2/3/4, XFS,
+#: Btrfs. Not FUSE (its syncfs writes the kernel's pages to the daemon without asking it to sync, as
+#: an fdatasync does), nor network filesystems.
+SYNCFS_FILESYSTEMS = frozenset({0xEF53, 0x58465342, 0x9123683E})
+
+
+def filesystem_type(fd: int) -> int | None:
+    """The statfs ``f_type`` (magic number) of the filesystem holding ``fd``; None off Linux or on error."""
+    if LIBC is None or not hasattr(LIBC, "fstatfs"):
+        return None
+    buf = ctypes.create_string_buffer(512)  # struct statfs is 120 bytes on x86-64 and aarch64
+    if LIBC.fstatfs(fd, buf) != 0:
+        return None
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF

@@ -26,8 +26,9 @@ under way, one ``syncfs`` of the log dir's filesystem replaces their fdatasyncs:
 inode of that filesystem is written and its journal committed once, where an fdatasync per file
 costs a journal commit and a cache flush each (measured on this project's ext4 VM: 100 files of
 16 KiB ~2.5-5 ms by syncfs against 10-20 ms by fdatasyncs eight at a time). It covers more than the
-files (so it weakens nothing); it is used only where it reports the filesystem's writeback errors
-(Linux 5.8+), through a descriptor of the log dir opened when the group commit is made, so that no
+files (so it weakens nothing) on the local filesystems it is used on (ext4, XFS, Btrfs: not FUSE,
+whose syncfs does not ask the daemon to sync); it is used only where it reports the filesystem's
+writeback errors (Linux 5.8+), through a descriptor of the log dir opened when the group commit is made, so that no
 error after that is missed; a file not on the log dir's filesystem gets its own fdatasync. The
 appends of one request register under :meth:`GroupCommit.deferred`, which starts their syncs
 together when the request's appends are done. Files whose first request comes while all
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog._util.files import fsync_dir
-from tierlog._util.libc import syncfs, syncfs_reports_errors
+from tierlog._util.libc import SYNCFS_FILESYSTEMS, filesystem_type, syncfs, syncfs_reports_errors
 from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config.keys import BROKER_DEF
 from tierlog.errors import KafkaStorageError
@@ -100,6 +101,34 @@ class _FileSyncs:
         self.syncing = False
 
 
+def open_for_syncfs(log_dir: Path) -> tuple[int, int] | None:
+    """``log_dir`` opened (a descriptor to syncfs through) and its device, or None where a syncfs
+    cannot stand in for fdatasyncs: no syncfs reporting writeback errors (before Linux 5.8), or a
+    filesystem not known to sync like an fdatasync of each file (libc.SYNCFS_FILESYSTEMS)."""
+    if not syncfs_reports_errors():
+        return None
+    try:
+        fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        if filesystem_type(fd) in SYNCFS_FILESYSTEMS:
+            return fd, os.fstat(fd).st_dev
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def syncfs_stands_in(log_dir: Path) -> bool:
+    """Whether a group commit of ``log_dir`` would use syncfs for many files at once."""
+    opened = open_for_syncfs(log_dir)
+    if opened is None:
+        return False
+    os.close(opened[0])
+    return True
+
+
 @dataclass
 class _Taken:
     """What one sync answers for a file: the waiters and callbacks registered before it began."""
@@ -133,14 +162,10 @@ class GroupCommit:
         #: stand in for fdatasyncs.
         self._dir_fd: int | None = None
         self._dir_dev = -1
-        if syncfs_min_files > 0 and syncfs_reports_errors():
-            try:
-                self._dir_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY)
-                self._dir_dev = os.fstat(self._dir_fd).st_dev
-            except OSError:
-                if self._dir_fd is not None:
-                    os.close(self._dir_fd)
-                self._dir_fd = None
+        if syncfs_min_files > 0:
+            opened = open_for_syncfs(log_dir)
+            if opened is not None:
+                self._dir_fd, self._dir_dev = opened
 
     def room(self) -> Future[None] | None:
         """None when an append may go ahead now, else a future completed once syncs have brought

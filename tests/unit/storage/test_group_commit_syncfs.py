@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections import namedtuple
 from concurrent.futures import Future
 from pathlib import Path
@@ -22,8 +23,9 @@ from tierlog.storage.log import UnifiedLog
 from tierlog.storage.log_manager import LogManager
 
 CFG = LogConfig()
-needs_syncfs = pytest.mark.skipif(not libc.syncfs_reports_errors(),
-                                  reason="syncfs reporting writeback errors needs Linux 5.8 or later")
+needs_syncfs = pytest.mark.skipif(
+    not group_commit.syncfs_stands_in(Path(tempfile.gettempdir())),
+    reason="syncfs standing in for fdatasyncs needs Linux 5.8+ and the temp dir on ext4, XFS or Btrfs")
 
 
 
@@ -240,4 +242,21 @@ def test_log_dir_syncfs_min_files_0_keeps_an_fdatasync_per_file(tmp_path: Path, 
         f.result(30)
     assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
     assert all(ulog.high_watermark == 1 for ulog in logs)
+    mgr.shutdown()
+
+
+@needs_syncfs
+def test_a_log_dir_on_a_filesystem_not_known_to_sync_like_fdatasync_keeps_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FUSE (lazyfs, say) answers syncfs without asking its daemon to sync: a log dir there keeps an
+    fdatasync per file, which the daemon does get."""
+    fuse_magic = 0x65735546
+    monkeypatch.setattr(group_commit, "filesystem_type", lambda fd: fuse_magic)
+    assert not group_commit.syncfs_stands_in(tmp_path)
+    mgr = manager(tmp_path)
+    logs = [mgr.get_or_create_log("t", p) for p in range(6)]
+    calls = Calls(monkeypatch)
+    for f in produce(mgr, logs):
+        f.result(30)
+    assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
     mgr.shutdown()
