@@ -4,6 +4,10 @@ newer connections after it -- none is closed for it -- so a burst is served at a
 key is dynamic (per broker or cluster-wide) and is documented as one tierlog acts on. Before, it was
 accepted, stored and described, and did nothing.
 
+Per listener, ``listener.name.<listener>.max.connection.creation.rate`` (static or dynamic) limits that
+listener's own rate beside the broker's, and the inter-broker listener, when there are others, is left
+out of the broker-wide rate (Kafka's protectedListener). Before, the per-listener key was refused.
+
 Real sockets against ``tierlog serve``; only lower bounds on time are asserted (a waiting connection
 cannot be served sooner), never an upper bound."""
 
@@ -19,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.broker import BrokerProcess
+from tests.helpers.broker import LISTENING, BrokerProcess
 from tests.helpers.raw_client import RawClient
-from tests.integration.test_metrics import metrics_url, scrape
+from tests.integration.test_metrics import get, metrics_url, scrape
 from tierlog.config.keys import BROKER_DEF, UNMODELLED_GROUP
 from tierlog.protocol import ApiKey, build_request, encode_request
 
@@ -55,12 +59,12 @@ def _burst(port: int, count: int) -> list[float | None]:
     return answered
 
 
-def _set_rate(port: int, value: str | None) -> None:
+def _set_rate(port: int, value: str | None, key: str = KEY) -> None:
     """Set (or delete) the cluster-wide dynamic value, through IncrementalAlterConfigs."""
     with RawClient(port, client_id="rate") as client:
         body = client.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
             {"resource_type": 4, "resource_name": "", "configs": [
-                {"name": KEY, "config_operation": 0 if value is not None else 1, "value": value}]}],
+                {"name": key, "config_operation": 0 if value is not None else 1, "value": value}]}],
             "validate_only": False})
         assert body.responses[0].error_code == 0, body.responses[0].error_message
 
@@ -100,3 +104,78 @@ def test_the_key_is_validated_and_documented_as_one_tierlog_acts_on() -> None:
                           text=True, check=True).stdout
     kafka_section = docs[docs.index("Apache Kafka's other keys"):]
     assert f"`{KEY}`" in docs and f"`{KEY}`" not in kafka_section
+
+
+TWO_LISTENERS = {"listeners": "PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0",
+                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"}
+
+
+def _two_listener_broker(tmp_path: Path, overrides: dict[str, str]) -> tuple[BrokerProcess, dict[str, int]]:
+    """A broker with listeners PLAINTEXT and OTHER, and their ports (printed in that order)."""
+    b = BrokerProcess(tmp_path / "data", {**WINDOWS, **TWO_LISTENERS, "metrics.listener": "http://127.0.0.1:0",
+                                          **overrides}).start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ports = list(dict.fromkeys(int(line.strip().rsplit(":", 1)[1])
+                                   for line in list(b.stdout_lines) if line.startswith(LISTENING)))
+        if len(ports) >= 2:
+            return b, dict(zip(("PLAINTEXT", "OTHER"), ports, strict=False))
+        time.sleep(0.05)
+    b.kill()
+    raise AssertionError(f"not both listeners came up: {b.stdout_lines!r}\n{b.stderr_tail()}")
+
+
+def _waited(broker: BrokerProcess, listener: str) -> float:
+    return get(scrape(metrics_url(broker)), "tierlog_listener_connections_accept_throttled_total", listener=listener)
+
+
+def test_a_listener_limit_slows_that_listener_alone_and_is_dynamic(tmp_path: Path) -> None:
+    other_key = "listener.name.other.max.connection.creation.rate"
+    broker, ports = _two_listener_broker(tmp_path, {other_key: "5"})
+    try:
+        limited = _burst(ports["OTHER"], 15)
+        assert all(t is not None for t in limited), f"closed instead of delayed: {limited}\n{broker.stderr_tail()}"
+        # 15 at once on a listener limited to 5/s: at least 10 wait their turn, the last a second or more.
+        assert max(t for t in limited if t is not None) >= 1.0, limited
+        assert _waited(broker, "OTHER") >= 5
+        assert other_key in broker.log_path.read_text(), broker.stderr_tail()
+        # The other listener has no limit of its own and the broker none: nothing of it waits.
+        assert all(t is not None for t in _burst(ports["PLAINTEXT"], 15))
+        assert _waited(broker, "PLAINTEXT") == 0
+
+        plaintext_key = "listener.name.plaintext.max.connection.creation.rate"
+        _set_rate(ports["PLAINTEXT"], "5", plaintext_key)  # cluster-wide, the next connection uses it
+        with RawClient(ports["PLAINTEXT"], client_id="describe") as client:
+            described = client.call(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [
+                {"resource_type": 4, "resource_name": "", "configuration_keys": None}], "include_synonyms": False})
+        assert {c.name: c.value for c in described.results[0].configs}.get(plaintext_key) == "5"
+        slowed = _burst(ports["PLAINTEXT"], 15)
+        assert all(t is not None for t in slowed), slowed
+        assert max(t for t in slowed if t is not None) >= 1.0, slowed
+        assert _waited(broker, "PLAINTEXT") >= 5
+        _set_rate(ports["PLAINTEXT"], None, plaintext_key)  # deleted: the broker-wide value again (unlimited)
+        waited = _waited(broker, "PLAINTEXT")  # (after the admin connection, which may have waited too)
+        assert all(t is not None for t in _burst(ports["PLAINTEXT"], 15))
+        assert _waited(broker, "PLAINTEXT") == waited
+    finally:
+        assert broker.stop() == 0, broker.stderr_tail()
+
+
+def test_the_inter_broker_listener_is_left_out_of_the_broker_wide_rate(tmp_path: Path) -> None:
+    """Kafka's protectedListener: with more than one listener, the inter-broker listener's connections
+    are neither counted in nor held back by max.connection.creation.rate -- only by its own limit
+    (here raised, so nothing of it waits) -- while the other listeners are."""
+    broker, ports = _two_listener_broker(tmp_path, {KEY: "5", "inter.broker.listener.name": "OTHER",
+                                                    "listener.name.other.max.connection.creation.rate": "1000"})
+    try:
+        inter = _burst(ports["OTHER"], 15)
+        assert all(t is not None for t in inter), inter
+        assert _waited(broker, "OTHER") == 0, broker.stderr_tail()
+        clients = _burst(ports["PLAINTEXT"], 15)
+        assert all(t is not None for t in clients), clients
+        assert max(t for t in clients if t is not None) >= 1.0, clients
+        samples = scrape(metrics_url(broker))
+        assert get(samples, "tierlog_listener_connections_accept_throttled_total", listener="PLAINTEXT") >= 5
+        assert get(samples, "tierlog_connections_accept_throttled_total") >= 5
+    finally:
+        assert broker.stop() == 0, broker.stderr_tail()

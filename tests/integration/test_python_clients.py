@@ -14,6 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.kafka_python import group_consumer
 
 PARTITIONS = 4
 
@@ -49,8 +50,8 @@ def kp_consume(consumer: KafkaConsumer, count: int, timeout_s: float = 60.0) -> 
 def test_kafka_python_produce_and_group_consume(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker.bootstrap, topic_name)
     kp_produce(broker.bootstrap, topic_name, range(2000), acks="all", compression_type="gzip")
-    consumer = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=f"g-{topic_name}",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = group_consumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=f"g-{topic_name}",
+                              auto_offset_reset="earliest", enable_auto_commit=False)
     try:
         got = kp_consume(consumer, 2000)
         consumer.commit()
@@ -98,9 +99,9 @@ def test_kafka_python_two_consumers_split_and_rebalance(broker: BrokerProcess, t
     group = f"g-{topic_name}"
 
     def member() -> _Polling:
-        return _Polling(KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
-                                      auto_offset_reset="earliest", session_timeout_ms=10000,
-                                      heartbeat_interval_ms=500))
+        return _Polling(group_consumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
+                                       auto_offset_reset="earliest", session_timeout_ms=10000,
+                                       heartbeat_interval_ms=500))
 
     first, second = member(), member()
     try:
@@ -193,8 +194,8 @@ def test_committed_offsets_resume_after_restart(own_broker: BrokerProcess, topic
     group = f"g-{topic_name}"
     kp_produce(broker.bootstrap, topic_name, range(1000), acks=1)
 
-    consumer = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=600)
+    consumer = group_consumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
+                              auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=600)
     first = kp_consume(consumer, 600)
     consumer.commit()
     consumer.close()

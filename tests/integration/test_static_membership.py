@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka.admin import KafkaAdminClient, MemberToRemove
 
 from tests.helpers.broker import BrokerProcess
+from tests.helpers.kafka_python import group_consumer
 from tests.integration.test_python_clients import create_topic
 
 SESSION_MS = 30_000
@@ -140,13 +141,11 @@ def test_duplicate_instance_id_fences_the_older_consumer(broker: BrokerProcess, 
 
 def test_kafka_python_static_member_and_admin_removal_by_instance_id(broker: BrokerProcess,
                                                                       topic_name: str) -> None:
-    from kafka import KafkaConsumer
-
     create_topic(broker.bootstrap, topic_name)
     group = f"g-{topic_name}"
-    consumer = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
-                             group_instance_id="kp-static", session_timeout_ms=SESSION_MS,
-                             auto_offset_reset="earliest")
+    consumer = group_consumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=group,
+                              group_instance_id="kp-static", session_timeout_ms=SESSION_MS,
+                              auto_offset_reset="earliest")
     try:
         wait_for(lambda: bool(consumer.poll(timeout_ms=200) is not None and consumer.assignment()),
                  "kafka-python's static member assigned", broker)

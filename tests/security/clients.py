@@ -43,8 +43,10 @@ def confluent_roundtrip(bootstrap: str, conf: dict[str, str], topic: str, count:
 
 
 def kafka_python_roundtrip(bootstrap: str, kwargs: dict[str, Any], topic: str, count: int = 20) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests.helpers.kafka_python import group_consumer
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **kwargs)
     try:
@@ -56,8 +58,8 @@ def kafka_python_roundtrip(bootstrap: str, kwargs: dict[str, Any], topic: str, c
         producer.send(topic, f"v{i}".encode())
     producer.flush(TIMEOUT_S)
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                             auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000), **kwargs)
+    consumer = group_consumer(topic, bootstrap_servers=bootstrap, group_id=f"g-{uuid.uuid4().hex[:8]}",
+                              auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000), **kwargs)
     got: set[bytes] = set()
     try:
         for msg in consumer:

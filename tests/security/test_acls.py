@@ -249,8 +249,10 @@ def test_acl_admin_apis_and_restart(acl_broker: SecureBroker, pki: Pki) -> None:
 
 
 def test_kafka_python_over_scram_with_acls(acl_broker: SecureBroker, pki: Pki) -> None:
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaProducer
     from kafka.errors import TopicAuthorizationFailedError
+
+    from tests.helpers.kafka_python import group_consumer
 
     def kw(user: str) -> dict[str, Any]:
         return {"bootstrap_servers": acl_broker.address("SASL_SSL"), "security_protocol": "SASL_SSL",
@@ -260,8 +262,8 @@ def test_kafka_python_over_scram_with_acls(acl_broker: SecureBroker, pki: Pki) -
     producer = KafkaProducer(**kw("alice"))
     producer.send("app-orders", b"kp1").get(TIMEOUT_S)
     producer.close()
-    consumer = KafkaConsumer("app-orders", group_id="app-kp", auto_offset_reset="earliest",
-                             consumer_timeout_ms=int(TIMEOUT_S * 1000), **kw("alice"))
+    consumer = group_consumer("app-orders", group_id="app-kp", auto_offset_reset="earliest",
+                              consumer_timeout_ms=int(TIMEOUT_S * 1000), **kw("alice"))
     got: list[bytes] = []
     try:
         # Stops at kp1: iterating to the end would wait out consumer_timeout_ms (30 s) for nothing.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tierlog._util.properties import PropertiesError, read_property_entries
 from tierlog.config.definition import HostPort, Listeners, Value, format_value
-from tierlog.config.keys import BROKER_DEF, TOPIC_DEF, is_rsm_property
+from tierlog.config.keys import BROKER_DEF, LISTENER_NETWORK_KEYS, TOPIC_DEF, is_rsm_property
 from tierlog.config.log_config import local_retention_problem
 from tierlog.config.security_keys import (
     CALLBACK_HANDLER_SUFFIX,
@@ -170,9 +170,10 @@ class BrokerConfig:
                 target = self.jaas_configs if suffix == JAAS_SUFFIX else self.callback_handlers
                 target[(listener, mechanism)] = str(raw)
                 continue
-            if key not in LISTENER_KEY_NAMES:
+            if key not in LISTENER_KEY_NAMES and key not in LISTENER_NETWORK_KEYS:
                 raise ConfigError(name, f"{key} cannot be set per listener; per-listener keys: "
-                                        f"{', '.join(sorted(LISTENER_KEY_NAMES))}, <mechanism>{JAAS_SUFFIX}, "
+                                        f"{', '.join(sorted(LISTENER_KEY_NAMES | LISTENER_NETWORK_KEYS))}, "
+                                        f"<mechanism>{JAAS_SUFFIX}, "
                                         f"<mechanism>{CALLBACK_HANDLER_SUFFIX}")
             try:
                 parsed = BROKER_DEF.parse({key: raw})
@@ -180,6 +181,17 @@ class BrokerConfig:
                 raise ConfigError(name, str(e).removeprefix(f"{e.key}: ")) from None
             self.listener_props.setdefault(listener, {}).update(parsed)
         return rest
+
+    def inter_broker_listener(self) -> str:
+        """Kafka's interBrokerListenerName: ``inter.broker.listener.name``, else the listener named for
+        ``security.inter.broker.protocol``; upper case."""
+        return (self.get_optional_str("inter.broker.listener.name")
+                or self.get_str("security.inter.broker.protocol")).upper()
+
+    def listener_override(self, listener: str, name: str) -> Value | None:
+        """The static ``listener.name.<listener>.<name>`` value, or None when the listener has none."""
+        key = BROKER_DEF.require(name)
+        return self.listener_props.get(listener.upper(), {}).get(key.name)
 
     def listener_value(self, listener: str, name: str) -> Value:
         """The value of a per-listener key for ``listener``: its override, else the broker-wide value."""

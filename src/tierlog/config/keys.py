@@ -358,7 +358,12 @@ BROKER_KEYS: list[ConfigKey] = [
             "the limit waits, unread, for the time that brings the rate back to it (at most one window), and "
             "the listener's newer connections wait behind it; none is closed for it. Applied before an ip "
             "quota's connection_creation_rate. Dynamic, per broker or cluster-wide: the next connection uses "
-            "the new value.", validator=at_least(0), group="network", dynamic=True),
+            "the new value. Also settable per listener, listener.name.<listener>.max.connection.creation.rate "
+            "(static or dynamic): each listener has its own rate beside the broker's, limited by its own value "
+            "or else this one, and a connection waits the longer of the two throttle times. The "
+            "inter-broker listener (inter.broker.listener.name, else the one named for "
+            "security.inter.broker.protocol), when there is more than one listener, is left out of the "
+            "broker-wide rate and limited by its own alone.", validator=at_least(0), group="network", dynamic=True),
     _broker("connections.max.idle.ms", Type.LONG, 600000,
             "A connection with no bytes received and no response written for this long is closed, unless a "
             "request of it is still being handled (a long-polling fetch); a client that stopped reading its "
@@ -541,6 +546,10 @@ BROKER_KEYS += _unmodelled("broker", BROKER_KEYS + SECURITY_KEYS + _synonym_keys
 
 TOPIC_DEF = ConfigDef(TOPIC_KEYS)
 BROKER_DEF = ConfigDef(BROKER_KEYS + SECURITY_KEYS + _synonym_keys())
+
+#: Network keys that, besides the security ones, Kafka takes per listener (``listener.name.<listener>.<key>``,
+#: its SocketServer's ListenerReconfigurableConfigs that tierlog models), statically and dynamically.
+LISTENER_NETWORK_KEYS = frozenset({"max.connection.creation.rate"})
 
 
 def is_rsm_property(name: str) -> bool:

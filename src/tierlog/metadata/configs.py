@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tierlog.config.definition import ConfigDef, ConfigKey, Type, Value, parse_value
 from tierlog.config.group_keys import GROUP_DEF, check_group_configs
-from tierlog.config.keys import BROKER_DEF, TOPIC_DEF
+from tierlog.config.keys import BROKER_DEF, LISTENER_NETWORK_KEYS, TOPIC_DEF
 from tierlog.config.log_config import LogConfig
 from tierlog.config.security_keys import LISTENER_PREFIX, RECONFIGURABLE_TLS_KEYS
 from tierlog.errors import ConfigError
@@ -73,14 +73,15 @@ def _key(resource_type: ConfigResourceType, name: str) -> ConfigKey:
 
 def stored_key(resource_type: ConfigResourceType, name: str) -> tuple[str, ConfigKey]:
     """The name a config is recorded under, and its definition. A broker resource also takes Kafka's
-    per-listener form of the TLS keys a broker reloads without a restart,
-    ``listener.name.<listener>.<key>`` (the listener in lower case, as Kafka writes it)."""
+    per-listener form of the TLS keys a broker reloads without a restart and of
+    ``max.connection.creation.rate``, ``listener.name.<listener>.<key>`` (the listener in lower case,
+    as Kafka writes it)."""
     if resource_type == ConfigResourceType.BROKER and name.startswith(LISTENER_PREFIX):
         listener, dot, inner = name[len(LISTENER_PREFIX):].partition(".")
         key = BROKER_DEF.find(inner) if dot and listener else None
-        if key is None or key.name not in RECONFIGURABLE_TLS_KEYS:
+        if key is None or (key.name not in RECONFIGURABLE_TLS_KEYS and key.name not in LISTENER_NETWORK_KEYS):
             raise ConfigError(name, "cannot be updated dynamically (per listener: "
-                                    f"{', '.join(sorted(RECONFIGURABLE_TLS_KEYS))})")
+                                    f"{', '.join(sorted(RECONFIGURABLE_TLS_KEYS | LISTENER_NETWORK_KEYS))})")
         return f"{LISTENER_PREFIX}{listener.lower()}.{key.name}", key
     key = _key(resource_type, name)
     return key.name, key

@@ -26,13 +26,19 @@ from tierlog.clock import SYSTEM_CLOCK, Clock, monotonic_s
 from tierlog.config import BrokerConfig
 from tierlog.config.definition import Value
 from tierlog.config.log_config import LogConfig
+from tierlog.config.security_keys import LISTENER_PREFIX
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.ids import uuid_to_base64
 from tierlog.metadata import Controller, MetadataImage, metadata_log_dir
 from tierlog.scheduler import ThreadScheduler
 from tierlog.server.cleaner_config import CleanerReconfigurer, effective_cleaner_settings
 from tierlog.server.connection import KafkaConnection
-from tierlog.server.connection_rate import BrokerConnectionRate, ConnectionRateGate, IpConnectionRates
+from tierlog.server.connection_rate import (
+    ConnectionCreationRate,
+    ConnectionRateGate,
+    IpConnectionRates,
+    ListenerConnectionRate,
+)
 from tierlog.server.console import Console
 from tierlog.server.context import BrokerContext, ProducerIdManager
 from tierlog.server.dispatcher import Dispatcher
@@ -133,6 +139,26 @@ def _dynamic_int(image: Callable[[], MetadataImage], node_id: int, key: str, sta
             return static if value is None else int(value)
         except ValueError:
             return static
+
+    return current
+
+
+def _listener_rate_limit(image: Callable[[], MetadataImage], config: BrokerConfig, listener: str,
+                         broker_limit: Callable[[], int]) -> Callable[[], int]:
+    """A listener's ``max.connection.creation.rate`` as Kafka reads it (the listener's configs with the
+    prefixed keys overriding the others): its dynamic per-listener value (per broker, else
+    cluster-wide), else its static one, else the broker-wide limit."""
+    prefixed = f"{LISTENER_PREFIX}{listener.lower()}.max.connection.creation.rate"
+    static = config.listener_override(listener, "max.connection.creation.rate")
+
+    def current() -> int:
+        value = image().effective_broker_config(config.node_id, prefixed)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        return int(static) if isinstance(static, int) else broker_limit()
 
     return current
 
@@ -249,9 +275,9 @@ class Broker:
         )
         ctx.quotas = QuotaManager(lambda: controller.image.client_quotas, quota_window(config))
         ctx.connection_rates = IpConnectionRates(lambda: controller.image.client_quotas, quota_window(config))
-        ctx.broker_connection_rate = BrokerConnectionRate(
-            _dynamic_int(lambda: controller.image, config.node_id, "max.connection.creation.rate",
-                         net.max_connection_creation_rate), quota_window(config))
+        broker_rate_limit = _dynamic_int(lambda: controller.image, config.node_id, "max.connection.creation.rate",
+                                         net.max_connection_creation_rate)
+        ctx.broker_connection_rate = ConnectionCreationRate(broker_rate_limit, quota_window(config))
         self._rate_gate = ConnectionRateGate(ctx.connection_rates, self.clock, ctx.broker_connection_rate)
         ctx.groups = GroupCoordinator(partitions, controller, io, self.clock, group_settings(config))
         await ctx.groups.start()
@@ -277,9 +303,18 @@ class Broker:
                                    memory_pool=self.request_memory, clock=self.clock,
                                    request_slots=self.request_slots)
 
+        inter_broker = config.inter_broker_listener()
         for spec in specs:
-            # connection_creation_rate of ip entities first, before TLS and the connection counts (as Kafka).
-            factory = self._rate_gate.wrap(self.security.factory(spec.name, connection))
+            # Kafka's protectedListener: the inter-broker one, when there are others, is left out of the
+            # broker-wide rate so that client connections cannot keep the brokers from reaching each other.
+            rate = ListenerConnectionRate(
+                spec.name, _listener_rate_limit(lambda: controller.image, config, spec.name, broker_rate_limit),
+                quota_window(config), broker=ctx.broker_connection_rate,
+                protected=spec.name.upper() == inter_broker and len(specs) > 1)
+            ctx.listener_connection_rates.append(rate)
+            # The connection creation rates and the ip entities' connection_creation_rate first, before
+            # TLS and the connection counts (as Kafka).
+            factory = self._rate_gate.wrap(self.security.factory(spec.name, connection), rate)
             bound += await self._server.start([spec], factory, advertised)
         self.listeners = ctx.listeners = bound
         metrics_address = net.metrics_listener

@@ -18,11 +18,21 @@ The broker-wide ``max.connection.creation.rate`` (static, or dynamic per broker 
 enforced as Kafka's acceptor does (ConnectionQuotas.waitForConnectionSlot), before the ip quota:
 
 * Each listener takes its new connections one at a time, in arrival order. Each is recorded in the
-  broker's rate (:class:`BrokerConnectionRate`); when the rate then exceeds the limit, that
+  broker's rate (:class:`ConnectionCreationRate`); when the rate then exceeds the limit, that
   connection waits out the throttle time (the same formula, capped at one window) before it is
   served, and the listener takes no newer connection meanwhile (Kafka's acceptor thread blocks,
   leaving them in the TCP backlog): accepting slows to the limit, and no connection is closed for it.
 * A connection then refused by its address's ip quota is un-recorded from the broker's rate too.
+
+Each listener also has its own rate and limit (Kafka's ListenerConnectionQuota),
+``listener.name.<listener>.max.connection.creation.rate``, else the broker-wide value (Kafka reads
+the listener's configs with the prefixed keys overriding the others):
+
+* A connection is recorded in both rates; it waits the longer of the two throttle times (Kafka's
+  recordConnectionAndGetThrottleTimeMs), and an ip quota's refusal un-records it from both.
+* The inter-broker listener, when the broker has more than one listener, is protected: its
+  connections are neither recorded in nor held back by the broker-wide rate, only by its own (so
+  clients flooding the other listeners cannot lock the brokers out of each other).
 """
 
 from __future__ import annotations
@@ -117,9 +127,9 @@ class IpConnectionRates:
             del self._rates[ip]
 
 
-class BrokerConnectionRate:
-    """The broker-wide connection creation rate and its limit, ``max.connection.creation.rate``
-    (``limit`` is read at each connection: a dynamic change applies to the next one)."""
+class ConnectionCreationRate:
+    """A connection creation rate and its limit: the broker-wide ``max.connection.creation.rate``, or
+    a listener's (``limit`` is read at each connection: a dynamic change applies to the next one)."""
 
     def __init__(self, limit: Callable[[], int], window: QuotaWindow) -> None:
         self._limit = limit
@@ -147,6 +157,39 @@ class BrokerConnectionRate:
         self.rate.record(-1.0, now_ms)
 
 
+class ListenerConnectionRate:
+    """One listener's own rate (``listener.name.<listener>.max.connection.creation.rate``) beside the
+    broker's, and the waits this listener's connections were given for either (Kafka's per-listener
+    connection-accept-throttle-time)."""
+
+    def __init__(self, listener: str, limit: Callable[[], int], window: QuotaWindow, *,
+                 broker: ConnectionCreationRate | None, protected: bool = False) -> None:
+        self.listener = listener
+        self.rate = ConnectionCreationRate(limit, window)
+        #: The broker-wide rate, None for the protected inter-broker listener (not counted in it).
+        self.broker = None if protected else broker
+        self.protected = protected
+        self.throttled_total = 0
+        self.throttle_time_ms_total = 0
+
+    def admit(self, now_ms: int) -> tuple[int, bool]:
+        """Record a new connection in both rates: the ms it waits before it is served (0: now), and
+        whether the listener's own limit is what makes it wait that long."""
+        broker_ms = self.broker.admit(now_ms) if self.broker is not None else 0
+        listener_ms = self.rate.admit(now_ms)
+        throttle_ms = max(broker_ms, listener_ms)
+        if throttle_ms > 0:
+            self.throttled_total += 1
+            self.throttle_time_ms_total += throttle_ms
+        return throttle_ms, listener_ms > broker_ms
+
+    def unrecord(self, now_ms: int) -> None:
+        """A connection the ip quota refused: out of the listener's rate and the broker's."""
+        if self.broker is not None:
+            self.broker.unrecord(now_ms)
+        self.rate.unrecord(now_ms)
+
+
 @dataclass(slots=True)
 class _Waiting:
     gate: _Gate
@@ -158,8 +201,9 @@ class _Acceptor:
     """One listener's new connections, taken one at a time in arrival order (Kafka's Acceptor): while
     a connection waits out the broker's throttle, the ones after it wait too."""
 
-    def __init__(self, owner: ConnectionRateGate) -> None:
+    def __init__(self, owner: ConnectionRateGate, rate: ListenerConnectionRate | None) -> None:
         self._owner = owner
+        self.rate = rate
         self._queue: deque[_Waiting] = deque()
         self._busy_until_ms = 0
         self._wakeup: asyncio.TimerHandle | None = None
@@ -177,20 +221,26 @@ class _Acceptor:
     def _take(self, waiting: _Waiting) -> None:
         owner = self._owner
         now_ms = owner.now_ms()
-        throttle_ms = owner.broker_rate.admit(now_ms) if owner.broker_rate is not None else 0
+        if self.rate is not None:
+            throttle_ms, by_listener = self.rate.admit(now_ms)
+        else:
+            throttle_ms, by_listener = owner.broker_rate.admit(now_ms) if owner.broker_rate is not None else 0, False
         if throttle_ms <= 0:
-            owner.admit_ip(waiting)
+            owner.admit_ip(waiting, self.rate)
             return
         self._busy_until_ms = now_ms + throttle_ms
         self._serving = True
         waiting.transport.pause_reading()
+        key = (f"listener.name.{self.rate.listener.lower()}.max.connection.creation.rate"
+               if by_listener and self.rate is not None else "max.connection.creation.rate")
         owner.report("accepting new connections slowly: the one from %s waits %d ms, and newer ones behind it "
-                     "(max.connection.creation.rate; %d waited so far)", waiting.host, throttle_ms,
+                     "(%s; %d waited on this listener so far)", waiting.host, throttle_ms, key,
+                     self.rate.throttled_total if self.rate is not None else
                      owner.broker_rate.throttled_total if owner.broker_rate is not None else 0)
 
         def served() -> None:
             self._serving = False
-            owner.admit_ip(waiting)
+            owner.admit_ip(waiting, self.rate)
             self._drain()
 
         asyncio.get_running_loop().call_later(throttle_ms / 1000.0, served)
@@ -224,7 +274,7 @@ class ConnectionRateGate:
     """Wraps a listener's protocol factory: a connection over its address's rate is held unread and
     closed after its throttle time; the others go on to the listener's own protocol."""
 
-    def __init__(self, rates: IpConnectionRates, clock: Clock, broker_rate: BrokerConnectionRate | None = None) -> None:
+    def __init__(self, rates: IpConnectionRates, clock: Clock, broker_rate: ConnectionCreationRate | None = None) -> None:
         self.rates = rates
         self.broker_rate = broker_rate
         self._clock = clock
@@ -232,9 +282,11 @@ class ConnectionRateGate:
         self._acceptors: list[_Acceptor] = []
         self._last_report_ms = -10_000_000
 
-    def wrap(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.BaseProtocol]:
-        """One listener's factory behind its own acceptor (call once per listener)."""
-        acceptor = _Acceptor(self)
+    def wrap(self, factory: Callable[[], asyncio.BaseProtocol],
+             rate: ListenerConnectionRate | None = None) -> Callable[[], asyncio.BaseProtocol]:
+        """One listener's factory behind its own acceptor (call once per listener), with the listener's
+        own rate (None: the broker-wide rate alone)."""
+        acceptor = _Acceptor(self, rate)
         self._acceptors.append(acceptor)
 
         def make() -> asyncio.BaseProtocol:
@@ -245,7 +297,7 @@ class ConnectionRateGate:
     def now_ms(self) -> int:
         return self._clock.monotonic_ns() // 1_000_000
 
-    def admit_ip(self, waiting: _Waiting) -> None:
+    def admit_ip(self, waiting: _Waiting, listener_rate: ListenerConnectionRate | None = None) -> None:
         """The ip quota's turn, then the listener's own protocol (or the connection held and closed)."""
         transport, host = waiting.transport, waiting.host
         if transport.is_closing():
@@ -253,7 +305,9 @@ class ConnectionRateGate:
         now_ms = self.now_ms()
         throttle_ms = self.rates.admit(host, now_ms) if host else 0
         if throttle_ms > 0:
-            if self.broker_rate is not None:
+            if listener_rate is not None:
+                listener_rate.unrecord(now_ms)
+            elif self.broker_rate is not None:
                 self.broker_rate.unrecord(now_ms)
             self._throttled(transport, host, throttle_ms)
             return

@@ -20,7 +20,7 @@ from tierlog.metadata import Controller, MetadataImage
 from tierlog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.protocol import ParsedRequest
 from tierlog.server.connection import ClientInfo, Reply
-from tierlog.server.connection_rate import BrokerConnectionRate, IpConnectionRates
+from tierlog.server.connection_rate import ConnectionCreationRate, IpConnectionRates, ListenerConnectionRate
 from tierlog.server.partitions import PartitionManager
 from tierlog.server.quotas import QuotaManager
 from tierlog.server.security.authz import AclGate
@@ -93,7 +93,9 @@ class BrokerContext:
     #: ip entities' connection_creation_rate (server/connection_rate.py), for the metrics; None in unit tests.
     connection_rates: IpConnectionRates | None = None
     #: max.connection.creation.rate (server/connection_rate.py), for the metrics; None in unit tests.
-    broker_connection_rate: BrokerConnectionRate | None = None
+    broker_connection_rate: ConnectionCreationRate | None = None
+    #: Each listener's own rate (listener.name.<listener>.max.connection.creation.rate), for the metrics.
+    listener_connection_rates: list[ListenerConnectionRate] = field(default_factory=list)
 
     #: ACL checks (``authorizer.class.name``); the default allows everything.
     acl_gate: AclGate = field(default_factory=lambda: AclGate(None))

@@ -168,7 +168,8 @@ class BrokerCollector(Collector):
         yield from self._transactions()
         yield from cleaner_metrics(self._ctx.log_cleaner)
         yield from quota_metrics(getattr(self._ctx, "quotas", None), getattr(self._ctx, "connection_rates", None),
-                                 getattr(self._ctx, "broker_connection_rate", None))
+                                 getattr(self._ctx, "broker_connection_rate", None),
+                                 getattr(self._ctx, "listener_connection_rates", ()))
 
     # -- transactions ---------------------------------------------------------------------------
 

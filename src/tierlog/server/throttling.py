@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from tierlog.protocol import ApiKey, ParsedRequest
 from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
-from tierlog.server.connection_rate import BrokerConnectionRate, IpConnectionRates
+from tierlog.server.connection_rate import ConnectionCreationRate, IpConnectionRates, ListenerConnectionRate
 from tierlog.server.fetch_response import encode_fetch_response
 from tierlog.server.quotas import QuotaManager, QuotaType
 
@@ -153,8 +154,20 @@ def _empty_fetch(request: ParsedRequest, reply: RawResponse, throttle_ms: int) -
 
 
 def quota_metrics(quotas: QuotaManager | None, connection_rates: IpConnectionRates | None = None,
-                  broker_rate: BrokerConnectionRate | None = None) -> list[Metric]:
+                  broker_rate: ConnectionCreationRate | None = None,
+                  listener_rates: Sequence[ListenerConnectionRate] = ()) -> list[Metric]:
     out: list[Metric] = []
+    if listener_rates:
+        waited = CounterMetricFamily("tierlog_listener_connections_accept_throttled", "New connections of a "
+                                     "listener made to wait before being served, for going over the broker's or "
+                                     "the listener's max.connection.creation.rate.", labels=["listener"])
+        wait = CounterMetricFamily("tierlog_listener_connection_accept_throttle_time_ms", "How long those "
+                                   "connections waited, in ms (Kafka's per-listener connection-accept-throttle-time).",
+                                   labels=["listener"])
+        for rate in listener_rates:
+            waited.add_metric([rate.listener], rate.throttled_total)
+            wait.add_metric([rate.listener], rate.throttle_time_ms_total)
+        out += [waited, wait]
     if broker_rate is not None:
         waited = CounterMetricFamily("tierlog_connections_accept_throttled", "New connections made to wait "
                                      "before being served for going over max.connection.creation.rate.")

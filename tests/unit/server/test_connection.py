@@ -111,16 +111,39 @@ def test_reading_pauses_while_many_requests_wait() -> None:
 # --- hostile clients ---------------------------------------------------------------------------
 
 
+def record_abort_time(transport: FakeTransport) -> list[float]:
+    """The loop time of each ``abort`` on ``transport``: timing assertions on when the broker closed,
+    not on when a loaded test machine let the test look (a stalled loop fires overdue timers first)."""
+    times: list[float] = []
+    abort = transport.abort
+
+    def timed_abort() -> None:
+        times.append(asyncio.get_running_loop().time())
+        abort()
+
+    transport.abort = timed_abort  # type: ignore[method-assign]
+    return times
+
+
+async def wait_aborted(transport: FakeTransport, timeout_s: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not transport.aborted:
+        assert asyncio.get_running_loop().time() < deadline, "the connection was never aborted"
+        await asyncio.sleep(0.01)
+
+
 def test_a_request_that_stops_halfway_is_closed_after_the_receive_timeout() -> None:
     async def run() -> None:
-        conn, transport = connect(Router(), receive_timeout_s=0.05)
+        timeout_s = 0.3
+        conn, transport = connect(Router(), receive_timeout_s=timeout_s)
+        aborted_at = record_abort_time(transport)
         frame = api_versions(1)
+        started = asyncio.get_running_loop().time()
         conn.data_received(frame + frame[:7])  # one whole request, then half of the next
-        await asyncio.sleep(0.02)
+        await wait_aborted(transport)
+        # The whole request was answered; the half one closed the connection, and not before its time.
         assert [parse_response(ApiKey.API_VERSIONS, 3, f)[0] for f in transport.frames()] == [1]
-        assert not transport.closed
-        await asyncio.sleep(0.1)
-        assert transport.aborted
+        assert len(aborted_at) == 1 and aborted_at[0] - started >= timeout_s
 
     asyncio.run(run())
 
@@ -137,16 +160,22 @@ def test_a_size_prefix_alone_is_a_request_begun() -> None:
 
 def test_the_deadline_runs_from_the_first_byte_whatever_comes_after() -> None:
     async def run() -> None:
-        conn, transport = connect(Router(), receive_timeout_s=0.2)
+        timeout_s, gap_s = 1.0, 0.2
+        conn, transport = connect(Router(), receive_timeout_s=timeout_s)
+        aborted_at = record_abort_time(transport)
         frame = api_versions(1)
-        started = asyncio.get_running_loop().time()
+        fed_at: list[float] = []
         for i in range(len(frame)):
+            fed_at.append(asyncio.get_running_loop().time())
             conn.data_received(frame[i:i + 1])  # the prefix completes at the fourth byte: no new deadline
-            await asyncio.sleep(0.04)
+            await asyncio.sleep(gap_s)
             if transport.closed:
                 break
-        assert transport.aborted
-        assert asyncio.get_running_loop().time() - started < 0.3
+        await wait_aborted(transport)
+        # A deadline restarted by the completed prefix (or by any byte) could not fire before the fourth
+        # byte's time plus the timeout; the first byte's deadline fires at its own time.
+        assert len(fed_at) > 4 and len(aborted_at) == 1
+        assert fed_at[0] + timeout_s <= aborted_at[0] < fed_at[3] + timeout_s
 
     asyncio.run(run())
 

@@ -4,7 +4,18 @@ not counted in the rate."""
 
 from __future__ import annotations
 
-from tierlog.server.connection_rate import BrokerConnectionRate, IpConnectionRates, canonical_ip
+import pytest
+
+from tierlog.config import BrokerConfig
+from tierlog.errors import ConfigError
+from tierlog.metadata.configs import stored_key
+from tierlog.metadata.records import ConfigResourceType
+from tierlog.server.connection_rate import (
+    ConnectionCreationRate,
+    IpConnectionRates,
+    ListenerConnectionRate,
+    canonical_ip,
+)
 from tierlog.server.quotas import QuotaWindow
 
 RATE = "connection_creation_rate"
@@ -58,7 +69,7 @@ def test_the_broker_wide_rate_makes_a_connection_wait_and_counts_it() -> None:
     connection waits Kafka's throttle time, capped at one window; unlike an ip quota's refusal the
     connection is taken afterwards, so it stays counted. A dynamic change applies to the next one."""
     limit = [5]
-    r = BrokerConnectionRate(lambda: limit[0], QuotaWindow(2, 1))
+    r = ConnectionCreationRate(lambda: limit[0], QuotaWindow(2, 1))
     assert [r.admit(1000) for _ in range(5)] == [0] * 5
     assert r.admit(1000) == 200  # 6/s: (6 - 5) / 5 x 1000 ms
     assert r.admit(1000) == 400  # 7/s: counted, so the next waits longer
@@ -70,5 +81,67 @@ def test_the_broker_wide_rate_makes_a_connection_wait_and_counts_it() -> None:
 
 
 def test_without_a_broker_limit_nothing_waits() -> None:
-    r = BrokerConnectionRate(lambda: 2**31 - 1, QuotaWindow(2, 1))
+    r = ConnectionCreationRate(lambda: 2**31 - 1, QuotaWindow(2, 1))
     assert [r.admit(1000) for _ in range(1000)] == [0] * 1000 and r.throttled_total == 0
+
+
+UNLIMITED = 2**31 - 1
+
+
+def test_a_listener_limit_under_the_broker_one_makes_its_connections_wait() -> None:
+    """listener.name.<l>.max.connection.creation.rate: the listener's own rate beside the broker's; a
+    connection waits the longer of the two throttle times and is counted in both."""
+    broker = ConnectionCreationRate(lambda: 100, QuotaWindow(2, 1))
+    slow = ListenerConnectionRate("SLOW", lambda: 5, QuotaWindow(2, 1), broker=broker)
+    fast = ListenerConnectionRate("FAST", lambda: UNLIMITED, QuotaWindow(2, 1), broker=broker)
+    assert [slow.admit(1000) for _ in range(5)] == [(0, False)] * 5
+    assert slow.admit(1000) == (200, True)  # 6/s on the listener: (6 - 5) / 5 x 1000 ms
+    assert [fast.admit(1000) for _ in range(50)] == [(0, False)] * 50  # the other listener is not held back
+    assert (slow.throttled_total, slow.throttle_time_ms_total, fast.throttled_total) == (1, 200, 0)
+    assert broker.rate.rate_per_s(1000) == 56.0  # both listeners' connections are in the broker's rate
+    # Over the broker's limit the broker's (longer) throttle time is the one waited, on any listener.
+    waits = [fast.admit(1000) for _ in range(50)]
+    assert waits[-1][0] > 0 and not waits[-1][1] and fast.throttled_total > 0
+
+
+def test_an_ip_refusal_is_taken_out_of_both_rates() -> None:
+    broker = ConnectionCreationRate(lambda: UNLIMITED, QuotaWindow(2, 1))
+    listener = ListenerConnectionRate("L", lambda: 5, QuotaWindow(2, 1), broker=broker)
+    for _ in range(5):
+        listener.admit(1000)
+        listener.unrecord(1000)
+    assert listener.rate.rate.rate_per_s(1000) == 0 and broker.rate.rate_per_s(1000) == 0
+    assert [listener.admit(1000) for _ in range(5)] == [(0, False)] * 5
+
+
+def test_the_protected_inter_broker_listener_is_left_out_of_the_broker_rate() -> None:
+    """Kafka's protectedListener: neither recorded in nor throttled by the broker-wide rate; its own
+    limit (by default the broker-wide value) still applies to its own connections."""
+    broker = ConnectionCreationRate(lambda: 5, QuotaWindow(2, 1))
+    clients = ListenerConnectionRate("CLIENTS", lambda: 5, QuotaWindow(2, 1), broker=broker)
+    inter = ListenerConnectionRate("INTERNAL", lambda: 5, QuotaWindow(2, 1), broker=broker, protected=True)
+    assert max(clients.admit(1000)[0] for _ in range(20)) > 0  # the broker's rate is well over 5/s
+    assert [inter.admit(1000) for _ in range(5)] == [(0, False)] * 5
+    assert broker.rate.rate_per_s(1000) == 20.0
+    assert inter.admit(1000) == (200, True)  # its own sixth connection in the second
+
+
+def test_the_per_listener_key_is_a_config_key_static_and_dynamic() -> None:
+    config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+                           "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+                           "inter.broker.listener.name": "INTERNAL",
+                           "max.connection.creation.rate": "50",
+                           "listener.name.plaintext.max.connection.creation.rate": "7"})
+    assert config.listener_value("PLAINTEXT", "max.connection.creation.rate") == 7
+    assert config.listener_value("INTERNAL", "max.connection.creation.rate") == 50  # the broker-wide value
+    assert config.listener_override("plaintext", "max.connection.creation.rate") == 7
+    assert config.listener_override("INTERNAL", "max.connection.creation.rate") is None
+    assert config.inter_broker_listener() == "INTERNAL"
+    assert BrokerConfig({}).inter_broker_listener() == "PLAINTEXT"  # security.inter.broker.protocol's name
+    with pytest.raises(ConfigError) as bad:
+        BrokerConfig({"listener.name.plaintext.max.connection.creation.rate": "-1"})
+    assert bad.value.key == "listener.name.plaintext.max.connection.creation.rate"
+    name, key = stored_key(ConfigResourceType.BROKER, "listener.name.PLAINTEXT.max.connection.creation.rate")
+    assert name == "listener.name.plaintext.max.connection.creation.rate" and key.name == "max.connection.creation.rate"
+    with pytest.raises(ConfigError):
+        stored_key(ConfigResourceType.BROKER, "listener.name.plaintext.max.connections.per.ip")

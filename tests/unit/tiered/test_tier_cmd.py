@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -48,6 +50,22 @@ def test_tier_status_shows_progress_lag_and_the_seed002_error(env: Env, capsys: 
     lag = rows["bad"]["copy_lag_segments"]
     assert text.splitlines()[-1] == (f"backlog: {lag} segments ({rows['bad']['copy_lag_bytes']} bytes) waiting to be "
                                      "copied, in 1 of 2 partitions")
+
+
+def test_tier_status_runs_without_importing_numba(env: Env) -> None:
+    """A light command: numba (~0.5 s of CPU to import) is for the cleaner's and the pipeline's
+    loops, which ``tier status`` imports only on the way (the remote log manager's compaction)."""
+    fill(good := env.open_log("good-0", topic_id=b"\x0a" * 16), 20)
+    env.rlm(InMemoryRemoteStorageManager()).copy_all()
+    code = ("import sys; from tierlog.cli.main import main; "
+            f"rc = main(['tier', 'status', '--data-dir', {str(env.root / 'data')!r}, '--json']); "
+            "print('numba imported' if 'numba' in sys.modules else 'numba not imported', rc)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *rows, last = done.stdout.splitlines()
+    assert last == "numba not imported 0"
+    row = json.loads(rows[0])
+    assert row["topic"] == "good" and row["highest_tiered_offset"] == good.segments.base_offsets[-1] - 1
 
 
 def test_tier_status_of_an_untiered_dir(env: Env, capsys: pytest.CaptureFixture[str]) -> None:

@@ -159,14 +159,15 @@ def broker_config_entries(ctx: BrokerContext, resource_name: str, wanted: set[st
         source, value = layers[0]
         synonyms = [{"name": name, "value": v, "source": int(s)} for s, v in layers] if include_synonyms else []
         out.append(_entry(key, value, source, read_only=not key.dynamic, synonyms=synonyms, include_docs=include_docs))
-    # Per-listener TLS keys set dynamically (listener.name.<l>.ssl.keystore.location ...), as Kafka lists them.
-    for name, value in sorted(per_broker.items()):
+    # Per-listener keys set dynamically (listener.name.<l>.ssl.keystore.location ...), as Kafka lists them:
+    # on a broker its own, on the cluster-default resource the cluster-wide ones.
+    source = ConfigSource.DYNAMIC_BROKER_CONFIG if resource_name else ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+    for name, value in sorted((per_broker if resource_name else cluster).items()):
         if not name.startswith(LISTENER_PREFIX) or (wanted is not None and name not in wanted):
             continue
         inner = BROKER_DEF.find(name[len(LISTENER_PREFIX):].partition(".")[2])
         if inner is None:
             continue
-        source = ConfigSource.DYNAMIC_BROKER_CONFIG
         entry = _entry(inner, value, source, read_only=False, include_docs=include_docs,
                        synonyms=[{"name": name, "value": None if inner.type is Type.PASSWORD else value,
                                   "source": int(source)}] if include_synonyms else [])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tierlog._util.crc import crc32c
+from tierlog._util.lazy import LazyModule
 from tierlog.errors import CorruptRecordError
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
@@ -26,11 +27,15 @@ from tierlog.records.header import (
     BatchHeader,
 )
 from tierlog.records.reader import _records_region
-from tierlog.storage.cleaner import _fastclean
 from tierlog.storage.cleaner.offset_map import OffsetMap
 
 if TYPE_CHECKING:
+    from tierlog.storage.cleaner import _fastclean
     from tierlog.storage.cleaner.batches import FilterContext
+else:
+    # numba takes ~0.5 s of CPU to import: commands that import the cleaner only on the way
+    # (``tierlog tier status``, through the remote log manager) must not pay it.
+    _fastclean = LazyModule("tierlog.storage.cleaner._fastclean", globals(), "_fastclean")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _U32 = struct.Struct(">I")

@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tierlog.storage.cleaner import _fastclean
+from tierlog._util.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from tierlog.storage.cleaner import _fastclean
+else:
+    # numba takes ~0.5 s of CPU to import: commands that import the cleaner only on the way
+    # (``tierlog tier status``, through the remote log manager) must not pay it.
+    _fastclean = LazyModule("tierlog.storage.cleaner._fastclean", globals(), "_fastclean")
+
 
 #: Bytes per entry Kafka budgets for: the digest and the offset.
 ENTRY_BYTES = 24
