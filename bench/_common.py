@@ -15,3 +15,24 @@ def report(name: str, value: float, unit: str, baseline_name: str, baseline: flo
     line = f"{name}: {value:,.1f} {unit}  |  baseline {baseline_name}: {baseline:,.1f} {unit}  |  ratio {ratio:.2f}"
     print(line, flush=True)
     return line
+
+
+def perf_producer_command(bootstrap: str, topic: str, records: int, size: int, props: dict[str, str]) -> list[str]:
+    """Apache Kafka's own ``kafka-producer-perf-test`` (the Java client; the jars scripts/_env.sh
+    fetches), producing ``records`` records of ``size`` bytes as fast as it can with ``props``
+    over its defaults."""
+    from tests.jvm.kafka import PRODUCER_PERF, java_command
+
+    return java_command(PRODUCER_PERF, ["--topic", topic, "--num-records", str(records), "--record-size", str(size),
+                                        "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+                                        *(f"{k}={v}" for k, v in props.items())])
+
+
+def perf_producer_rate(stdout: str) -> float:
+    """Records per second from the perf test's summary line (its last): "N records sent, R records/sec ..."."""
+    import re
+
+    m = re.search(r"\d+ records sent, ([\d.]+) records/sec", stdout.splitlines()[-1] if stdout else "")
+    if m is None:
+        raise SystemExit(f"producer perf test printed no summary:\n{stdout[-2000:]}")
+    return float(m.group(1))

@@ -10,6 +10,14 @@ consumed -- printed for every case.
 
     python bench/clients.py [--records 2000000] [--sizes 100,1024] [--partitions 1] [--data-dir DIR]
                             [--security plaintext,ssl,sasl_ssl]
+    python bench/clients.py --only-java-shaped [--java-shaped-mib 200] [--java-shaped-clients java,sticky]
+                            [--broker-override log.durable.acks=none]
+
+The Java-shaped case (:func:`java_shaped`): 4 producers of 1 KiB records with Java's producer
+defaults over 100 partitions, by Kafka's own kafka-producer-perf-test (``java``: the only client here
+that puts many partitions into one produce request), by librdkafka with its own partitioner
+(``sticky``) or with the partition chosen per record (``round-robin``); each run prints the batches,
+produce requests and group-commit syncs the broker saw.
 
 Issue 19's target: over TLS (SSL) and over SASL_SSL with SCRAM-SHA-512, produce and consume
 >= 0.6x the plaintext figure of the same run, for 100 B and 1 KiB records. The broker has one
@@ -246,10 +254,26 @@ def consume_kcat(bootstrap: str, topic: str, records: int, security: dict[str, s
     return records / elapsed
 
 
-def _java_shaped_producer(bootstrap: str, topic: str, records: int, partitions: int, first: int) -> None:
-    """One of the Java-shaped producers (a process of its own: librdkafka's threads, one Python each)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 16384,
-                         "compression.type": "none", "queue.buffering.max.kbytes": 1_000_000})
+#: Java's producer defaults (ProducerConfig, Kafka 4): batch.size 16384, linger.ms 5 (0 before Kafka
+#: 4.0), acks=all, enable.idempotence=true, max.in.flight.requests.per.connection 5; keyless records
+#: go to a sticky partition until about batch.size bytes went to it (BuiltInPartitioner, KIP-794).
+JAVA_PRODUCER_DEFAULTS = {"batch.size": "16384", "linger.ms": "5", "acks": "all", "enable.idempotence": "true",
+                          "max.in.flight.requests.per.connection": "5"}
+#: The Java-shaped case's clients. ``sticky``: librdkafka with Java's defaults and no partition given, so
+#: its partitioner places the keyless records (sticky for ``sticky.partitioning.linger.ms``, 2 x linger.ms:
+#: a partition gets ~10 ms of a producer's records, cut into 16 KiB batches). ``round-robin``: the
+#: same with the partition chosen per record by the bench, (first + i) % partitions -- what this case
+#: ran until 2026-11-27: over 100 partitions each 5 ms linger collects ~1 record per partition, so
+#: the broker gets 1 KiB batches, not Java's 16 KiB. ``java``: Apache Kafka's kafka-producer-perf-test
+#: (the Java client itself, one JVM per producer).
+JAVA_SHAPED_CLIENTS = ("sticky", "round-robin", "java")
+
+
+def _java_shaped_producer(bootstrap: str, topic: str, records: int, partitions: int, first: int,
+                          round_robin: bool) -> None:
+    """One librdkafka Java-shaped producer (a process of its own: librdkafka's threads, one Python each)."""
+    producer = Producer({"bootstrap.servers": bootstrap, **JAVA_PRODUCER_DEFAULTS, "compression.type": "none",
+                         "sticky.partitioning.linger.ms": 10, "queue.buffering.max.kbytes": 1_000_000})
     producer.list_topics(topic, timeout=10)
     value = os.urandom(1024)
     failed = 0
@@ -259,10 +283,14 @@ def _java_shaped_producer(bootstrap: str, topic: str, records: int, partitions: 
         if err is not None:
             failed += 1
 
+    produce = producer.produce
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value, partition=(first + i) % partitions, on_delivery=on_delivery)
+                if round_robin:
+                    produce(topic, value, partition=(first + i) % partitions, on_delivery=on_delivery)
+                else:
+                    produce(topic, value, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -272,37 +300,146 @@ def _java_shaped_producer(bootstrap: str, topic: str, records: int, partitions: 
         raise SystemExit(f"a Java-shaped producer lost {failed} records")
 
 
-def java_shaped(pid: int, bootstrap: str, args: argparse.Namespace) -> None:
-    """Issue 22's Java-client-shaped traffic: 4 producers of 1 KiB records with Java's defaults
-    (batch.size 16 KiB, linger.ms 5, acks=all) over 100 partitions; target >= 300 MB/s."""
+def _run_librdkafka_producers(bootstrap: str, topic: str, per_producer: int, producers: int, partitions: int,
+                              round_robin: bool) -> float:
+    """Seconds from starting the producer processes until the last has every record acknowledged."""
     import multiprocessing
 
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_java_shaped_producer,
+                         args=(bootstrap, topic, per_producer, partitions, i, round_robin))
+             for i in range(producers)]
+    start = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(600)
+        if p.exitcode != 0:
+            raise SystemExit(f"a Java-shaped producer exited {p.exitcode}")
+    return time.perf_counter() - start
+
+
+def _run_java_producers(bootstrap: str, topic: str, per_producer: int, producers: int, size: int) -> tuple[float, float]:
+    """Seconds until the last of ``producers`` kafka-producer-perf-test processes ended (JVM start
+    included), and the sum of the rates the tools printed (each timed from its own first send), MB/s."""
+    from _common import perf_producer_command, perf_producer_rate
+
+    props = {"batch.size": "16384", "linger.ms": "5", "acks": "all", "compression.type": "none"}
+    # The test tools' JVM flags (serial GC, first JIT tier): with the JVM's default JIT the four
+    # clients spent ~1.8x the CPU compiling on these two cores in a run of 200 MiB.
+    cmd = perf_producer_command(bootstrap, topic, per_producer, size, props)
+    start = time.perf_counter()
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(producers)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    elapsed = time.perf_counter() - start
+    for p, (out, err) in zip(procs, outs, strict=True):
+        if p.returncode:
+            raise SystemExit(f"kafka-producer-perf-test exited {p.returncode}:\n{out[-2000:]}\n{err[-2000:]}")
+    return elapsed, sum(perf_producer_rate(out) for out, _ in outs) * size / 1e6
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The broker's Prometheus metrics, each sample by its name and labels as printed."""
+    import urllib.request
+
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(url, timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+    return out
+
+
+def produce_requests(metrics: dict[str, float]) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith("tierlog_requests_total{") and 'api="Produce"' in k)
+
+
+def fdatasyncs(metrics: dict[str, float]) -> float:
+    """Segment files synced by group commit (an fdatasync each, or several by one syncfs)."""
+    return sum(v for k, v in metrics.items() if k.startswith("tierlog_group_commit_fdatasyncs_total"))
+
+
+def syncfs_calls(metrics: dict[str, float]) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith("tierlog_group_commit_syncfs_total"))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def log_batches(data_dir: Path, topic: str) -> tuple[int, int]:
+    """Record batches and their bytes in every segment of ``topic``'s partitions: the batches the
+    producers sent, as the broker appended them (uncompressed v2 batches are stored as sent)."""
+    batches = total = 0
+    for segment in data_dir.glob(f"{topic}-*/*.log"):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            length = int.from_bytes(data[pos + 8:pos + 12], "big")
+            if length == 0:
+                break  # preallocated tail
+            batches += 1
+            total += 12 + length
+            pos += 12 + length
+    return batches, total
+
+
+def java_shaped(pid: int, bootstrap: str, data_dir: Path, metrics_url: str, args: argparse.Namespace) -> None:
+    """Issue 22's Java-client-shaped traffic: 4 producers of 1 KiB records with Java's defaults
+    (batch.size 16 KiB, linger.ms 5, acks=all) over 100 partitions, by each client of
+    ``--java-shaped-clients``; target >= 300 MB/s. Each figure with the batches the broker got."""
     producers, partitions, size = 4, 100, 1024
     per_producer = (args.java_shaped_mib << 20) // size // producers
-    topic = f"bench-java-shaped-{int(time.time())}"
-    create_topic(bootstrap, topic, partitions)
     moved = per_producer * producers * size
-    baseline = moved / loopback_copy(moved) / 1e6
-
-    def run() -> float:
-        ctx = multiprocessing.get_context("spawn")
-        procs = [ctx.Process(target=_java_shaped_producer, args=(bootstrap, topic, per_producer, partitions, i))
-                 for i in range(producers)]
-        start = time.perf_counter()
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(600)
-            if p.exitcode != 0:
-                raise SystemExit(f"a Java-shaped producer exited {p.exitcode}")
-        return moved / (time.perf_counter() - start) / 1e6
-
     print(f"-- Java-shaped: {producers} producers x {per_producer:,} records of {size} B, {partitions} partitions, "
-          "batch.size=16384, linger.ms=5, acks=all", flush=True)
-    rate, cpu = measured(pid, run, moved)
-    report("librdkafka produce, Java-shaped (4 processes, producer start included)", rate, "MB/s",
-           "loopback socket copy", baseline)
-    print(f"   {cpu}")
+          f"batch.size=16384, linger.ms=5, acks=all (broker overrides: {args.broker_override or 'none'})", flush=True)
+    for run in range(args.runs):
+        for client in [c for c in args.java_shaped_clients.split(",") if c]:
+            baseline = moved / loopback_copy(moved) / 1e6
+            topic = f"bench-java-shaped-{client}-{run}-{int(time.time())}"
+            create_topic(bootstrap, topic, partitions)
+            before = scrape(metrics_url)
+            user0, sys0 = cpu_split(pid)
+            tools_rate = 0.0
+
+            def run_clients(client: str = client, topic: str = topic) -> float:
+                nonlocal tools_rate
+                if client == "java":
+                    elapsed, tools_rate = _run_java_producers(bootstrap, topic, per_producer, producers, size)
+                else:
+                    elapsed = _run_librdkafka_producers(bootstrap, topic, per_producer, producers, partitions,
+                                                        client == "round-robin")
+                return moved / elapsed / 1e6
+
+            rate, cpu = measured(pid, run_clients, moved)
+            after = scrape(metrics_url)
+            user1, sys1 = cpu_split(pid)
+            requests = produce_requests(after) - produce_requests(before)
+            syncs = fdatasyncs(after) - fdatasyncs(before)
+            syncfs = syncfs_calls(after) - syncfs_calls(before)
+            batches, batch_bytes = log_batches(data_dir, topic)
+            what = {"sticky": "librdkafka, its own partitioner (sticky)", "round-robin":
+                    "librdkafka, partition per record round robin", "java": "kafka-producer-perf-test (Java client)"}
+            report(f"Java-shaped produce, {what[client]}, 4 processes, start included (run {run + 1})", rate, "MB/s",
+                   "loopback socket copy", baseline)
+            if client == "java":
+                print(f"   sum of the 4 tools' own rates (each from its first send): {tools_rate:,.1f} MB/s", flush=True)
+            print(f"   {cpu}; broker user/system {(user1 - user0) / (moved / 1e9):.2f}/{(sys1 - sys0) / (moved / 1e9):.2f} "
+                  "core-s/GB", flush=True)
+            print(f"   broker saw {requests:,.0f} produce requests, {batches:,} batches of {batch_bytes / max(batches, 1):,.0f} B "
+                  f"on average ({batches / max(requests, 1):.1f} per request), {syncs:,.0f} files synced "
+                  f"({batches / max(syncs, 1):.1f} batches each; {syncfs:,.0f} syncfs calls among them); "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def loopback_copy(total_bytes: int) -> float:
@@ -404,8 +541,24 @@ def main() -> None:
     ap.add_argument("--java-shaped", action=argparse.BooleanOptionalAction, default=True,
                     help="also the Java-client-shaped case: 16 KiB batches, linger.ms=5, 100 partitions, 4 producers")
     ap.add_argument("--java-shaped-mib", type=int, default=400, help="MiB of 1 KiB records in that case")
+    ap.add_argument("--java-shaped-clients", default="sticky,java",
+                    help=f"clients of that case, comma-separated, of {', '.join(JAVA_SHAPED_CLIENTS)}")
+    ap.add_argument("--only-java-shaped", action="store_true", help="run only the Java-shaped case")
+    ap.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config for the run, e.g. log.durable.acks=none (repeatable)")
     args = ap.parse_args()
     modes = ["plaintext", *[m for m in args.security.split(",") if m and m != "plaintext"]]
+    bad_clients = set(args.java_shaped_clients.split(",")) - set(JAVA_SHAPED_CLIENTS)
+    if bad_clients:
+        ap.error(f"--java-shaped-clients: unknown {sorted(bad_clients)}; known: {', '.join(JAVA_SHAPED_CLIENTS)}")
+    if "java" in args.java_shaped_clients.split(",") and (args.java_shaped or args.only_java_shaped):
+        sys.path.insert(0, str(ROOT))
+        from tests.jvm.kafka import java_missing
+
+        missing = java_missing()
+        if missing is not None:
+            print(f"NOTE: the Java-shaped case runs without Kafka's Java client: {missing}", flush=True)
+            args.java_shaped_clients = ",".join(c for c in args.java_shaped_clients.split(",") if c != "java")
     unknown = set(modes) - set(MODE_NAMES)
     if unknown:
         ap.error(f"--security: unknown {sorted(unknown)}; known: {', '.join(MODE_NAMES)}")
@@ -414,14 +567,21 @@ def main() -> None:
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tierlog-bench-clients-"))
     pki_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-pki-"))
     overrides, confs = secured_listeners(pki_dir)
+    metrics_port = free_port()
+    overrides["metrics.listener"] = f"http://127.0.0.1:{metrics_port}"
+    for kv in args.broker_override:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--broker-override: {kv!r} is not KEY=VALUE")
+        overrides[key] = value
     proc, listed = start_broker(data_dir, overrides)
     addresses = dict(zip(["plaintext", "ssl", "sasl_ssl"], listed, strict=True))
     try:
         add_scram_user(addresses["plaintext"])
-        for size in (int(s) for s in args.sizes.split(",")):
+        for size in (int(s) for s in args.sizes.split(",")) if not args.only_java_shaped else ():
             run_size(proc.pid, addresses, confs, modes, size, args)
-        if args.java_shaped:
-            java_shaped(proc.pid, addresses["plaintext"], args)
+        if args.java_shaped or args.only_java_shaped:
+            java_shaped(proc.pid, addresses["plaintext"], data_dir, f"http://127.0.0.1:{metrics_port}/metrics", args)
     finally:
         print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         proc.terminate()

@@ -41,13 +41,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from confluent_kafka import Producer  # noqa: E402
 from tests.jvm.kafka import (  # noqa: E402
     CONSUMER_PERF,
-    PRODUCER_PERF,
     KafkaBroker,
     java_missing,
     run_tool,
 )
 
-from _common import command_line  # noqa: E402
+from _common import command_line, perf_producer_command, perf_producer_rate  # noqa: E402
 from clients import consume_kcat, cpu_seconds, create_topic, produce_kcat  # noqa: E402
 
 
@@ -115,13 +114,12 @@ def kafka_start_seconds(broker: KafkaBroker) -> float:
 
 
 def perf_producer(bootstrap: str, topic: str, records: int, size: int) -> float:
-    out = run_tool(PRODUCER_PERF, "--topic", topic, "--num-records", str(records), "--record-size", str(size),
-                   "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
-                   "linger.ms=20", "batch.size=1000000", timeout=600).stdout
-    m = re.search(r"\d+ records sent, ([\d.]+) records/sec", out.splitlines()[-1] if out else "")
-    if m is None:
-        raise SystemExit(f"producer perf test printed no summary:\n{out[-2000:]}")
-    return float(m.group(1))
+    cmd = perf_producer_command(bootstrap, topic, records, size,
+                                {"acks": "1", "linger.ms": "20", "batch.size": "1000000"})
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode:
+        raise SystemExit(f"producer perf test exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return perf_producer_rate(out.stdout)
 
 
 def perf_consumer(bootstrap: str, topic: str, records: int) -> float:

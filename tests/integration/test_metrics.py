@@ -122,3 +122,42 @@ def test_scrapes_show_requests_logs_and_retention_deletions(metrics_broker: Brok
         after, "tierlog_log_segment_deletions_total", reason="time")
     assert get(latest, "tierlog_log_start_offset", topic=topic, partition="0") > 0
     assert get(latest, "tierlog_log_size_bytes", topic=topic, partition="0") < size
+
+
+def test_a_produce_of_many_partitions_is_synced_by_one_syncfs(metrics_broker: BrokerProcess, topic_name: str) -> None:
+    """kafka-python (like Java's producer) puts a batch of every ready partition into one Produce
+    request: with acks=all under log.durable.acks=all their files are synced together by syncfs
+    (storage/group_commit.py), every record is acknowledged and reads back."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from tierlog.storage.group_commit import syncfs_stands_in
+
+    if not syncfs_stands_in(metrics_broker.data_dir):
+        pytest.skip("syncfs standing in for fdatasyncs needs Linux 5.8+ and the data dir on ext4, XFS or Btrfs")
+    url = metrics_url(metrics_broker)
+    partitions = 8
+    admin = AdminClient({"bootstrap.servers": metrics_broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, num_partitions=partitions, replication_factor=1)])[topic_name].result(30)
+    before = scrape(url)
+    producer = KafkaProducer(bootstrap_servers=metrics_broker.bootstrap, acks="all", linger_ms=500)
+    try:
+        producer.partitions_for(topic_name)  # metadata first, so the sends below batch up together
+        futures = [producer.send(topic_name, value=f"v{p}".encode(), partition=p) for p in range(partitions)]
+        producer.flush(30)
+        offsets = [f.get(30).offset for f in futures]
+    finally:
+        producer.close(10)
+    assert offsets == [0] * partitions, metrics_broker.stderr_tail()
+    after = scrape(url)
+    syncfs_calls = sum(v for (name, _), v in after.items() if name == "tierlog_group_commit_syncfs_total") - sum(
+        v for (name, _), v in before.items() if name == "tierlog_group_commit_syncfs_total")
+    assert syncfs_calls >= 1, f"{after}\n{metrics_broker.stderr_tail()}"
+    consumer = KafkaConsumer(bootstrap_servers=metrics_broker.bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=20_000)
+    try:
+        consumer.assign([TopicPartition(topic_name, p) for p in range(partitions)])
+        consumer.seek_to_beginning()
+        got = {m.partition: m.value for _, m in zip(range(partitions), consumer, strict=False)}
+    finally:
+        consumer.close()
+    assert got == {p: f"v{p}".encode() for p in range(partitions)}, metrics_broker.stderr_tail()

@@ -252,6 +252,15 @@ BROKER_KEYS: list[ConfigKey] = [
             "cache. It can be passed by the requests let in at once (each is whole). Only requests answered "
             "after an fsync count (log.durable.acks); with none the kernel's dirty-page limits apply.",
             validator=at_least(1), group="log"),
+    _broker("log.dir.syncfs.min.files", Type.INT, 4,
+            "Group commit: when this many segment files of one log dir or more start their syncs together "
+            "(the partitions of one produce request, or files that waited while every sync thread was busy), "
+            "one syncfs of the log dir's filesystem replaces their fdatasyncs: it writes every dirty page of "
+            "that filesystem, so it covers them at about the cost of one fdatasync (used on Linux 5.8 and "
+            "later, where syncfs reports writeback errors, and on ext2/3/4, XFS and Btrfs only; a write error "
+            "anywhere on that filesystem then takes the log dir offline). 0: an fdatasync per file, always -- for a log dir on a filesystem "
+            "other programs write much to, whose dirty pages each syncfs would write too.",
+            validator=at_least(0), group="log"),
     _broker("log.flush.offset.checkpoint.interval.ms", Type.INT, 60000,
             "How often each log directory's recovery points are checkpointed.",
             validator=at_least(0), group="log"),

@@ -354,9 +354,13 @@ class BrokerCollector(Collector):
                                        "that waited for a group commit, by log dir.", labels=["dir"])
         seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
                                       "log dir.", labels=["dir"])
-        fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files fdatasynced by group "
-                                         "commit (each fdatasync covers every request on its file that came before "
-                                         "it began), by log dir.", labels=["dir"])
+        fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files synced by group "
+                                         "commit (each sync covers every request on its file that came before it "
+                                         "began; an fdatasync each, or several files by one syncfs), by log dir.",
+                                         labels=["dir"])
+        syncfs_calls = CounterMetricFamily("tierlog_group_commit_syncfs", "syncfs calls of group commit, each "
+                                           "standing in for the fdatasyncs of the files of a produce of many "
+                                           "partitions, by log dir.", labels=["dir"])
         pending = GaugeMetricFamily("tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for "
                                     "their group commit, by log dir (bounded by log.dir.unflushed.max.bytes).",
                                     labels=["dir"])
@@ -374,10 +378,11 @@ class BrokerCollector(Collector):
             requests.add_metric([str(d)], stats.requests)
             seconds.add_metric([str(d)], stats.sync_seconds)
             fdatasyncs.add_metric([str(d)], stats.files_synced)
+            syncfs_calls.add_metric([str(d)], stats.syncfs_calls)
             pending.add_metric([str(d)], stats.pending_bytes)
             peak.add_metric([str(d)], stats.peak_pending_bytes)
             room_waits.add_metric([str(d)], stats.room_waits)
-        yield from (offline, rounds, requests, seconds, fdatasyncs, pending, peak, room_waits)
+        yield from (offline, rounds, requests, seconds, fdatasyncs, syncfs_calls, pending, peak, room_waits)
 
     # -- connections ----------------------------------------------------------------------------
 

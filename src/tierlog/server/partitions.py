@@ -95,6 +95,12 @@ def _take(region: FileRegion, copy_all: bool) -> bytes | FileSlice:
     return FileSlice(os.dup(region.fd), region.position, region.size)
 
 
+def _leader_epoch(image: MetadataImage, topic: str, partition: int) -> int:
+    t = image.topics_by_name.get(topic)
+    p = None if t is None else t.partitions.get(partition)
+    return 0 if p is None else p.leader_epoch
+
+
 class DataWaiters:
     """Futures of fetches waiting for data, by partition; a moving high watermark completes them."""
 
@@ -128,6 +134,11 @@ class DataWaiters:
         """A log's high watermark listener: wakes the fetches waiting on it, on ``loop``, from the
         thread whose fsync or flush moved the high watermark (the fetch reads up to it)."""
         def advanced(ulog: UnifiedLog) -> None:
+            if (ulog.topic, ulog.partition) not in self._by_partition:
+                # Nobody waits on it: no wake-up of the loop (a sync of a produce of many partitions
+                # moved as many high watermarks). A fetch registers before it reads the high
+                # watermark, which moved before this call, so one registering now sees it.
+                return
             try:
                 loop.call_soon_threadsafe(self.notify, [(ulog.topic, ulog.partition)])
             except RuntimeError:
@@ -159,9 +170,7 @@ class PartitionManager:
         return self._image().topics_by_name.get(name)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        t = self.topic(topic)
-        p = None if t is None else t.partitions.get(partition)
-        return 0 if p is None else p.leader_epoch
+        return _leader_epoch(self._image(), topic, partition)
 
     # -- blocking: run these on the storage thread pool -------------------------------------------
 
@@ -191,10 +200,16 @@ class PartitionManager:
         free, nothing to check or fsync first: UnifiedLog.appends_write_only), else None without
         touching any: what may run on the event loop (StorageIO.try_inline)."""
         held: list[UnifiedLog] = []
+        image = self._image()
         try:
             for topic, partition, _ in items:
                 ulog = self.log_manager.get_log(topic, partition)
-                if ulog is None or not ulog.appends_write_only or not ulog.lock.acquire(blocking=False):
+                # A new epoch's first batch fsyncs the epoch checkpoint: a new topic's first produce
+                # of many partitions did as many fsyncs on the loop, and, slow, kept every later
+                # append off it for InlineGate's pause.
+                if (ulog is None or not ulog.appends_write_only
+                        or ulog.assigns_leader_epoch(_leader_epoch(image, topic, partition))
+                        or not ulog.lock.acquire(blocking=False)):
                     return None
                 held.append(ulog)
             return self.append_blocking(items, durable=durable)
@@ -204,7 +219,16 @@ class PartitionManager:
 
     def append_blocking(self, items: list[tuple[str, int, bytes | memoryview | None]], *, internal: bool = False,
                         origin: AppendOrigin = AppendOrigin.CLIENT, durable: bool = False) -> list[AppendResult]:
-        """Append each record set; with ``durable`` each success carries the future of its fsync."""
+        """Append each record set; with ``durable`` each success carries the future of its fsync.
+        The syncs of a request's partitions start together once all are appended (one syncfs for
+        many partitions: LogManager.deferred_syncs)."""
+        if len(items) < 2:
+            return self._append_each(items, internal, origin, durable)
+        with self.log_manager.deferred_syncs():
+            return self._append_each(items, internal, origin, durable)
+
+    def _append_each(self, items: list[tuple[str, int, bytes | memoryview | None]], internal: bool,
+                     origin: AppendOrigin, durable: bool) -> list[AppendResult]:
         out: list[AppendResult] = []
         image = self._image()
         for topic, partition, records in items:
@@ -217,9 +241,7 @@ class PartitionManager:
             ulog = None
             try:
                 ulog = self.get_log_blocking(topic, partition)
-                t = image.topics_by_name.get(topic)
-                epoch = t.partitions[partition].leader_epoch if t is not None and partition in t.partitions else 0
-                info = ulog.append_as_leader(records, epoch, origin)
+                info = ulog.append_as_leader(records, _leader_epoch(image, topic, partition), origin)
             except Exception as e:
                 code = error_code_of(e)
                 if code == ErrorCode.UNKNOWN_SERVER_ERROR:

@@ -752,6 +752,14 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         return (not self.deleted and self.offline_reason is None and self.active_segment.checked
                 and self.config.flush_messages == INT64_MAX)
 
+    def assigns_leader_epoch(self, leader_epoch: int) -> bool:
+        """Whether an append as leader in ``leader_epoch`` would start a new epoch here: the first
+        batch of a new log, or of a new leadership, writes (and fsyncs) the epoch checkpoint."""
+        if leader_epoch < 0:
+            return False
+        latest = self.leader_epoch_cache.latest_epoch
+        return latest is None or leader_epoch > latest
+
     def check_online(self) -> None:
         """Raise KafkaStorageError if the log, or its log dir, is offline."""
         reason = self.offline_reason

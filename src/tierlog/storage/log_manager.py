@@ -15,8 +15,9 @@ import shutil
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -71,6 +72,7 @@ class LogManagerSettings:
     producer_id_expiration_check_interval_ms: int = setting("producer.id.expiration.check.interval.ms")
     recovery_threads_per_data_dir: int = setting("num.recovery.threads.per.data.dir")
     unflushed_max_bytes: int = setting("log.dir.unflushed.max.bytes")
+    syncfs_min_files: int = setting("log.dir.syncfs.min.files")
     #: Anything but none: the high watermark of every log follows its fsyncs (high_watermark.py).
     durable_acks: str = setting("log.durable.acks")
     node_id: int = 1
@@ -163,7 +165,9 @@ class LogManager:
         #: their dir's group commit.
         self.failure_channel = LogDirFailureChannel(self.log_dirs)
         self._unflushed_max_bytes = settings.unflushed_max_bytes
-        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock)
+        self._syncfs_min_files = settings.syncfs_min_files
+        self.group_commits = {d: GroupCommit(d, self.failure_channel, settings.unflushed_max_bytes, self.clock,
+                                             settings.syncfs_min_files)
                               for d in self.log_dirs}
         #: Whether the high watermark waits for the fsync (``log.durable.acks`` not none): then every
         #: append asks its group commit for a sync, acknowledged after it or not.
@@ -407,7 +411,8 @@ class LogManager:
         commit = self.group_commits.get(log_dir)
         if commit is None:
             commit = self.group_commits.setdefault(
-                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock))
+                log_dir, GroupCommit(log_dir, self.failure_channel, self._unflushed_max_bytes, self.clock,
+                                     self._syncfs_min_files))
         if info.sync_file is None:
             done: Future[None] = Future()
             done.set_result(None)  # a retried batch already in a closed (synced or deleted) segment
@@ -423,6 +428,20 @@ class LogManager:
         earlier = [commit.request(records, 0, partial(ulog.durable_synced, seg_base, seg_end))
                    for seg_base, seg_end, records in ulog.segments_awaiting_sync(base)]
         return all_done([synced, *earlier])
+
+    @contextmanager
+    def deferred_syncs(self) -> Iterator[None]:
+        """The syncs asked for meanwhile start together at the end (GroupCommit.deferred): the
+        partitions of one produce request then share a syncfs instead of an fdatasync each."""
+        with ExitStack() as stack:
+            for commit in list(self.group_commits.values()):
+                stack.enter_context(commit.deferred())
+            yield
+
+    def syncs_have_room(self) -> bool:
+        """Whether no log dir has ``log.dir.unflushed.max.bytes`` waiting for a sync: then no durable
+        append needs to ask :meth:`sync_room` (a check per request, not per partition)."""
+        return all(commit.has_room() for commit in list(self.group_commits.values()))
 
     def sync_room(self, topic: str, partition: int) -> Future[None] | None:
         """None when a durable append to the partition may go ahead, else a future completed once

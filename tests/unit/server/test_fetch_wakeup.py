@@ -81,3 +81,41 @@ def test_a_high_watermark_moving_between_read_and_wait_wakes_the_fetch(tmp_path:
         assert took_s < MAX_WAIT_MS / 1000 / 4
 
     with_broker(tmp_path, test)
+
+
+def test_a_sync_wakes_the_loop_only_for_partitions_a_fetch_waits_on(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group commit of a produce of many partitions moves as many high watermarks: only those a
+    long-polling fetch waits on schedule a wake-up on the event loop; a waiting fetch is still woken."""
+    async def test(ctx: BrokerContext) -> None:
+        await ctx.io.run(ctx.controller.create_topic, "t", 2, 1, {})
+        loop = asyncio.get_running_loop()
+        scheduled: list[Any] = []
+        real = loop.call_soon_threadsafe
+
+        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            if callback == ctx.partitions.waiters.notify:
+                scheduled.append(args[0])
+            return real(callback, *args, **kwargs)
+
+        monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+
+        def produce() -> None:
+            now_ms = int(time.time() * 1000)
+            appended = ctx.partitions.append_blocking(
+                [("t", p, build_batch([SimpleRecord(None, b"v", timestamp=now_ms)])) for p in (0, 1)], durable=True)
+            for a in appended:
+                assert a.error_code == 0 and a.synced is not None
+                a.synced.result(timeout=30)
+
+        await ctx.io.run(produce)
+        logs = [ctx.log_manager.get_log("t", p) for p in (0, 1)]
+        assert [ulog.high_watermark if ulog else None for ulog in logs] == [1, 1]
+        assert scheduled == []  # nobody waited: no wake-up
+        waiter: asyncio.Future[None] = loop.create_future()
+        ctx.partitions.waiters.add([("t", 1)], waiter)
+        await ctx.io.run(produce)
+        await asyncio.wait_for(waiter, ANSWER_WITHIN_S)
+        assert scheduled == [[("t", 1)]]  # partition 1's waiter woken; partition 0 scheduled nothing
+
+    with_broker(tmp_path, test)

@@ -97,3 +97,22 @@ def test_appends_run_on_the_loop_only_when_they_would_not_wait(tmp_path: Path) -
         assert answer.base_offset == 2 and ulog.log_end_offset == 3
 
     with_broker(tmp_path, test)
+
+
+def test_the_first_append_of_a_new_epoch_is_left_to_the_pool(tmp_path: Path) -> None:
+    """A new partition's first batch starts its leader epoch, which writes and fsyncs the epoch
+    checkpoint: not on the loop. The batches after it are only writes again."""
+    async def test(ctx: BrokerContext) -> None:
+        await ctx.io.run(ctx.controller.create_topic, "fresh", 3, 1, {})
+        items: list[tuple[str, int, bytes | memoryview | None]] = [("fresh", p, _batch(p)) for p in range(3)]
+        ulog = ctx.log_manager.get_log("fresh", 1)
+        assert ulog is not None and ulog.appends_write_only and ulog.leader_epoch_cache.latest_epoch is None
+        assert ctx.partitions.append_if_writes_only(items) is None
+        assert all(log.log_end_offset == 0 for log in ctx.log_manager.all_logs().values())  # none touched
+        results = await ctx.io.run(ctx.partitions.append_blocking, items)
+        assert [r.base_offset for r in results] == [0, 0, 0]
+        assert ulog.leader_epoch_cache.latest_epoch == ctx.partitions.leader_epoch("fresh", 1)
+        again = ctx.partitions.append_if_writes_only([("fresh", p, _batch(p)) for p in range(3)])
+        assert again is not None and [r.base_offset for r in again] == [1, 1, 1]
+
+    with_broker(tmp_path, test)

@@ -27,6 +27,7 @@ from tierlog.server.handlers.transactions import PRODUCE_TV2_SINCE, implicit_add
 from tierlog.server.partitions import AppendResult
 from tierlog.server.produce_response import encode_produce_response
 from tierlog.server.txn import rules as txn_rules
+from tierlog.storage.group_commit import when_all
 
 TRANSACTIONAL_BIT = 0x10
 #: The first batch's attributes (at byte 21), producer id (43) and producer epoch (51).
@@ -91,6 +92,8 @@ async def handle_produce(ctx: BrokerContext, request: ParsedRequest, client: Cli
 
 async def _room(ctx: BrokerContext, items: list[tuple[Any, str | None, int, Records | None]]) -> None:
     """Wait while a log dir written to has log.dir.unflushed.max.bytes waiting for an fsync (backpressure)."""
+    if ctx.log_manager.syncs_have_room():
+        return
     waits = [w for _, name, partition, _ in items if name is not None
              for w in [ctx.log_manager.sync_room(name, partition)] if w is not None]
     if waits:
@@ -139,10 +142,12 @@ def durable_ack(setting: str, acks: int) -> bool:
 
 async def _synced(results: list[AppendResult]) -> list[AppendResult]:
     """Each result once its batches are on disk; a failed sync turns it into ErrorCode.KAFKA_STORAGE_ERROR."""
-    waits = [asyncio.wrap_future(r.synced) for r in results if r.synced is not None]
+    waits = [r.synced for r in results if r.synced is not None]
     if not waits:
         return results
-    await asyncio.gather(*waits, return_exceptions=True)
+    # One wake-up of the event loop when the last partition is synced, not one per partition.
+    # (when_all never fails: each partition's error is read below.)
+    await asyncio.wrap_future(when_all(waits))
     out = []
     for r in results:
         error = None if r.synced is None else r.synced.exception()
