@@ -1,6 +1,6 @@
-"""The one compiled part of tierlog: the record walk of the produce path in C
+"""The one compiled part of tierlog: the produce path's batch checks and record walk in C
 (src/tierlog/records/_cwalk.c). Optional: without a C compiler the install goes on and the broker
-uses the numba walk instead (tierlog.records.reader), which gives the same results."""
+runs the Python checks and the numba walk instead (tierlog.records.reader), which give the same results."""
 
 from setuptools import Extension, setup
 

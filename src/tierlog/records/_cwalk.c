@@ -1,4 +1,5 @@
-/* The record walk of validate_batch in C: the same checks, the same result, as the numba walk
+/* The produce path's per-batch work in C: check_batch (every check of one whole uncompressed batch,
+ * below), header_copy, and the record walk of validate_batch: the same checks, the same result, as the numba walk
  * (tierlog/records/_fastwalk.py) and the Python reference (reader.walk_records_python), which
  * tests/unit/records/test_fastwalk.py holds equal on random valid and damaged records.
  *
@@ -234,7 +235,126 @@ static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t 
                          PyBool_FromLong(r.has_null_key), (long long)r.previous);
 }
 
+/* Big-endian reads of the batch header's fields. */
+static inline uint32_t be32(const uint8_t *b) {
+    return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | (uint32_t)b[3];
+}
+
+static inline int64_t be64(const uint8_t *b) {
+    return (int64_t)(((uint64_t)be32(b) << 32) | (uint64_t)be32(b + 4));
+}
+
+#define BATCH_HEADER_SIZE 61
+
+/* check_batch(buffer, computed_crc, from_client) -> (min ts, max ts, offsetDelta of max ts, has null key) or None
+ *
+ * The produce path's checks of a record set that is one whole uncompressed v2 batch, in one call:
+ * what parse_and_validate + validate_batch (tierlog.storage.append_validation, tierlog.records.reader)
+ * check for it -- the length, the magic, the CRC (computed by the caller over buffer[21:], passed in),
+ * the record count, a client's rules (no control batch, lastOffsetDelta + 1 == count > 0, a base
+ * sequence with a producer id) and the record walk. It answers the walk's timestamps when every check
+ * passes and None otherwise (or for anything it does not take, e.g. a compressed batch): the caller
+ * then runs the Python checks, which raise the exact error. reader.check_batch_python is its Python
+ * reference; tests/unit/records/test_check_batch.py holds the two equal, damaged headers included. */
+static PyObject *check_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "check_batch takes 3 arguments");
+        return NULL;
+    }
+    unsigned long long computed_crc = PyLong_AsUnsignedLongLong(args[1]);
+    int from_client = PyObject_IsTrue(args[2]);
+    if (PyErr_Occurred() || from_client < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    int64_t size = view.len;
+    walk_result r;
+    r.ok = 0;
+    if (size < BATCH_HEADER_SIZE || 12 + (int64_t)(int32_t)be32(b + 8) != size || b[16] != 2)
+        goto decline;
+    if ((uint64_t)be32(b + 17) != computed_crc)
+        goto decline;
+    int attributes = (int16_t)((b[21] << 8) | b[22]);
+    int64_t last_offset_delta = (int32_t)be32(b + 23);
+    int64_t base_timestamp = be64(b + 27);
+    int64_t producer_id = be64(b + 43);
+    int64_t base_sequence = (int32_t)be32(b + 53);
+    int64_t count = (int32_t)be32(b + 57);
+    if (count < 0 || (attributes & 0x07) != 0)
+        goto decline;
+    if (from_client && ((attributes & 0x20) || last_offset_delta < 0 || count == 0 ||
+                        last_offset_delta + 1 != count || (producer_id > -1 && base_sequence < 0)))
+        goto decline;
+    if (count >= RELEASE_GIL_RECORDS) {
+        Py_BEGIN_ALLOW_THREADS
+        walk(b, BATCH_HEADER_SIZE, size, count, base_timestamp, from_client, &r);
+        Py_END_ALLOW_THREADS
+    } else {
+        walk(b, BATCH_HEADER_SIZE, size, count, base_timestamp, from_client, &r);
+    }
+    /* What reader._walk takes as a good walk. */
+    if (!r.ok || r.found != count || r.pos != size || (count && r.previous > last_offset_delta))
+        r.ok = 0;
+decline:
+    PyBuffer_Release(&view);
+    if (!r.ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LLLN)", (long long)r.min_ts, (long long)r.max_ts, (long long)r.max_ts_delta,
+                         PyBool_FromLong(r.has_null_key));
+}
+
+/* header_copy(buffer, position, base_offset, partition_leader_epoch) -> bytearray
+ *
+ * records.header.header_copy in C (its Python version is the reference, test_check_batch.py holds
+ * them equal): a copy of the 61-byte header at `position` with the base offset and the partition
+ * leader epoch set, neither under the CRC. ~0.1 us against ~0.4 us: once per produced batch. */
+static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "header_copy takes 4 arguments");
+        return NULL;
+    }
+    long long position = PyLong_AsLongLong(args[1]);
+    long long base_offset = PyLong_AsLongLong(args[2]);
+    long epoch = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (epoch < INT32_MIN || epoch > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the partition leader epoch does not fit an int32");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (position < 0 || position > view.len - BATCH_HEADER_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "no %d-byte header at %lld in a buffer of %zd bytes", BATCH_HEADER_SIZE,
+                     position, view.len);
+        return NULL;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize((const char *)view.buf + position, BATCH_HEADER_SIZE);
+    PyBuffer_Release(&view);
+    if (out == NULL)
+        return NULL;
+    uint8_t *h = (uint8_t *)PyByteArray_AS_STRING(out);
+    uint64_t o = (uint64_t)base_offset;
+    for (int i = 0; i < 8; i++)
+        h[i] = (uint8_t)(o >> (56 - 8 * i));
+    uint32_t e = (uint32_t)(int32_t)epoch;
+    for (int i = 0; i < 4; i++)
+        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"header_copy", (PyCFunction)(void (*)(void))header_copy, METH_FASTCALL,
+     "header_copy(buffer, position, base_offset, partition_leader_epoch) -> bytearray"},
+    {"check_batch", (PyCFunction)(void (*)(void))check_batch, METH_FASTCALL,
+     "check_batch(buffer, computed_crc, from_client) -> (min ts, max ts, offsetDelta of max ts, has null key) "
+     "or None"},
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL,
      "walk_records(buffer, pos, end, count, base_timestamp, from_client) -> (ok, found, end position, "
      "min ts, max ts, offsetDelta of max ts, has null key, last offsetDelta)"},
@@ -242,7 +362,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_cwalk", "The record walk of the produce path, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_cwalk", "The record walk and the batch checks of the produce path, in C.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -3,3 +3,9 @@ from tierlog.records.header import Buffer
 def walk_records(
     buffer: Buffer, pos: int, end: int, count: int, base_timestamp: int, from_client: bool, /
 ) -> tuple[bool, int, int, int, int, int, bool, int]: ...
+
+def check_batch(
+    buffer: Buffer, computed_crc: int, from_client: bool, /
+) -> tuple[int, int, int, bool] | None: ...
+
+def header_copy(buffer: Buffer, position: int, base_offset: int, partition_leader_epoch: int, /) -> bytearray: ...

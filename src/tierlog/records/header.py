@@ -4,7 +4,7 @@ edits the broker makes without decompressing: base offset, partition leader epoc
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from mmap import mmap
 
 from tierlog._util.crc import crc32c, crc32c_unwrapped
@@ -232,6 +232,17 @@ def header_copy(view: memoryview, position: int, base_offset: int, partition_lea
     _I64.pack_into(head, BASE_OFFSET, base_offset)
     _I32.pack_into(head, PARTITION_LEADER_EPOCH, partition_leader_epoch)
     return head
+
+
+#: :func:`header_copy` in C (``_cwalk.header_copy``, ~0.1 µs against ~0.4 µs, once per produced
+#: batch) when the install step built it; this one otherwise. test_check_batch.py holds them equal.
+fast_header_copy: Callable[[memoryview, int, int, int], bytearray]
+try:
+    from tierlog.records import _cwalk
+except ImportError:
+    fast_header_copy = header_copy
+else:
+    fast_header_copy = _cwalk.header_copy
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:

@@ -26,10 +26,14 @@ from tierlog.records.record import Record, decode_record, skip_record
 #: ~0.3 µs a call against the numba walk's ~13 ns and ~1.2 µs. Same results (test_fastwalk.py).
 #: None when it was installed without a compiler: the numba walk then.
 c_walk_records: Callable[[Buffer, int, int, int, int, bool], tuple[bool, int, int, int, int, int, bool, int]] | None
+#: The checks of a record set that is one whole uncompressed batch in one C call (the produce
+#: path's common case): :func:`check_batch_python` is its reference. None without the C walk.
+c_check_batch: Callable[[Buffer, int, bool], tuple[int, int, int, bool] | None] | None
 try:
+    from tierlog.records._cwalk import check_batch as c_check_batch
     from tierlog.records._cwalk import walk_records as c_walk_records
 except ImportError:
-    c_walk_records = None
+    c_walk_records = c_check_batch = None
 
 
 def _numba_walk(buf: Buffer, pos: int, end: int, count: int, base_timestamp: int,
@@ -241,6 +245,28 @@ def validate_batch(header: BatchHeader, *, from_client: bool = True) -> BatchSta
         position = header.position
         return _walk(header, header.buf, position + BATCH_HEADER_SIZE, position + header.size_bytes, from_client)
     return walk_batch(header, from_client=from_client)
+
+
+def check_batch_python(buf: Buffer, computed_crc: int, from_client: bool) -> tuple[int, int, int, bool] | None:
+    """What the C ``check_batch`` answers, from the Python checks it stands for: for a record set
+    that is exactly one whole uncompressed v2 batch whose CRC is ``computed_crc`` and that
+    :func:`validate_batch` accepts, (min timestamp, max timestamp, offsetDelta of the max, has a
+    null key) as its :class:`BatchStats` say; None for anything else (a damaged or refused batch,
+    several batches, a compressed one). The produce path then runs the Python checks, which raise
+    the exact error, so the C call only ever skips work that would have succeeded."""
+    size = len(buf)
+    if size < BATCH_HEADER_SIZE:
+        return None
+    header = BatchHeader(buf, 0)
+    if header.size_bytes != size or header.magic != MAGIC_V2 or header.crc != computed_crc:
+        return None
+    if header.attributes & COMPRESSION_MASK:
+        return None
+    try:
+        stats = validate_batch(header, from_client=from_client)
+    except TierlogError:
+        return None
+    return stats.min_timestamp, stats.max_timestamp, stats.max_timestamp_offset_delta, stats.has_null_key
 
 
 def walk_batch(header: BatchHeader, *, from_client: bool = False) -> BatchStats:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 
+from tierlog._util.crc import SMALL_CRC_BYTES, crc32c_small, crc32c_unwrapped
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
@@ -18,6 +19,7 @@ from tierlog.errors import (
 )
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
+    CRC_START,
     LENGTH,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -27,7 +29,7 @@ from tierlog.records.header import (
     BatchHeader,
     iter_headers,
 )
-from tierlog.records.reader import BatchStats, decode_batch, validate_batch
+from tierlog.records.reader import BatchStats, c_check_batch, decode_batch, validate_batch
 
 _I32 = struct.Struct(">i")
 
@@ -39,6 +41,17 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
     its records say (their timestamps) in the same order. A batch with keyless records on a compacted
     topic raises :func:`record_validation_error`'s answer (its timestamps judged at ``now_ms`` too)."""
     size = len(buf)
+    max_message_bytes, compact = config.max_message_bytes, config.compact
+    if c_check_batch is not None and BATCH_HEADER_SIZE <= size <= max_message_bytes and size <= config.segment_bytes:
+        # One whole uncompressed batch, what clients send per partition: every check below in one C
+        # call (~1 µs less per batch). It answers None for anything it does not accept, and the
+        # checks below then find what is wrong and raise it; a size over a limit goes there first.
+        crc = (crc32c_small if size <= SMALL_CRC_BYTES else crc32c_unwrapped)(memoryview(buf)[CRC_START:])
+        fast = c_check_batch(buf, crc, from_client)
+        if fast is not None and not (fast[3] and from_client and compact):
+            header = BatchHeader(buf, 0)
+            return [header], [BatchStats(header.records_count, fast[0], fast[1], fast[2], fast[3],
+                                         size - BATCH_HEADER_SIZE)]
     if (size >= BATCH_HEADER_SIZE and LOG_OVERHEAD + _I32.unpack_from(buf, LENGTH)[0] == size
             and buf[MAGIC] == MAGIC_V2):
         # One whole batch, what clients send per partition: iter_headers would yield just it.
@@ -55,7 +68,6 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
             # sends), so offsets are assigned and the batch validated as one unit; its message verbatim.
             raise InvalidRecordError("Compressed outer record has more than one batch")
     stats: list[BatchStats] = []
-    max_message_bytes, compact = config.max_message_bytes, config.compact
     for h in headers:
         if h.size_bytes > max_message_bytes:
             raise RecordTooLargeError(

@@ -36,23 +36,22 @@ from tierlog.records.header import (
     BATCH_HEADER_SIZE,
     CREATE_TIME,
     NO_PRODUCER_ID,
+    NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    header_copy,
+    fast_header_copy,
     set_base_offset,
     set_create_time_max_timestamp,
     set_log_append_time,
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import BatchStats
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.append_validation import (
     header_max_timestamp_fix,
     parse_and_validate,
     record_validation_error,
-    timestamp_out_of_range,
 )
 from tierlog.storage.batch_check import BatchProblem
 from tierlog.storage.checkpoints import (
@@ -69,12 +68,18 @@ from tierlog.storage.log_dir_failure import LogDirFailureChannel, disk_error_of
 from tierlog.storage.log_retention import LogRetentionMixin
 from tierlog.storage.log_tiering import LogTieringMixin
 from tierlog.storage.producer_rebuild import rebuild_producer_state
-from tierlog.storage.producer_state import NOTHING_STAGED, AppendOrigin, ProducerStateManager
+from tierlog.storage.producer_state import (
+    NOTHING_STAGED,
+    AppendOrigin,
+    ProducerStateManager,
+    StagedAppend,
+    StagedBatch,
+)
 from tierlog.storage.producer_state_horizon import clear_horizon, read_horizon
 from tierlog.storage.recompress import PRODUCER as PRODUCER_COMPRESSION
 from tierlog.storage.recompress import maybe_recompress
 from tierlog.storage.refusal import refuses_partition
-from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings, should_roll
+from tierlog.storage.segment import FetchDataInfo, LogOffsetMetadata, LogSegment, SegmentSettings
 from tierlog.storage.segments import LogSegments
 from tierlog.storage.txn_index import AbortedTxn
 
@@ -297,22 +302,29 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     # -- append ---------------------------------------------------------------------------------------
 
-    @refuses_partition
-    @disk_errors
     def append_as_leader(
         self, records: bytes | bytearray | memoryview, leader_epoch: int = 0, origin: AppendOrigin = AppendOrigin.CLIENT
     ) -> LogAppendInfo:
         """Validate, assign offsets, check producer state, maybe roll, then write (UnifiedLog#append).
-        A disk error on the write or on a segment file's creation takes the log dir offline."""
+        A disk error on the write or on a segment file's creation takes the log dir offline; a
+        record format tierlog does not read refuses the partition (:func:`refuses_partition`)."""
+        # Not decorated like the other public methods: their two wrappers cost ~1 µs per call, once
+        # per produced partition. Their handling runs in :meth:`_append_failed`, on errors only.
         try:
             return self._append_as_leader(records, leader_epoch, origin)
         except (OSError, KafkaStorageError) as e:
-            # A roll inside the append maps its OSError to KafkaStorageError (io_errors) itself: the
-            # disk error behind it still takes the dir offline.
-            cause = e if isinstance(e, OSError) else disk_error_of(e)
-            if cause is None:
-                raise
-            raise self._disk_failed(cause, f"append to {self.topic}-{self.partition}") from e
+            self._append_failed(e)
+            raise  # not reached: _append_failed raises
+
+    @refuses_partition
+    @disk_errors
+    def _append_failed(self, e: OSError | KafkaStorageError) -> None:
+        """Raise what a failed append raises for ``e``: a roll inside the append maps its OSError to
+        KafkaStorageError (io_errors) itself, and the disk error behind it still takes the dir offline."""
+        cause = e if isinstance(e, OSError) else disk_error_of(e)
+        if cause is None:
+            raise e
+        raise self._disk_failed(cause, f"append to {self.topic}-{self.partition}") from e
 
     def _disk_failed(self, e: OSError, action: str) -> KafkaStorageError:
         if self.failure_channel is not None:
@@ -358,7 +370,19 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         with self.lock:
             now_ms = self.clock.wall_ms()
             if config.checks_create_times:
-                self._check_timestamps(headers, stats, now_ms, config)
+                # Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
+                # LogValidator.validateTimestamp), not the header's, which the producer may have got
+                # wrong: the oldest and newest record of a batch bound the rest; records without one
+                # (-1) are not checked, nor a batch stamped LogAppendTime. Since Kafka 4
+                # (message.timestamp.after.max.ms one hour) this runs for every produced batch: inline.
+                before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+                for h, st in zip(headers, stats):  # noqa: B905  # equal lengths; strict= costs ~0.1 µs
+                    if h.attributes & TIMESTAMP_TYPE_MASK:
+                        continue
+                    oldest, newest = st.min_timestamp, st.max_timestamp
+                    if ((oldest != NO_TIMESTAMP and (now_ms - oldest > before_ms or oldest - now_ms > after_ms))
+                            or (newest != NO_TIMESTAMP and (now_ms - newest > before_ms or newest - now_ms > after_ms))):
+                        self._refuse_timestamps(h, now_ms, config)
             fix_headers = not log_append_time and origin is not AppendOrigin.REPLICATION
             # Offsets are assigned before the producer checks, which record the batches' offsets.
             offset = self._log_end_offset
@@ -369,7 +393,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             pieces: list[bytes | bytearray | memoryview] = []
             view = memoryview(data)
             # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
-            for h, st in zip(headers, stats, strict=False):  # equal lengths by construction; strict costs per append
+            for h, st in zip(headers, stats):  # noqa: B905  # equal lengths by construction; strict= costs per append
                 position = h.position
                 fix = header_max_timestamp_fix(h, st) if fix_headers and st.max_timestamp != h.max_timestamp else None
                 if owned:
@@ -386,7 +410,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                 else:
                     end = position + h.size_bytes
-                    head = header_copy(view, position, offset, leader_epoch)
+                    head = fast_header_copy(view, position, offset, leader_epoch)
                     if fix is None:
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
                     else:
@@ -402,10 +426,13 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             first, last = assigned[0], assigned[-1]
             last_offset = last.base_offset + last.last_offset_delta
             producer_state = self.producer_state
-            if len(assigned) == 1 and first.producer_id <= NO_PRODUCER_ID:
+            staged: StagedAppend | StagedBatch
+            if len(assigned) != 1:
+                staged = producer_state.validate_and_stage(assigned, origin)
+            elif first.producer_id <= NO_PRODUCER_ID:
                 staged = NOTHING_STAGED  # what validate_and_stage answers for batches without producer ids
             else:
-                staged = producer_state.validate_and_stage(assigned, origin)
+                staged = producer_state.validate_and_stage_batch(first, origin)
             duplicate = staged.duplicate
             if duplicate is not None:
                 holding = self._segment_holding(duplicate.first_offset)
@@ -458,37 +485,19 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         seg = self.segments.floor(offset)
         return seg if seg is not None and self.segments.is_materialized(seg.base_offset) else None
 
-    def _check_timestamps(self, headers: list[BatchHeader], stats: list[BatchStats], now_ms: int,
-                          config: LogConfig) -> None:
-        """Every record's timestamp against message.timestamp.before/after.max.ms (Kafka's
-        LogValidator.validateTimestamp), not the header's, which the producer may have got wrong: the
-        oldest and newest record of a batch bound the rest. Records without one (-1) are not checked."""
-        if not config.checks_create_times:
-            return
-        # Since Kafka 4 (message.timestamp.after.max.ms one hour) this runs for every produced batch:
-        # the two bounds are tested without a generator.
-        for h, st in zip(headers, stats, strict=True):
-            if h.attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime
-                continue
-            if (timestamp_out_of_range(st.min_timestamp, now_ms, config)
-                    or timestamp_out_of_range(st.max_timestamp, now_ms, config)):
-                # Which records, with Kafka's messages (KIP-467), decoded only on this refusing path.
-                error = record_validation_error(h, config, f"{self.topic}-{self.partition}", now_ms)
-                assert error is not None, "the batch's oldest or newest record is out of range"
-                raise error
+    def _refuse_timestamps(self, header: BatchHeader, now_ms: int, config: LogConfig) -> None:
+        """Raise Kafka's error for a batch whose oldest or newest record timestamp is out of range:
+        which records, with Kafka's messages (KIP-467), decoded only on this refusing path."""
+        error = record_validation_error(header, config, f"{self.topic}-{self.partition}", now_ms)
+        assert error is not None, "the batch's oldest or newest record is out of range"
+        raise error
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
         seg = self.active_segment
         if not seg.checked:
             self._ensure_checked(seg)
         config = self.config
-        if should_roll(
-            segment_size=seg.log.size_bytes, max_segment_bytes=config.segment_bytes, messages_size=size,
-            first_batch_timestamp=seg.first_batch_timestamp, created_ms=seg.created_ms, now_ms=now_ms,
-            max_timestamp_in_messages=max_ts, max_segment_ms=config.max_segment_ms,
-            roll_jitter_ms=seg.roll_jitter_ms, indexes_full=seg.indexes_full(), base_offset=seg.base_offset,
-            max_offset_in_messages=last_offset,
-        ):
+        if seg.should_roll(size, max_ts, last_offset, now_ms, config.segment_bytes, config.max_segment_ms):
             return self.roll(first_offset)
         return seg
 

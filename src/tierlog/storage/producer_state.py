@@ -58,12 +58,14 @@ from tierlog.errors import (
 from tierlog.records.control import EndTransactionMarker
 from tierlog.records.header import (
     BATCH_HEADER_SIZE,
+    CONTROL_MASK,
     INT32_MAX,
     LOG_APPEND_TIME,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     decrement_sequence,
 )
@@ -461,6 +463,18 @@ class StagedAppend:
     duplicate: BatchMetadata | None = None
 
 
+@dataclass(slots=True)
+class StagedBatch:
+    """What :meth:`ProducerStateManager.validate_and_stage_batch` stages for the common idempotent
+    batch (a known producer's next data batch, same epoch, no transaction starting or wrongly
+    open): the batch to add to that producer's window. Committing it does what committing the
+    :class:`StagedAppend` of the same batch does, without the copy of the entry and its merge."""
+
+    entry: ProducerStateEntry
+    metadata: BatchMetadata
+    duplicate: None = None
+
+
 #: What validating an append without producer ids stages: nothing. Shared, as the produce path
 #: would otherwise build an empty one per append; never filled (validate_and_stage fills only a
 #: StagedAppend it made).
@@ -616,9 +630,52 @@ class ProducerStateManager:
                 staged.completed_txns.append(completed)
         return NOTHING_STAGED if staged is None else staged
 
-    def commit_staged(self, staged: StagedAppend, last_offset: int) -> list[TxnCompletion]:
+    def validate_and_stage_batch(self, header: BatchHeader, origin: AppendOrigin) -> StagedAppend | StagedBatch:
+        """:meth:`validate_and_stage` of one batch (what a produce request carries per partition).
+
+        A Java or librdkafka producer is idempotent by default, so nearly every produced batch has a
+        producer id, and nearly always it is that producer's next batch: same epoch, the sequence
+        following its last one, no transaction starting or wrongly open. That case is checked here
+        directly (~4 µs less than staging a copy of the producer's entry and merging it back); every
+        other case -- a new or fenced producer, a new epoch, a sequence gap, a retry, a control or the
+        first transactional batch -- goes through :meth:`validate_and_stage`, which raises or answers
+        as before. ``tests/unit/storage/test_producer_state_fast.py`` holds the two equal."""
+        producer_id = header.producer_id
+        if producer_id <= NO_PRODUCER_ID:
+            return NOTHING_STAGED
+        entry = self._producers.get(producer_id)
+        if entry is not None and origin is AppendOrigin.CLIENT and entry.batch_metadata:
+            attributes = header.attributes
+            epoch = header.producer_epoch
+            if (not attributes & CONTROL_MASK and epoch == entry.producer_epoch and epoch != NO_PRODUCER_EPOCH
+                    and header.base_sequence >= 0 and header.last_offset_delta >= 0
+                    and (entry.current_txn_first_offset is not None) == bool(attributes & TRANSACTIONAL_MASK)):
+                window = entry.batch_metadata
+                first_seq = header.base_sequence
+                offset_delta = header.last_offset_delta
+                last_seq = (first_seq + offset_delta if first_seq <= INT32_MAX - offset_delta
+                            else offset_delta - (INT32_MAX - first_seq) - 1)  # increment_sequence
+                previous = window[-1].last_seq
+                if first_seq == previous + 1 or (first_seq == 0 and previous == INT32_MAX):
+                    for m in window:  # a retry of one of the last five (a loop: a generator costs ~0.4 µs)
+                        if m.last_seq == last_seq and m.first_seq == first_seq:
+                            break
+                    else:
+                        last_offset = header.base_offset + offset_delta
+                        return StagedBatch(entry, BatchMetadata(last_seq, last_offset, offset_delta,
+                                                                header.max_timestamp))
+        return self.validate_and_stage((header,), origin)
+
+    def commit_staged(self, staged: StagedAppend | StagedBatch, last_offset: int) -> list[TxnCompletion]:
         """Apply a staged append once its bytes are in the segment; ``last_offset`` is the append's last
         offset. Returns the transactions it ended, each with the LSO the transaction index needs."""
+        if type(staged) is StagedBatch:
+            entry, metadata = staged.entry, staged.metadata
+            entry.batch_metadata.append(metadata)  # the window keeps its last 5, as add_batch
+            entry.last_timestamp = metadata.timestamp
+            self._map_end_offset = last_offset + 1
+            return []
+        assert isinstance(staged, StagedAppend)
         if staged.duplicate is not None:
             raise ValueError("a duplicate append writes nothing and must not be committed")
         for info in staged.append_infos.values():
