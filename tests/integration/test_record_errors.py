@@ -95,15 +95,16 @@ def test_librdkafka_fails_only_the_listed_records_as_invalid(broker: BrokerProce
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic_name, 1, 1, config={"cleanup.policy": "compact"})])[topic_name].result(30)
     errors: list[int] = []
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, "batch.num.messages": 1000,
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 30000, "batch.num.messages": 1000,
                          "retries": 0})
     for i in range(100):
         producer.produce(topic_name, key=None if i % 10 == 3 else b"k%d" % i, value=b"v%d" % i, partition=0,
                          on_delivery=lambda err, _m: errors.append(err.code() if err is not None else 0))
     assert producer.flush(60) == 0
-    assert sorted(set(errors)) == sorted({KafkaError.INVALID_RECORD, KafkaError._INVALID_DIFFERENT_RECORD})
-    assert errors.count(KafkaError.INVALID_RECORD) == 10
-    assert errors.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90
+    # One batch of all 100 records: flush() sends at once, and the long linger keeps a stalled produce
+    # loop on a loaded machine from letting part of them go early as a batch of their own.
+    seen = {code: errors.count(code) for code in set(errors)}
+    assert seen == {KafkaError.INVALID_RECORD: 10, KafkaError._INVALID_DIFFERENT_RECORD: 90}, broker.stderr_tail()
 
 
 def test_a_record_set_of_two_batches_is_refused_whole_and_the_connection_carries_on(
