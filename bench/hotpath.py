@@ -25,12 +25,11 @@ import socket
 import struct
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from _common import command_line, report
-from clients import cpu_seconds, create_topic, loopback_copy, start_broker
+from clients import cpu_seconds, create_topic, loopback_copy, sendfile_baseline, start_broker
 from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
 from tierlog.records import SimpleRecord, build_batch
 
@@ -115,43 +114,6 @@ def fetch(sock: socket.socket, end_offset: int, fetch_bytes: int) -> tuple[int, 
     return requests, moved
 
 
-def sendfile_baseline(data_dir: Path, chunk_bytes: int) -> tuple[float, float, int]:
-    """The kernel's own cost of what a fetch does: ``sendfile`` of the partition's segment files in
-    ``chunk_bytes`` pieces to a loopback socket that a client thread reads. The (seconds,
-    sender-thread CPU seconds, bytes) of it; on loopback the sender's system calls also run the
-    receive side's TCP processing, as the broker's do."""
-    files = sorted((data_dir / "hotpath-0").glob("*.log"))
-    server = socket.create_server(("127.0.0.1", 0))
-    received = 0
-
-    def reader() -> None:
-        nonlocal received
-        conn, _ = server.accept()
-        view = memoryview(bytearray(1 << 20))
-        while n := conn.recv_into(view):
-            received += n
-        conn.close()
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    sent = 0
-    with socket.create_connection(server.getsockname()) as out:
-        cpu0, wall0 = time.thread_time(), time.perf_counter()
-        for path in files:
-            with path.open("rb") as f:
-                size, position = os.fstat(f.fileno()).st_size, 0
-                while position < size:
-                    n = os.sendfile(out.fileno(), f.fileno(), position, min(chunk_bytes, size - position))
-                    position += n
-                    sent += n
-        out.shutdown(socket.SHUT_WR)
-        cpu = time.thread_time() - cpu0
-        thread.join()
-        wall = time.perf_counter() - wall0
-    server.close()
-    return wall, cpu, sent
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=512, help="MiB produced (then fetched)")
@@ -197,7 +159,8 @@ def main() -> None:
             print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (moved / 1e9):.2f} core-s/GB, "
                   f"{cpu / requests * 1e6:,.0f} µs and {faults / requests:.0f} page faults per request", flush=True)
             if name.startswith("fetch"):
-                base_wall, base_cpu, base_bytes = sendfile_baseline(data_dir, args.fetch_mib << 20)
+                base_wall, base_cpu, base_bytes = sendfile_baseline(sorted((data_dir / "hotpath-0").glob("*.log")),
+                                                                    args.fetch_mib << 20)
                 base_gb = base_bytes / 1e9
                 print(f"   kernel baseline, sendfile of the same segment files in {args.fetch_mib} MiB calls to a "
                       f"loopback reader: {base_bytes / base_wall / 1e6:,.1f} MB/s, sender CPU "

@@ -176,3 +176,27 @@ def test_reads_run_on_the_loop_only_from_open_local_logs_whose_lock_is_free(tmp_
             holder.join()
 
     with_broker(tmp_path, test)
+
+
+def test_reads_and_appends_pause_their_inline_calls_separately() -> None:
+    """A slow inline append (the disk throttling writers) keeps appends off the loop for a while,
+    not a fetch's reads of cached index pages; and the other way round."""
+    clock = ManualClock()
+    io = StorageIO(1, clock=clock, gate=InlineGate(max_bytes=10, slow_ns=5_000_000, pause_ns=100_000_000))
+    io.read_gate = InlineGate(slow_ns=5_000_000, pause_ns=100_000_000)
+
+    def slow() -> str:
+        clock.advance(6)  # ms
+        time.sleep(0.001)  # slept in the kernel
+        return "slow"
+
+    try:
+        assert io.try_inline(1, slow) == "slow"
+        assert io.try_inline(1, lambda: "append") is None
+        assert io.try_inline_read(lambda: "read") == "read"
+        clock.advance(100)
+        assert io.try_inline_read(slow) == "slow"
+        assert io.try_inline_read(lambda: "read") is None
+        assert io.try_inline(1, lambda: "append") == "append"
+    finally:
+        io.shutdown()
