@@ -22,7 +22,7 @@ fsync round one request per connection. So its handler appends and returns :clas
 connection goes on appending the next requests (in order) while up to ``MAX_DEFERRED_REPLIES`` wait,
 and writes every response in request order.
 
-Longer than most modules (about 700 lines) because KafkaConnection is one asyncio protocol whose
+Longer than most modules (about 780 lines) because KafkaConnection is one asyncio protocol whose
 reading, memory accounting, deferred replies, throttling and writing share the state of one
 connection; its pause/resume decisions already live in :mod:`tierlog.server.read_gate`.
 """
