@@ -392,6 +392,7 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             assigned: list[BatchHeader] = []
             pieces: list[bytes | bytearray | memoryview] = []
             view = memoryview(data)
+            single = len(headers) == 1
             # After recompression too: a rebuilt batch is one-for-one with the batch it replaces.
             for h, st in zip(headers, stats):  # noqa: B905  # equal lengths by construction; strict= costs per append
                 position = h.position
@@ -408,18 +409,23 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                         h = BatchHeader(data, position)
                     else:
                         h.base_offset, h.partition_leader_epoch = offset, leader_epoch
+                elif fix is None:
+                    h.base_offset, h.partition_leader_epoch = offset, leader_epoch
+                    if not single:
+                        # One batch (what a client sends) is written by segment.append in one call
+                        # from ``data`` itself, its header patched in a copy there.
+                        end = position + h.size_bytes
+                        pieces += (fast_header_copy(view, position, offset, leader_epoch),
+                                   view[position + BATCH_HEADER_SIZE:end])
                 else:
                     end = position + h.size_bytes
                     head = fast_header_copy(view, position, offset, leader_epoch)
-                    if fix is None:
-                        h.base_offset, h.partition_leader_epoch = offset, leader_epoch
-                    else:
-                        # Under the CRC: recomputed over the patched header and the body as it came.
-                        set_create_time_max_timestamp(head, view[position + BATCH_HEADER_SIZE:end], fix)
-                        # The patched fields over the request's bytes: the body (all a reader of
-                        # ``buf`` looks at) is the same.
-                        h = BatchHeader(head, 0)
-                        h.buf, h.position = data, position
+                    # Under the CRC: recomputed over the patched header and the body as it came.
+                    set_create_time_max_timestamp(head, view[position + BATCH_HEADER_SIZE:end], fix)
+                    # The patched fields over the request's bytes: the body (all a reader of
+                    # ``buf`` looks at) is the same.
+                    h = BatchHeader(head, 0)
+                    h.buf, h.position = data, position
                     pieces += (head, view[position + BATCH_HEADER_SIZE:end])
                 assigned.append(h)
                 offset = h.base_offset + h.last_offset_delta + 1
@@ -458,7 +464,12 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 latest_epoch = self.leader_epoch_cache.latest_epoch
                 if latest_epoch is None or leader_epoch > latest_epoch:
                     self.leader_epoch_cache.assign(leader_epoch, first.base_offset)
-            segment.append(data if owned else pieces, assigned)
+            if owned:
+                segment.append(data, assigned)
+            elif pieces:
+                segment.append(pieces, assigned)
+            else:  # one batch, its header's offset and epoch set in a copy as it is written
+                segment.append(data, assigned, leader_epoch)
             if staged is NOTHING_STAGED:
                 producer_state.update_map_end_offset(last_offset + 1)  # all commit_staged does for it
             else:
@@ -493,7 +504,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         raise error
 
     def _maybe_roll(self, size: int, max_ts: int, first_offset: int, last_offset: int, now_ms: int) -> LogSegment:
-        seg = self.active_segment
+        seg = self.segments.last  # not active_segment: its property and assertion cost ~0.1 µs per append
+        assert seg is not None, "a log always has an active segment"
         if not seg.checked:
             self._ensure_checked(seg)
         config = self.config
