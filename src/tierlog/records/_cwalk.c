@@ -20,7 +20,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/uio.h>
 
 #define NO_TIMESTAMP (-1)
 
@@ -349,7 +352,81 @@ static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t n
     return out;
 }
 
+/* write_patched(fd, buffer, position, size, file_position, base_offset, partition_leader_epoch) -> int
+ *
+ * The produce path's write of one batch in C: os.pwritev(fd, [header_copy(buffer, position,
+ * base_offset, epoch), buffer[position + 61:position + size]], file_position) -- the batch at
+ * `position` written with its offset and epoch set in a copy of its header, the request's bytes
+ * left as they came -- without the list, the slice, the bytearray and os.pwritev's argument
+ * handling (~0.5 us per 16 KiB batch). Like os.pwritev: the GIL is released around the call, an
+ * interrupted call is retried after the signal handlers ran, an error raises OSError, and a short
+ * write answers the bytes written (FileRecords writes the rest). records.header.write_patched is
+ * its Python reference; test_write_patched.py holds the two equal. */
+static PyObject *write_patched(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "write_patched takes 7 arguments");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    long long position = PyLong_AsLongLong(args[2]);
+    long long size = PyLong_AsLongLong(args[3]);
+    long long file_position = PyLong_AsLongLong(args[4]);
+    long long base_offset = PyLong_AsLongLong(args[5]);
+    long epoch = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (epoch < INT32_MIN || epoch > INT32_MAX || fd < 0 || fd > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "the file descriptor or partition leader epoch does not fit an int32");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (position < 0 || size < BATCH_HEADER_SIZE || position > view.len - size || file_position < 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "no batch of %lld bytes at %lld in a buffer of %zd bytes", size, position,
+                     view.len);
+        return NULL;
+    }
+    uint8_t h[BATCH_HEADER_SIZE];
+    memcpy(h, (const uint8_t *)view.buf + position, BATCH_HEADER_SIZE);
+    uint64_t o = (uint64_t)base_offset;
+    for (int i = 0; i < 8; i++)
+        h[i] = (uint8_t)(o >> (56 - 8 * i));
+    uint32_t e = (uint32_t)(int32_t)epoch;
+    for (int i = 0; i < 4; i++)
+        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
+    struct iovec iov[2];
+    iov[0].iov_base = h;
+    iov[0].iov_len = BATCH_HEADER_SIZE;
+    iov[1].iov_base = (uint8_t *)view.buf + position + BATCH_HEADER_SIZE;
+    iov[1].iov_len = (size_t)(size - BATCH_HEADER_SIZE);
+    ssize_t n;
+    int saved_errno;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        n = pwritev((int)fd, iov, 2, (off_t)file_position);
+        saved_errno = errno;
+        Py_END_ALLOW_THREADS
+        if (n >= 0 || saved_errno != EINTR)
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (n < 0) {
+        errno = saved_errno;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef methods[] = {
+    {"write_patched", (PyCFunction)(void (*)(void))write_patched, METH_FASTCALL,
+     "write_patched(fd, buffer, position, size, file_position, base_offset, partition_leader_epoch) -> int"},
     {"header_copy", (PyCFunction)(void (*)(void))header_copy, METH_FASTCALL,
      "header_copy(buffer, position, base_offset, partition_leader_epoch) -> bytearray"},
     {"check_batch", (PyCFunction)(void (*)(void))check_batch, METH_FASTCALL,

@@ -3,6 +3,7 @@ edits the broker makes without decompressing: base offset, partition leader epoc
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterator
 from mmap import mmap
@@ -234,15 +235,30 @@ def header_copy(view: memoryview, position: int, base_offset: int, partition_lea
     return head
 
 
+def write_patched(fd: int, buf: Buffer, position: int, size: int, file_position: int, base_offset: int,
+                  partition_leader_epoch: int) -> int:
+    """Write the ``size``-byte batch at ``position`` of ``buf`` at ``file_position`` of ``fd``, its
+    base offset and partition leader epoch set in a copy of its header (:func:`header_copy`) and
+    its body as it came; the bytes written (a short write is the caller's to finish). The
+    reference of ``_cwalk.write_patched`` (test_write_patched.py holds the two equal)."""
+    if position < 0 or size < BATCH_HEADER_SIZE or position > len(buf) - size or file_position < 0:
+        raise ValueError(f"no batch of {size} bytes at {position} in a buffer of {len(buf)} bytes")
+    view = memoryview(buf)
+    return os.pwritev(fd, [header_copy(view, position, base_offset, partition_leader_epoch),
+                           view[position + BATCH_HEADER_SIZE : position + size]], file_position)
+
+
 #: :func:`header_copy` in C (``_cwalk.header_copy``, ~0.1 µs against ~0.4 µs, once per produced
 #: batch) when the install step built it; this one otherwise. test_check_batch.py holds them equal.
+#: :func:`write_patched` likewise (``_cwalk.write_patched``, ~0.5 µs less per produced batch).
 fast_header_copy: Callable[[memoryview, int, int, int], bytearray]
+fast_write_patched: Callable[[int, Buffer, int, int, int, int, int], int]
 try:
     from tierlog.records import _cwalk
 except ImportError:
-    fast_header_copy = header_copy
+    fast_header_copy, fast_write_patched = header_copy, write_patched
 else:
-    fast_header_copy = _cwalk.header_copy
+    fast_header_copy, fast_write_patched = _cwalk.header_copy, _cwalk.write_patched
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None:

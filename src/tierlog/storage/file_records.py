@@ -25,6 +25,8 @@ from tierlog.records.header import (
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     BatchHeader,
+    fast_header_copy,
+    fast_write_patched,
 )
 from tierlog.records.reader import records_min_timestamp
 from tierlog.storage.io_errors import disk_errors
@@ -102,7 +104,8 @@ class FileRecords:
         position = self._size
         if position is None:
             position = self.size_bytes
-        buffers = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        # A list is the produce path's pieces (a patched header copy and the body): checked first.
+        buffers = data if type(data) is list else [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
         total = sum(map(len, buffers))  # byte buffers: a memoryview's len is its bytes here
         written = 0
         if len(buffers) <= _IOV_MAX:
@@ -114,6 +117,26 @@ class FileRecords:
                 return written
         written = self._write_rest([memoryview(d) for d in buffers], position, written)
         self._size = position + written
+        return written
+
+    def append_patched(self, buf: bytes | bytearray | memoryview, position: int, size: int, base_offset: int,
+                       partition_leader_epoch: int) -> int:
+        """Write the ``size``-byte batch at ``position`` of ``buf`` at the end, its base offset and
+        partition leader epoch set in a copy of its header: what :meth:`append` of
+        ``[header_copy(...), body]`` writes, in one C call when the install step built it (the
+        produce path's write of each batch a client sends)."""
+        file_position = self._size
+        if file_position is None:
+            file_position = self.size_bytes
+        fd = self._fd
+        written = fast_write_patched(self.fd if fd is None else fd, buf, position, size, file_position, base_offset,
+                                     partition_leader_epoch)
+        if written != size:
+            view = memoryview(buf)
+            pieces = [memoryview(fast_header_copy(view, position, base_offset, partition_leader_epoch)),
+                      view[position + BATCH_HEADER_SIZE : position + size]]
+            written = self._write_rest(pieces, file_position, written)
+        self._size = file_position + written
         return written
 
     def _write_rest(self, views: list[memoryview], position: int, written: int) -> int:

@@ -167,10 +167,12 @@ class LeaderEpochFileCache:
 
     @property
     def latest_epoch(self) -> int | None:
-        # Read by every append: one lock, no second property.
-        with self._lock:
-            epochs = self._epochs
-            return epochs[-1].epoch if epochs else None
+        # Read by every append, without this lock (~0.2 µs): the slice is one step under the GIL, so
+        # it holds the list's last entry as it was at one moment, or nothing, never a torn read --
+        # all the lock gave a reader, as the entry may change the moment it is released. (The
+        # append holds its log's lock, which every writer of a log's cache holds too.)
+        last = self._epochs[-1:]
+        return last[0].epoch if last else None
 
     @property
     def earliest_entry(self) -> EpochEntry | None:

@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from tierlog.errors import (
     CorruptIndexError,
@@ -450,9 +450,12 @@ class LogSegment:
     # -- append and read ----------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
-               headers: Sequence[BatchHeader]) -> None:
+               headers: Sequence[BatchHeader], patched_epoch: int | None = None) -> None:
         """Append already-validated batches (offsets assigned): one buffer, or the pieces that make it
-        up, in order. ``headers`` give each batch's fields and its position within ``records``."""
+        up, in order. ``headers`` give each batch's fields and its position within ``records``.
+        With ``patched_epoch``: ``records`` is a buffer holding the one batch of ``headers``, written
+        with its assigned base offset and that partition leader epoch set in a copy of its header
+        (:meth:`FileRecords.append_patched`), the buffer's own bytes left as they are."""
         if not headers:
             return
         first, last_header = headers[0], headers[-1]
@@ -466,7 +469,11 @@ class LogSegment:
         if physical_position == 0:
             self._first_batch_timestamp_loaded = True
             self._first_batch_timestamp = first.max_timestamp
-        written = log_file.append(records)
+        if patched_epoch is None:
+            written = log_file.append(records)
+        else:
+            written = log_file.append_patched(cast("bytes | bytearray | memoryview", records), first.position,
+                                              first.size_bytes, first.base_offset, patched_epoch)
         # Validated before they were written: later reads send these bytes without checking them again.
         self.verified.add(physical_position, physical_position + written, first.base_offset, last + 1)
         known = self._max_ts_and_offset

@@ -17,11 +17,16 @@ class LogSegments:
         self._factory = factory
         self._bases: list[int] = []
         self._segments: dict[int, LogSegment] = {}
+        #: :attr:`last`, read by every append; forgotten by every change of the set (only the
+        #: three methods below change it).
+        self._last: LogSegment | None = None
 
     def add_base_offsets(self, bases: Iterable[int]) -> None:
+        self._last = None
         self._bases = sorted(set(self._bases).union(bases))
 
     def add(self, segment: LogSegment) -> None:
+        self._last = None
         base = segment.base_offset
         if base not in self._segments:
             i = bisect.bisect_left(self._bases, base)
@@ -30,6 +35,7 @@ class LogSegments:
         self._segments[base] = segment
 
     def remove(self, base_offset: int) -> LogSegment | None:
+        self._last = None
         i = bisect.bisect_left(self._bases, base_offset)
         if i < len(self._bases) and self._bases[i] == base_offset:
             del self._bases[i]
@@ -68,7 +74,10 @@ class LogSegments:
 
     @property
     def last(self) -> LogSegment | None:
-        return self.get(self._bases[-1]) if self._bases else None
+        seg = self._last
+        if seg is None and self._bases:
+            seg = self._last = self.get(self._bases[-1])
+        return seg
 
     def floor(self, offset: int) -> LogSegment | None:
         """The segment whose base offset is the largest ≤ ``offset``."""

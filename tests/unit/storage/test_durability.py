@@ -1,5 +1,6 @@
 """Durable acknowledgements (group commit) and log dirs taken offline by disk errors, with faults
-injected by replacing os.fdatasync / os.pwritev / os.open / os.replace for one call site."""
+injected by replacing os.fdatasync / os.pwritev (and the C write of one batch) / os.open / os.replace for one
+call site."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.helpers.storage import batch
 from tierlog.config import LogConfig
 from tierlog.errors import KafkaStorageError
 from tierlog.server.handlers.produce import durable_ack
+from tierlog.storage import file_records
 from tierlog.storage.log_manager import LogManager, LogManagerSettings
 
 CFG = LogConfig()
@@ -174,6 +176,8 @@ def test_enospc_on_write_takes_the_dir_offline_and_the_last_dir_stops_the_broker
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "pwritev", full)
+    # A client's one batch is written by one C call (records.header.fast_write_patched), not os.pwritev.
+    monkeypatch.setattr(file_records, "fast_write_patched", full)
     with pytest.raises(KafkaStorageError, match="ENOSPC|No space"):
         ulog.append_as_leader(batch())
     assert "ENOSPC" in (mgr.failure_channel.offline_reason(tmp_path.resolve()) or "")

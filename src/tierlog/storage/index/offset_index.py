@@ -80,29 +80,36 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         """Index ``offset`` at byte ``position``. Offsets must strictly increase."""
-        # Once per index.interval.bytes of appends: the checks read fields, not properties.
+        # Once per index.interval.bytes of appends (every 16 KiB batch): every check in one
+        # condition over fields; :meth:`_refuse_append` raises the exact error when one fails.
         with self._lock:
-            if self._closed or not self._writable:
-                self._check_writable()
             entries = self._entries
-            if entries >= self._max_entries:
-                raise IndexFullError(f"attempt to append to a full index {self._path} (size = {entries})")
-            if entries != 0 and offset <= self._last_offset:
-                raise InvalidOffsetError(
-                    f"attempt to append an offset {offset} to position {entries} no larger than the "
-                    f"last offset appended ({self._last_offset}) to {self._path}"
-                )
             relative = offset - self._base_offset
-            if relative < 0 or relative > INT32_MAX:
-                self.relative_offset(offset)  # raises, naming the index
-            if position < 0 or position > INT32_MAX:
-                raise ValueError(f"position {position} does not fit an int32 in {self._path}")
+            if (self._closed or not self._writable or entries >= self._max_entries
+                    or (entries != 0 and offset <= self._last_offset) or relative < 0 or relative > INT32_MAX
+                    or position < 0 or position > INT32_MAX):
+                self._refuse_append(offset, position)
             at = entries * OFFSET_ENTRY_SIZE
             if at + OFFSET_ENTRY_SIZE > self._written_to:
                 self._write_ahead(at, OFFSET_ENTRY_SIZE)
-            OFFSET_ENTRY.pack_into(self._buf(), at, relative, position)
+            mm = self._mm
+            OFFSET_ENTRY.pack_into(self._buf() if mm is None else mm.buffer, at, relative, position)
             self._entries = entries + 1
             self._last_offset = offset
+
+    def _refuse_append(self, offset: int, position: int) -> None:
+        """Raise what :meth:`append` refuses ``(offset, position)`` for, checked in Kafka's order."""
+        self._check_writable()
+        entries = self._entries
+        if entries >= self._max_entries:
+            raise IndexFullError(f"attempt to append to a full index {self._path} (size = {entries})")
+        if entries != 0 and offset <= self._last_offset:
+            raise InvalidOffsetError(
+                f"attempt to append an offset {offset} to position {entries} no larger than the "
+                f"last offset appended ({self._last_offset}) to {self._path}"
+            )
+        self.relative_offset(offset)  # raises, naming the index, if it does not fit
+        raise ValueError(f"position {position} does not fit an int32 in {self._path}")
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the largest offset ≤ ``target_offset``, or ``(base_offset, 0)``."""

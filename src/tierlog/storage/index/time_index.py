@@ -82,36 +82,49 @@ class TimeIndex(AbstractIndex):
         raises TimestampOrderError; a repeat of the last timestamp is ignored (roll and close append
         the segment's max timestamp, which usually is already the last entry).
         """
+        # Once per index.interval.bytes of appends (every 16 KiB batch): every check in one
+        # condition over fields; :meth:`_refuse_append` raises the exact error when one fails.
         with self._lock:
-            if self._closed or not self._writable:
-                self._check_writable()
             entries = self._entries
-            if not skip_full_check and entries >= self._max_entries - 1:  # is_full
-                raise IndexFullError(f"attempt to append to a full time index {self._path} (size = {entries})")
-            last = self._last
-            if entries != 0 and offset < last.offset:
-                raise InvalidOffsetError(
-                    f"attempt to append an offset ({offset}) to slot {self._entries} no larger than the last "
-                    f"offset appended ({last.offset}) to {self._path}"
-                )
-            if self._entries != 0 and timestamp < last.timestamp:
-                raise TimestampOrderError(
-                    f"attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger than the "
-                    f"last timestamp appended ({last.timestamp}) to {self._path}"
-                )
-            if timestamp <= last.timestamp:
-                return
+            last_timestamp, last_offset = last = self._last
             relative = offset - self._base_offset
-            if relative < 0 or relative > INT32_MAX:
-                self.relative_offset(offset)  # raises, naming the index
-            if entries >= self._max_entries:
-                raise IndexFullError(f"no room for a time index entry in {self._path} (size = {entries})")
+            if (self._closed or not self._writable or entries >= self._max_entries - 1
+                    or (entries != 0 and (offset < last_offset or timestamp < last_timestamp))
+                    or relative < 0 or relative > INT32_MAX):
+                self._refuse_append(timestamp, offset, skip_full_check, last)
+            if timestamp <= last_timestamp:
+                return
             at = entries * TIME_ENTRY_SIZE
             if at + TIME_ENTRY_SIZE > self._written_to:
                 self._write_ahead(at, TIME_ENTRY_SIZE)
-            TIME_ENTRY.pack_into(self._buf(), at, timestamp, relative)
+            mm = self._mm
+            TIME_ENTRY.pack_into(self._buf() if mm is None else mm.buffer, at, timestamp, relative)
             self._entries = entries + 1
             self._last = TimestampOffset(timestamp, offset)
+
+    def _refuse_append(self, timestamp: int, offset: int, skip_full_check: bool, last: TimestampOffset) -> None:
+        """Raise what :meth:`maybe_append` refuses ``(timestamp, offset)`` for, checked in its order;
+        return when nothing is wrong after all (a full index with the check skipped, or a repeat of
+        the last timestamp whose offset does not fit: neither is an error)."""
+        self._check_writable()
+        entries = self._entries
+        if not skip_full_check and entries >= self._max_entries - 1:  # is_full
+            raise IndexFullError(f"attempt to append to a full time index {self._path} (size = {entries})")
+        if entries != 0 and offset < last.offset:
+            raise InvalidOffsetError(
+                f"attempt to append an offset ({offset}) to slot {entries} no larger than the last "
+                f"offset appended ({last.offset}) to {self._path}"
+            )
+        if entries != 0 and timestamp < last.timestamp:
+            raise TimestampOrderError(
+                f"attempt to append a timestamp ({timestamp}) to slot {entries} no larger than the "
+                f"last timestamp appended ({last.timestamp}) to {self._path}"
+            )
+        if timestamp <= last.timestamp:
+            return
+        self.relative_offset(offset)  # raises, naming the index, if it does not fit
+        if entries >= self._max_entries:
+            raise IndexFullError(f"no room for a time index entry in {self._path} (size = {entries})")
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The entry with the largest timestamp ≤ ``target_timestamp``, or ``(-1, base_offset)``."""
