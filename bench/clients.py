@@ -375,7 +375,7 @@ def log_batches(data_dir: Path, topic: str) -> tuple[int, int]:
     """Record batches and their bytes in every segment of ``topic``'s partitions: the batches the
     producers sent, as the broker appended them (uncompressed v2 batches are stored as sent)."""
     batches = total = 0
-    for segment in data_dir.glob(f"{topic}-*/*.log"):
+    for segment in data_dir.glob(f"{topic}-[0-9]*/*.log"):
         data = segment.read_bytes()
         pos = 0
         while pos + 12 <= len(data):
@@ -442,6 +442,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def sendfile_baseline(files: list[Path], chunk_bytes: int) -> tuple[float, float, int]:
+    """The kernel's own cost of what a fetch does: ``sendfile`` of ``files`` (a partition's
+    segments) in ``chunk_bytes`` pieces to a loopback socket that a client thread reads. The
+    (seconds, sender-thread CPU seconds, bytes) of it; on loopback the sender's system calls also
+    run the receive side's TCP processing, as the broker's do."""
+    server = socket.create_server(("127.0.0.1", 0))
+    received = 0
+
+    def reader() -> None:
+        nonlocal received
+        conn, _ = server.accept()
+        view = memoryview(bytearray(1 << 20))
+        while n := conn.recv_into(view):
+            received += n
+        conn.close()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    sent = 0
+    with socket.create_connection(server.getsockname()) as out:
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        for path in files:
+            with path.open("rb") as f:
+                size, position = os.fstat(f.fileno()).st_size, 0
+                while position < size:
+                    n = os.sendfile(out.fileno(), f.fileno(), position, min(chunk_bytes, size - position))
+                    position += n
+                    sent += n
+        out.shutdown(socket.SHUT_WR)
+        cpu = time.thread_time() - cpu0
+        thread.join()
+        wall = time.perf_counter() - wall0
+    server.close()
+    return wall, cpu, sent
+
+
 def loopback_copy(total_bytes: int) -> float:
     """Seconds to push ``total_bytes`` through a loopback TCP connection in 1 MiB writes."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -476,8 +512,17 @@ def loopback_copy(total_bytes: int) -> float:
     return elapsed
 
 
+def kernel_baseline(data_dir: Path, topic: str, moved_bytes: int) -> None:
+    """The consumed case's kernel baseline: the topic's segment files sent by ``sendfile`` in pieces
+    of the consumer's max.partition.fetch.bytes, the sender's CPU per GB of values as the broker's."""
+    chunk = int(CONSUMER_TUNING["max.partition.fetch.bytes"])
+    wall, cpu, sent = sendfile_baseline(sorted(data_dir.glob(f"{topic}-[0-9]*/*.log")), chunk)
+    print(f"   kernel baseline, sendfile of the topic's segment files in {chunk:,} B calls to a loopback reader: "
+          f"{sent / wall / 1e6:,.0f} MB/s, sender CPU {cpu / (moved_bytes / 1e9):.2f} core-s/GB", flush=True)
+
+
 def run_size(pid: int, addresses: dict[str, str], confs: dict[str, dict[str, str]], modes: list[str], size: int,
-             args: argparse.Namespace) -> None:
+             args: argparse.Namespace, data_dir: Path) -> None:
     """Every case for one record size over each listener kind, ``--runs`` times with the kinds
     interleaved (the load of a shared machine drifts); then each secured case's best beside the
     plaintext best, and the ratio of their CPU per GB (broker and client together: what a CPU-bound
@@ -513,6 +558,8 @@ def run_size(pid: int, addresses: dict[str, str], confs: dict[str, dict[str, str
                 else:
                     print(f"{name} over {MODE_NAMES[mode]} (run {run + 1}): {rate:,.1f} records/s", flush=True)
                 print(f"   {mb_per_s(rate, size)} {cpu}", flush=True)
+                if mode == "plaintext" and name == "librdkafka consume (confluent-kafka)":
+                    kernel_baseline(data_dir, topic, moved)
     print(f"-- {size}-byte records, best of {args.runs} beside the plaintext best of the same run; "
           f"load average now {os.getloadavg()[0]:.1f}", flush=True)
     for (name, mode), got in results.items():
@@ -579,7 +626,7 @@ def main() -> None:
     try:
         add_scram_user(addresses["plaintext"])
         for size in (int(s) for s in args.sizes.split(",")) if not args.only_java_shaped else ():
-            run_size(proc.pid, addresses, confs, modes, size, args)
+            run_size(proc.pid, addresses, confs, modes, size, args, data_dir)
         if args.java_shaped or args.only_java_shaped:
             java_shaped(proc.pid, addresses["plaintext"], data_dir, f"http://127.0.0.1:{metrics_port}/metrics", args)
     finally:

@@ -13,7 +13,11 @@ Then produce latency: ``--latency-requests`` requests sent one at a time (the ne
 answered), with acks=1 and with acks=all, printed as p50/p99/p99.9 from send to response read.
 
     python bench/hotpath.py [--mib 512] [--batch-kib 1024] [--record 1024] [--inflight 5] [--profile FILE]
-        [--latency-requests 1000]
+        [--fetch-mib 8] [--fetch-passes 1] [--latency-requests 1000]
+
+The fetch case is followed by its kernel baseline: ``sendfile`` of the same segment files in
+``--fetch-mib`` calls to a loopback socket that a client thread reads, the sender's CPU per GB
+beside the broker's.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import time
 from pathlib import Path
 
 from _common import command_line, report
-from clients import cpu_seconds, create_topic, loopback_copy, start_broker
+from clients import cpu_seconds, create_topic, loopback_copy, sendfile_baseline, start_broker
 from tierlog.protocol import ApiKey, build_request, encode_request, parse_response
 from tierlog.records import SimpleRecord, build_batch
 
@@ -114,6 +118,14 @@ def fetch(sock: socket.socket, end_offset: int, fetch_bytes: int) -> tuple[int, 
     return requests, moved
 
 
+def fetch_passes(sock: socket.socket, end_offset: int, fetch_bytes: int, passes: int) -> tuple[int, int]:
+    requests = moved = 0
+    for _ in range(passes):
+        r, m = fetch(sock, end_offset, fetch_bytes)
+        requests, moved = requests + r, moved + m
+    return requests, moved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=512, help="MiB produced (then fetched)")
@@ -121,6 +133,8 @@ def main() -> None:
     ap.add_argument("--record", type=int, default=1024, help="record value size in bytes")
     ap.add_argument("--inflight", type=int, default=5, help="produce requests in flight")
     ap.add_argument("--fetch-mib", type=int, default=8, help="fetch max_bytes")
+    ap.add_argument("--fetch-passes", type=int, default=1,
+                    help="read the log this many times in the fetch case (later passes: from the page cache, warm)")
     ap.add_argument("--profile", type=Path, help="sample the broker with py-spy into this file (raw format)")
     ap.add_argument("--latency-requests", type=int, default=1000,
                     help="produce requests sent one at a time for the latency percentiles, per acks setting")
@@ -148,17 +162,29 @@ def main() -> None:
         for name, run, requests_of in (
                 (f"produce {count} x {len(batch):,} B, {args.inflight} in flight",
                  lambda: produce(sock, batch, count, args.inflight), lambda _: count),
-                (f"fetch, {args.fetch_mib} MiB per request",
-                 lambda: fetch(sock, count * per_batch, args.fetch_mib << 20), lambda r: r[0])):
+                (f"fetch, {args.fetch_mib} MiB per request" + (f", {args.fetch_passes} passes" if args.fetch_passes > 1 else ""),
+                 lambda: fetch_passes(sock, count * per_batch, args.fetch_mib << 20, args.fetch_passes),
+                 lambda r: r[0])):
             cpu0, faults0, wall0 = cpu_seconds(proc.pid), minor_faults(proc.pid), time.perf_counter()
             result = run()
             wall = time.perf_counter() - wall0
             cpu, faults = cpu_seconds(proc.pid) - cpu0, minor_faults(proc.pid) - faults0
             requests = requests_of(result)
-            report(name, moved / wall / 1e6, "MB/s", "loopback socket copy", baseline)
-            print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (moved / 1e9):.2f} core-s/GB, "
+            passes = args.fetch_passes if name.startswith("fetch") else 1
+            report(name, passes * moved / wall / 1e6, "MB/s", "loopback socket copy", baseline)
+            print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (passes * moved / 1e9):.2f} core-s/GB, "
                   f"{cpu / requests * 1e6:,.0f} µs and {faults / requests:.0f} page faults per request", flush=True)
+            if name.startswith("fetch"):
+                base_wall, base_cpu, base_bytes = sendfile_baseline(sorted((data_dir / "hotpath-0").glob("*.log")),
+                                                                    args.fetch_mib << 20)
+                base_gb = base_bytes / 1e9
+                print(f"   kernel baseline, sendfile of the same segment files in {args.fetch_mib} MiB calls to a "
+                      f"loopback reader: {base_bytes / base_wall / 1e6:,.1f} MB/s, sender CPU "
+                      f"{base_cpu / base_gb:.2f} core-s/GB; broker / kernel CPU per GB "
+                      f"{cpu / (passes * moved / 1e9) / (base_cpu / base_gb):.2f}", flush=True)
         for acks, label in ((1, "acks=1"), (-1, "acks=all (log.durable.acks=all: answered after the fsync)")):
+            if args.latency_requests <= 0:
+                break
             cpu0 = cpu_seconds(proc.pid)
             took = sorted(latencies(sock, batch, args.latency_requests, acks))
             cpu = cpu_seconds(proc.pid) - cpu0

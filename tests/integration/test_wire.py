@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import struct
 import subprocess
 import sys
@@ -206,6 +207,55 @@ def test_client_vanishing_during_a_large_fetch(broker: BrokerProcess, topic_name
     values = [r for _, rs in iter_batches(fetch_all(client, topic_name)) for r in rs]
     assert len(values) == 3600
     client.close()
+    assert "Traceback" not in broker.stderr_tail(200)
+
+
+def _fetch_request(topic: str, fetch_offset: int, max_bytes: int) -> dict[str, Any]:
+    return {"max_wait": 0, "min_bytes": 0, "max_bytes": max_bytes, "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "replica_id": -1, "topics": [
+                {"topic": topic, "partitions": [{"partition": 0, "fetch_offset": fetch_offset,
+                                                 "partition_max_bytes": max_bytes, "current_leader_epoch": -1,
+                                                 "log_start_offset": -1}]}],
+            "forgotten_topics_data": [], "rack_id": ""}
+
+
+def test_a_fetch_larger_than_the_socket_takes_at_once_resumes_and_returns_the_segment_bytes(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """A fetch's record set leaves by one sendfile straight from the event loop when the socket
+    takes it whole, and the rest by asyncio's sendfile when it does not: ~18 MB cannot fit a
+    loopback socket's send buffer (4 MiB at most here), least of all towards a client with a small
+    receive buffer, so the first sendfile is partial and the response resumes. Every byte is the
+    segment file's, and pipelined requests behind it are answered after it, in order."""
+    client = RawClient(broker.port)
+    create_topic(client, topic_name)
+    big = build_batch([SimpleRecord(None, bytes([i % 251]) * 1000, timestamp=now_ms()) for i in range(900)])
+    for _ in range(18):
+        assert produce(client, topic_name, big).error_code == 0  # acks=all: below the high watermark
+    client.close()
+    segment = broker.data_dir / f"{topic_name}-0" / "00000000000000000000.log"
+    on_disk = segment.read_bytes()
+    assert len(on_disk) == 18 * len(big)
+
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+    slow.settimeout(60)
+    slow.connect(("127.0.0.1", broker.port))
+    reader = RawClient.__new__(RawClient)
+    _RawClient.__init__(reader, broker.port, client_id="wire-test")
+    reader.sock.close()
+    reader.sock = slow
+    try:
+        first = reader.send(ApiKey.FETCH, 11, _fetch_request(topic_name, 0, 32 << 20))
+        between = reader.send(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+        second = reader.send(ApiKey.FETCH, 11, _fetch_request(topic_name, 900 * 9, 32 << 20))
+        whole = reader.receive(ApiKey.FETCH, 11, first).responses[0].partitions[0]
+        assert whole.error_code == 0 and whole.high_watermark == 18 * 900
+        assert bytes(whole.records) == on_disk
+        assert reader.receive(ApiKey.API_VERSIONS, 3, between).error_code == 0
+        half = reader.receive(ApiKey.FETCH, 11, second).responses[0].partitions[0]
+        assert bytes(half.records) == on_disk[9 * len(big):]
+    finally:
+        reader.close()
     assert "Traceback" not in broker.stderr_tail(200)
 
 

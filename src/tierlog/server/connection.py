@@ -22,7 +22,7 @@ fsync round one request per connection. So its handler appends and returns :clas
 connection goes on appending the next requests (in order) while up to ``MAX_DEFERRED_REPLIES`` wait,
 and writes every response in request order.
 
-Longer than most modules (about 700 lines) because KafkaConnection is one asyncio protocol whose
+Longer than most modules (about 780 lines) because KafkaConnection is one asyncio protocol whose
 reading, memory accounting, deferred replies, throttling and writing share the state of one
 connection; its pause/resume decisions already live in :mod:`tierlog.server.read_gate`.
 """
@@ -736,6 +736,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # TLS encrypts in user space, so the kernel cannot send the file: copy it through.
             await self._copy_file(part)
             return
+        sent_now = _send_file_now(self._transport, part)
+        self.last_active = asyncio.get_running_loop().time()
+        if sent_now == part.size:
+            return
+        if sent_now:
+            # The rest waits for the socket to take it (the slice's owner still closes the descriptor).
+            part = FileSlice(part.fd, part.position + sent_now, part.size - sent_now)
         # loop.sendfile wants a file object; the slice keeps ownership of the descriptor.
         self._sending_file = True
         try:
@@ -749,3 +756,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active = asyncio.get_running_loop().time()
         if sent != part.size:
             raise OSError(f"sendfile sent {sent} of {part.size} bytes")
+
+
+def _send_file_now(transport: asyncio.Transport, part: FileSlice) -> int:
+    """How much of ``part`` the socket took at once: one non-blocking ``sendfile``, when nothing of
+    the transport's is still buffered (what it holds goes first). A fetch's record set usually fits
+    the socket's send buffer whole, and then no part of asyncio's sendfile runs: its wait for the
+    buffer to drain, reading paused and resumed, the writer registered and removed, a file object
+    and its fstat -- together more CPU than the kernel's copy of a 1 MiB fetch."""
+    if transport.get_write_buffer_size():
+        return 0
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        return os.sendfile(sock.fileno(), part.fd, part.position, part.size)
+    except (BlockingIOError, InterruptedError):
+        return 0

@@ -263,6 +263,30 @@ class PartitionManager:
                                     duplicate=info.duplicate, synced=synced))
         return out
 
+    def read_if_local(self, specs: list[ReadSpec], max_bytes: int, *,
+                      read_committed: bool = False) -> list[ReadResult] | None:
+        """:meth:`read_blocking` when every partition's log is there and is read from its local
+        segments only (no log to create, no remote tier to ask) and no log's lock is held by
+        another thread (an append, a roll, retention), else None without reading any: what may run
+        on the event loop (StorageIO.try_inline). Such a read is index lookups and a descriptor
+        duplicated, in memory when the index pages are cached (the gate sends the reads to the
+        pool for a while if one waited on the disk)."""
+        held: list[UnifiedLog] = []
+        remote = self.remote
+        try:
+            for spec in specs:
+                ulog = self.log_manager.get_log(spec.topic, spec.partition)
+                if (ulog is None or ulog.deleted or (remote is not None and ulog.remote_log_enabled)
+                        or not ulog.lock.acquire(blocking=False)):
+                    return None
+                # Held to the end (the lock is re-entrant): retention cannot delete a segment
+                # between this check and the read, as under the read's own lock on the pool.
+                held.append(ulog)
+            return self.read_blocking(specs, max_bytes, read_committed=read_committed)
+        finally:
+            for ulog in held:
+                ulog.lock.release()
+
     def read_blocking(self, specs: list[ReadSpec], max_bytes: int, *, read_committed: bool = False,
                       copy_all: bool = False) -> list[ReadResult]:
         """Read every partition in request order within ``max_bytes`` overall; the first partition

@@ -64,6 +64,9 @@ class StorageIO:
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix=name)
         self._clock = clock
         self.gate = gate if gate is not None else InlineGate()
+        #: Fetch reads have their own gate: an append slowed by the disk's writeback says nothing
+        #: about reads of cached index pages, and a read that waited for a cold page nothing about appends.
+        self.read_gate = InlineGate()
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
@@ -71,8 +74,16 @@ class StorageIO:
     def try_inline(self, size_bytes: int, fn: Callable[P, T | None], /, *args: P.args, **kwargs: P.kwargs) -> T | None:
         """``fn(...)`` on the calling (event loop) thread if the gate allows a call of ``size_bytes``;
         None when it does not, or when ``fn`` itself declined by returning None."""
+        return self._inline(self.gate, size_bytes, fn, *args, **kwargs)
+
+    def try_inline_read(self, fn: Callable[P, T | None], /, *args: P.args, **kwargs: P.kwargs) -> T | None:
+        """As :meth:`try_inline`, for a fetch's read, behind :attr:`read_gate`."""
+        return self._inline(self.read_gate, 0, fn, *args, **kwargs)
+
+    def _inline(self, gate: InlineGate, size_bytes: int, fn: Callable[P, T | None], /, *args: P.args,
+                **kwargs: P.kwargs) -> T | None:
         started_ns = self._clock.monotonic_ns()
-        if not self.gate.allows(size_bytes, started_ns):
+        if not gate.allows(size_bytes, started_ns):
             return None
         switches = _voluntary_switches()
         try:
@@ -80,8 +91,8 @@ class StorageIO:
         finally:
             ended_ns = self._clock.monotonic_ns()
             elapsed_ns = ended_ns - started_ns
-            if elapsed_ns > self.gate.slow_ns:
-                self.gate.took(elapsed_ns, ended_ns, waited=_voluntary_switches() > switches)
+            if elapsed_ns > gate.slow_ns:
+                gate.took(elapsed_ns, ended_ns, waited=_voluntary_switches() > switches)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)

@@ -116,3 +116,87 @@ def test_the_first_append_of_a_new_epoch_is_left_to_the_pool(tmp_path: Path) -> 
         assert again is not None and [r.base_offset for r in again] == [1, 1, 1]
 
     with_broker(tmp_path, test)
+
+
+def _records(result: Any) -> bytes:
+    """A read result's bytes, whether copied or a file slice (read through its own descriptor)."""
+    import os
+
+    records = result.records
+    return records if isinstance(records, bytes) else os.pread(records.fd, records.size, records.position)
+
+
+def test_reads_run_on_the_loop_only_from_open_local_logs_whose_lock_is_free(tmp_path: Path) -> None:
+    """Fetch reads on the event loop (PartitionManager.read_if_local): the same results as the
+    pool's read_blocking, and declined without reading when a log is not open or another thread
+    holds a log's lock (retention deleting segments, an append on the pool)."""
+    from tierlog.server.partitions import SENDFILE_MIN_BYTES, ReadSpec
+
+    async def test(ctx: BrokerContext) -> None:
+        await ctx.io.run(ctx.controller.create_topic, "r", 2, 1, {})
+        big = build_batch([SimpleRecord(None, bytes(1000), timestamp=int(time.time() * 1000)) for _ in range(400)])
+        assert len(big) >= SENDFILE_MIN_BYTES  # this one leaves as a file slice
+        for records in (_batch(0), big, _batch(1)):
+            answer = (await call(ctx, ApiKey.PRODUCE, 9, {"acks": 1, "timeout": 30000, "topic_data": [
+                {"name": "r", "partition_data": [{"index": 0, "records": records}]}]}))
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        ulog = ctx.log_manager.get_log("r", 0)
+        assert ulog is not None
+        await ctx.io.run(ulog.flush)  # the high watermark follows the fsync (log.durable.acks)
+        assert ulog.high_watermark == 402
+        for fetch_offset, max_bytes in ((0, 100), (1, 1 << 20), (0, 1 << 20), (401, 1 << 20), (402, 1 << 20), (999, 1 << 20)):
+            specs = [ReadSpec("r", 0, fetch_offset, max_bytes), ReadSpec("r", 1, 0, max_bytes)]
+            inline = ctx.partitions.read_if_local(specs, max_bytes)
+            pooled = await ctx.io.run(ctx.partitions.read_blocking, specs, max_bytes)
+            assert inline is not None
+            try:
+                assert [(r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, _records(r))
+                        for r in inline] == [
+                    (r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, _records(r))
+                    for r in pooled], (fetch_offset, max_bytes)
+            finally:
+                for r in (*inline, *pooled):
+                    r.release()
+        # A partition whose log is not open (or does not exist): left to the pool, which answers it.
+        assert ctx.partitions.read_if_local([ReadSpec("r", 0, 0, 1 << 20), ReadSpec("r", 9, 0, 1)], 1 << 20) is None
+        taken, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with ulog.lock:
+                taken.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait(10)
+        try:
+            assert ctx.partitions.read_if_local([ReadSpec("r", 1, 0, 1), ReadSpec("r", 0, 0, 1 << 20)], 1 << 20) is None
+        finally:
+            release.set()
+            holder.join()
+
+    with_broker(tmp_path, test)
+
+
+def test_reads_and_appends_pause_their_inline_calls_separately() -> None:
+    """A slow inline append (the disk throttling writers) keeps appends off the loop for a while,
+    not a fetch's reads of cached index pages; and the other way round."""
+    clock = ManualClock()
+    io = StorageIO(1, clock=clock, gate=InlineGate(max_bytes=10, slow_ns=5_000_000, pause_ns=100_000_000))
+    io.read_gate = InlineGate(slow_ns=5_000_000, pause_ns=100_000_000)
+
+    def slow() -> str:
+        clock.advance(6)  # ms
+        time.sleep(0.001)  # slept in the kernel
+        return "slow"
+
+    try:
+        assert io.try_inline(1, slow) == "slow"
+        assert io.try_inline(1, lambda: "append") is None
+        assert io.try_inline_read(lambda: "read") == "read"
+        clock.advance(100)
+        assert io.try_inline_read(slow) == "slow"
+        assert io.try_inline_read(lambda: "read") is None
+        assert io.try_inline(1, lambda: "append") == "append"
+    finally:
+        io.shutdown()
