@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from tests.helpers.broker import BrokerProcess
+from tests.helpers.broker import TEST_OVERRIDES, BrokerProcess
 from tests.helpers.waits import wait_until
 from tests.reliability.harness import RawClient, create_topic, fetch_request
 from tests.reliability.pageshim import PageShim, unavailable
@@ -40,6 +40,16 @@ def _gauge(url: str, name: str, topic: str) -> int:
             if line.startswith(name + "{") and f'topic="{topic}"' in line:
                 return int(float(line.rsplit(" ", 1)[1]))
     return -1
+
+
+OFFSETS_PARTITIONS = int(TEST_OVERRIDES["offsets.topic.num.partitions"])
+
+
+def _partitions(url: str, topic: str) -> int:
+    """How many of ``topic``'s partitions have a log, by the broker's log-end-offset gauges."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return sum(1 for line in resp.read().decode().splitlines()
+                   if line.startswith("tierlog_log_end_offset{") and f'topic="{topic}"' in line)
 
 
 def _latest(port: int, isolation_level: int) -> int:
@@ -93,6 +103,10 @@ def test_consumers_see_a_record_only_once_it_is_fsynced(tmp_path: Path) -> None:
 
         assert wait_until(lambda: consumed(1), 60), broker.stderr_tail()
         assert got == [(0, b"a")]
+        # The consumer's FindCoordinator has the broker create the offsets topic: its logs' fsyncs
+        # must be done before every fsync is held (else their creation waits on the hold too).
+        assert wait_until(lambda: _partitions(url, "__consumer_offsets") == OFFSETS_PARTITIONS, 60), \
+            broker.stderr_tail()
 
         assert shim.command("hold-fsync") == "ok"
         # A fetch long-polling at the end of the log, sent before the next record is appended.

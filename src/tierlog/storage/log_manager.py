@@ -383,8 +383,11 @@ class LogManager:
         log.error("partition refused topic=%s partition=%d: %s", tp[0], tp[1], reason)
 
     def all_logs(self) -> dict[TopicPartition, UnifiedLog]:
-        with self._lock:
-            return dict(self._logs)
+        # Without the lock: creating a log holds it across its files' fsyncs, and a metrics scrape or
+        # a background task must not wait on a slow disk for that. Copying a dict (tuple keys of
+        # str and int) is one C call that runs no Python code, so it sees the map before or after
+        # any change, never in between (as get_log's lookup does).
+        return dict(self._logs)
 
     def _adopt(self, ulog: UnifiedLog) -> None:
         """What a log served by this manager is given: the failure channel, refusal, and whether its
