@@ -8,6 +8,7 @@ independent decoder from the compiled one the data source uses."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,12 @@ def build_dataset(root: Path) -> Dataset:
     lat = open_log("lat-0", **{"message.timestamp.type": "LogAppendTime"})
     for i in range(6):
         lat.append_as_leader(build_batch([SimpleRecord(b"a", b"b" * 40, (), T0 + i)] * 3, compression=i % 5))
+        # LogAppendTime stamps each batch with the broker's clock: a fast append path put all six in
+        # one millisecond, and the timestamp probes below need several distinct times. Wait for the
+        # clock to move on (a condition, at most a millisecond).
+        appended_ms = time.time_ns() // 1_000_000
+        while time.time_ns() // 1_000_000 == appended_ms:
+            pass
     events = open_log("events-0")
     for i in range(8):
         events.append_as_leader(build_batch([SimpleRecord(None, b"e%d" % i, (), T0 + i * 10)]))
