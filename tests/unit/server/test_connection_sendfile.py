@@ -1,7 +1,8 @@
 """Responses with file slices (a Fetch's record sets) over a real loopback socket: the header, the
 file's bytes and what follows them (a flexible Fetch's tagged fields) leave corked as one stream,
-pipelined responses stay in request order, a slice larger than the socket takes at once resumes,
-the socket is uncorked after every response, and a TLS connection copies the file instead."""
+pipelined responses stay in request order, a slice larger than the socket takes at once resumes
+(uncorked), the socket is uncorked after every response, and a TLS connection copies the file
+instead."""
 
 from __future__ import annotations
 
@@ -53,8 +54,17 @@ def _corked(conn: KafkaConnection) -> int:
     return value
 
 
+class SmallSendBuffer(KafkaConnection):
+    """With a 64 KiB send buffer: no slice of a megabyte fits the socket at once."""
+
+    def connection_made(self, transport: Any) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        super().connection_made(transport)
+
+
 def _serve_and_read(tmp_path: Path, slices: dict[int, int], corrs: list[int], *,
-                    receive_buffer: int | None = None) -> tuple[list[bytes], bytes, list[int]]:
+                    receive_buffer: int | None = None,
+                    connection: type[KafkaConnection] = KafkaConnection) -> tuple[list[bytes], bytes, list[int]]:
     """Pipeline ApiVersions requests with ``corrs`` to a KafkaConnection on loopback; the frames
     read back in order, the file, and TCP_CORK of the server's socket after each response."""
     data = os.urandom(max(slices.values()) + max(corrs) + 1)
@@ -64,7 +74,7 @@ def _serve_and_read(tmp_path: Path, slices: dict[int, int], corrs: list[int], *,
     made: list[KafkaConnection] = []
 
     def factory() -> KafkaConnection:
-        made.append(KafkaConnection(router, max_frame_bytes=1 << 20))
+        made.append(connection(router, max_frame_bytes=1 << 20))
         return made[-1]
 
     async def run() -> tuple[list[bytes], list[int]]:
@@ -116,14 +126,17 @@ def test_slices_leave_whole_with_what_follows_them_in_request_order_and_uncorked
 
 
 def test_a_slice_larger_than_the_socket_takes_at_once_resumes_and_the_next_answer_follows(tmp_path: Path) -> None:
-    """24 MiB towards a client with an 8 KiB receive buffer: the first sendfile is partial, asyncio's
-    sendfile sends the rest (corked all along), the tail follows the file's last byte, then the
-    next request's answer."""
-    slices = {1: 24 << 20, 3: 400_000}
-    frames, data, corked = _serve_and_read(tmp_path, slices, [1, 2, 3], receive_buffer=8192)
+    """Towards a client with an 8 KiB receive buffer from a 64 KiB send buffer: the first sendfile
+    of each slice is partial -- 24 MiB (never corked) and 1 MiB (corked, uncorked when the socket
+    stops taking it) -- asyncio's sendfile sends the rest, the tail follows the file's last byte,
+    then the next request's answer."""
+    slices = {1: 24 << 20, 3: 1 << 20, 4: 400_000}
+    frames, data, corked = _serve_and_read(tmp_path, slices, [1, 2, 3, 4], receive_buffer=8192,
+                                           connection=SmallSendBuffer)
     assert frames[0][4:] == data[1:1 + (24 << 20)] + TAIL
     assert parse_response(ApiKey.API_VERSIONS, 3, frames[1])[0] == 2
-    assert frames[2][4:] == data[3:3 + 400_000] + TAIL
+    assert frames[2][4:] == data[3:3 + (1 << 20)] + TAIL
+    assert frames[3][4:] == data[4:4 + 400_000] + TAIL
     assert corked[-1] == 0
 
 
