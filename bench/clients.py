@@ -606,7 +606,10 @@ def main() -> None:
     ap.add_argument("--only-java-shaped", action="store_true", help="run only the Java-shaped case")
     ap.add_argument("--broker-override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker config for the run, e.g. log.durable.acks=none (repeatable)")
+    ap.add_argument("--fetch-bytes", type=int, default=int(CONSUMER_TUNING["max.partition.fetch.bytes"]),
+                    help="the consumers' max.partition.fetch.bytes (librdkafka's default: 1048576)")
     args = ap.parse_args()
+    CONSUMER_TUNING["max.partition.fetch.bytes"] = args.fetch_bytes
     modes = ["plaintext", *[m for m in args.security.split(",") if m and m != "plaintext"]]
     bad_clients = set(args.java_shaped_clients.split(",")) - set(JAVA_SHAPED_CLIENTS)
     if bad_clients:
