@@ -79,7 +79,7 @@ CLOSE_GRACE_S = 5.0
 COPY_CHUNK_BYTES = 1 << 20
 #: Responses whose file slices hold at most this many bytes are written corked (_write_raw): a
 #: loopback socket takes 1-2 MiB at once, and a larger response, sent partly by asyncio's sendfile,
-#: cost more corked than not (4 MB fetches: 0.22-0.23 -> 0.29-0.34 core-s/GB).
+#: cost more corked than not (4 MB fetches: 0.23-0.29 -> 0.29-0.34 core-s/GB).
 CORK_MAX_FILE_BYTES = 2 << 20
 
 _connection_ids = itertools.count(1)
