@@ -61,12 +61,17 @@ def read_frame(sock: socket.socket) -> bytearray:
     return out
 
 
-def produce(sock: socket.socket, batch: bytes, count: int, inflight: int) -> None:
+def produce(sock: socket.socket, batch: bytes, count: int, inflight: int, pieces: int = 1) -> None:
     frame = produce_frame(batch, 1)
+    step = -(-len(frame) // pieces)
+    parts = [frame[i:i + step] for i in range(0, len(frame), step)]
     sent = answered = 0
     while answered < count:
         while sent < count and sent - answered < inflight:
-            sock.sendall(frame)
+            for part in parts:
+                sock.sendall(part)
+                if pieces > 1:
+                    time.sleep(0.0002)  # as a client encoding its request while sending it
             sent += 1
         _, answer = parse_response(ApiKey.PRODUCE, 9, read_frame(sock))
         error = answer.responses[0].partition_responses[0].error_code
@@ -138,6 +143,9 @@ def main() -> None:
     ap.add_argument("--batch-kib", type=int, default=1024, help="size of each produce request's batch")
     ap.add_argument("--record", type=int, default=1024, help="record value size in bytes")
     ap.add_argument("--inflight", type=int, default=5, help="produce requests in flight")
+    ap.add_argument("--pieces", type=int, default=1,
+                    help="send each produce request in this many pieces, 0.2 ms apart (a client slower than the "
+                         "broker, as librdkafka's producer is: the broker then reads a request in several reads)")
     ap.add_argument("--fetch-mib", type=int, default=8, help="fetch max_bytes")
     ap.add_argument("--no-fetch", action="store_true", help="measure produce only (no fetch case)")
     ap.add_argument("--fetch-passes", type=int, default=1,
@@ -178,7 +186,7 @@ def main() -> None:
             time.sleep(1.5)
         for name, run, requests_of in (
                 (f"produce {count} x {len(batch):,} B, {args.inflight} in flight",
-                 lambda: produce(sock, batch, count, args.inflight), lambda _: count),
+                 lambda: produce(sock, batch, count, args.inflight, args.pieces), lambda _: count),
                 (f"fetch, {args.fetch_mib} MiB per request" + (f", {args.fetch_passes} passes" if args.fetch_passes > 1 else ""),
                  lambda: fetch_passes(sock, count * per_batch, args.fetch_mib << 20, args.fetch_passes),
                  lambda r: r[0])):

@@ -196,10 +196,10 @@ def read_greedily(decoder: FrameDecoder, wire: bytes, sizes: list[int]) -> tuple
 
 @settings(max_examples=80, deadline=None)
 @given(
-    sizes=st.lists(st.sampled_from([0, 7, DIRECT_FRAME_BYTES - 1, DIRECT_FRAME_BYTES, 100_000, 100_000 + 12_500,
-                                    100_000 - 3, 100_000 + 12_501, 2 * READ_BUFFER_BYTES, 3 * READ_BUFFER_BYTES + 5]),
+    sizes=st.lists(st.sampled_from([0, 7, DIRECT_FRAME_BYTES - 1, DIRECT_FRAME_BYTES, 100_000, 300_000, 300_000 + 37_500,
+                                    300_000 - 3, 300_000 + 37_501, 2 * READ_BUFFER_BYTES, 3 * READ_BUFFER_BYTES + 5]),
                    min_size=1, max_size=8),
-    reads=st.lists(st.sampled_from([0, 0, 0, 1, 3, 4, 5, 1000, 12_000, 12_504, 100_004, READ_BUFFER_BYTES]), max_size=6),
+    reads=st.lists(st.sampled_from([0, 0, 0, 1, 3, 4, 5, 1000, 12_000, 37_504, 300_004, READ_BUFFER_BYTES]), max_size=6),
 )
 def test_reads_into_buffers_lent_for_the_next_large_frame_yield_the_frames(sizes: list[int], reads: list[int]) -> None:
     # Large frames of equal, smaller, slightly and much larger sizes, small ones between them, read
@@ -240,19 +240,22 @@ def test_a_smaller_frame_after_a_large_one_leaves_the_next_ones_start_to_be_cut(
 
 def test_a_buffer_lent_but_not_read_into_is_lent_again() -> None:
     # asyncio asks for a buffer and may find nothing to read (EAGAIN): buffer_updated is not called.
-    frames = [b"a" * 100_000, b"b" * 100_000]
+    frames = [b"a" * 300_000, b"b" * 300_000]
     wire = b"".join(encode_frame(f) for f in frames)
     decoder = FrameDecoder(1 << 20)
-    got, _ = read_greedily(decoder, wire[:4 + 100_000], [])
+    got, _ = read_greedily(decoder, wire[:4 + 300_000], [])
     assert got == frames[:1]
-    decoder.get_buffer()  # lent, nothing read
+    first = decoder.get_buffer()  # lent, nothing read
+    assert len(first) == 4 + 300_000
+    lent = first.obj
     target = decoder.get_buffer()
-    target[:len(wire) - 100_004] = wire[100_004:]
-    assert decoder.buffer_updated(len(wire) - 100_004) == frames[1:]
+    assert target.obj is lent
+    target[:len(wire) - 300_004] = wire[300_004:]
+    assert decoder.buffer_updated(len(wire) - 300_004) == frames[1:]
 
 
 def test_a_lent_buffer_still_viewed_elsewhere_is_copied_not_resized() -> None:
-    frames = [b"a" * 100_000, b"b" * 100_000]
+    frames = [b"a" * 300_000, b"b" * 300_000]
     decoder = FrameDecoder(1 << 20)
     assert read_greedily(decoder, encode_frame(frames[0]), [])[0] == frames[:1]
     target = decoder.get_buffer()
@@ -276,3 +279,22 @@ def test_a_large_frame_declared_after_a_large_one_and_barely_sent_is_not_held_at
     assert decoder.buffer_updated(1004) == []
     assert decoder.buffered_bytes == decoder.received_bytes == 1000
     assert decoder.pending_frame_bytes == 900_000
+
+
+def test_frames_smaller_than_a_read_are_still_read_several_at_once() -> None:
+    # 20 KB produce requests pipelined: one read into the shared buffer brings many; a buffer lent
+    # for one at a time would cost a read (an event-loop turn) each.
+    frames = [bytes([i]) * 20_000 for i in range(10)]
+    decoder = FrameDecoder(1 << 20)
+    reads = 0
+    wire = b"".join(encode_frame(f) for f in frames)
+    got: list[bytes | bytearray] = []
+    pos = 0
+    while pos < len(wire):
+        target = decoder.get_buffer()
+        n = min(len(target), len(wire) - pos)
+        target[:n] = wire[pos:pos + n]
+        pos += n
+        reads += 1
+        got += decoder.buffer_updated(n)
+    assert got == frames and reads == 1
