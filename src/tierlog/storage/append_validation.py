@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from tierlog._util.crc import SMALL_CRC_BYTES, crc32c_small, crc32c_unwrapped
+from tierlog._util.crc import crc32c_small
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
@@ -46,7 +46,7 @@ def parse_and_validate(buf: bytes | bytearray | memoryview, config: LogConfig,
         # One whole uncompressed batch, what clients send per partition: every check below in one C
         # call (~1 µs less per batch). It answers None for anything it does not accept, and the
         # checks below then find what is wrong and raise it; a size over a limit goes there first.
-        crc = (crc32c_small if size <= SMALL_CRC_BYTES else crc32c_unwrapped)(memoryview(buf)[CRC_START:])
+        crc = crc32c_small(memoryview(buf)[CRC_START:])
         fast = c_check_batch(buf, crc, from_client)
         if fast is not None and not (fast[3] and from_client and compact):
             header = BatchHeader(buf, 0)
