@@ -785,24 +785,28 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     @refuses_partition
     @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
-        for seg in list(self.segments):
-            self._ensure_checked(seg)
-            if seg.size_bytes == 0 or seg.largest_timestamp < timestamp:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
-            if found is not None:
-                return found
-        return None
+        """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets). Under the
+        log's lock, as a read: the active segment's indexes are appended to without their own locks
+        (OffsetIndex.append), and a time index entry found damaged here rebuilds them."""
+        with self.lock:
+            for seg in list(self.segments):
+                self._ensure_checked(seg)
+                if seg.size_bytes == 0 or seg.largest_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+            return None
 
     @refuses_partition
     @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
-        for seg in self.segments:
-            self._ensure_checked(seg)
-            if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
-                best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
+        with self.lock:  # the active segment's largest timestamp moves with each append
+            for seg in self.segments:
+                self._ensure_checked(seg)
+                if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
+                    best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
 
     @property
