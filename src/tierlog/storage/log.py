@@ -46,10 +46,10 @@ from tierlog.records.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import BatchStats
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.append_validation import (
+    check_one_batch,
     header_max_timestamp_fix,
     parse_and_validate,
     record_validation_error,
@@ -344,17 +344,28 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         channel = self.failure_channel
         if self.offline_reason is not None or (channel is not None and channel.any_offline):
             self.check_online()  # raises
+        log_append_time = config.log_append_time
+        from_client = origin is AppendOrigin.CLIENT
+        checked = None
+        if (self.one_batch_path and not log_append_time
+                and (origin is AppendOrigin.REPLICATION or config.compression_type == PRODUCER_COMPRESSION)):
+            # What a client sends per partition -- one whole uncompressed batch, nothing to rebuild --
+            # checked in one C call, and appended by the one-batch path when its header's max
+            # timestamp needs no fix (the general path below takes the rest, with the same answer).
+            checked = check_one_batch(data, config, from_client)
+            if checked is not None and (origin is AppendOrigin.REPLICATION or checked[2] == checked[0].max_timestamp):
+                return self._append_one_batch(data, checked[0], checked[1], checked[2], len(data), leader_epoch,
+                                              origin, config)
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
-        headers, stats = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT,
+        headers, stats = parse_and_validate(data, config, from_client=from_client,
                                             topic_partition=f"{self.topic}-{self.partition}" if compact else "",
-                                            now_ms=self.clock.wall_ms() if compact else None)
+                                            now_ms=self.clock.wall_ms() if compact else None, checked=checked)
         # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
         # request's bytes are written as they are, behind headers patched in small copies: offsets
         # and the leader epoch lie outside the CRC, and a 1 MiB batch is not copied to change them.
         owned = False
-        log_append_time = config.log_append_time
         if origin is not AppendOrigin.REPLICATION and config.compression_type != PRODUCER_COMPRESSION:
             recompressed, headers = maybe_recompress(data, headers, config.compression_type)
             owned, data = recompressed is not data, recompressed
@@ -371,7 +382,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         size = len(data)
         if (len(headers) == 1 and not owned and self.one_batch_path
                 and (origin is AppendOrigin.REPLICATION or stats[0].max_timestamp == headers[0].max_timestamp)):
-            return self._append_one_batch(data, headers[0], stats[0], size, leader_epoch, origin, config)
+            return self._append_one_batch(data, headers[0], stats[0].min_timestamp, stats[0].max_timestamp, size,
+                                          leader_epoch, origin, config)
         with self.lock:
             now_ms = self.clock.wall_ms()
             if config.checks_create_times:
@@ -469,8 +481,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     #: ``test_append_one_batch.py`` compares the two).
     one_batch_path = True
 
-    def _append_one_batch(self, data: bytes | bytearray | memoryview, h: BatchHeader, st: BatchStats, size: int,
-                          leader_epoch: int, origin: AppendOrigin, config: LogConfig) -> LogAppendInfo:
+    def _append_one_batch(self, data: bytes | bytearray | memoryview, h: BatchHeader, oldest: int, newest: int,
+                          size: int, leader_epoch: int, origin: AppendOrigin, config: LogConfig) -> LogAppendInfo:
         """:meth:`_append_as_leader` of what a client sends per partition -- one batch, not rebuilt
         (no recompression, no LogAppendTime) and whose header's max timestamp needs no fix -- in
         straight lines, without the lists and loops the general case needs (~1 µs per append).
@@ -480,7 +492,6 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             if config.checks_create_times and not h.attributes & TIMESTAMP_TYPE_MASK:
                 # The general path's timestamp check (message.timestamp.before/after.max.ms), for one batch.
                 before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-                oldest, newest = st.min_timestamp, st.max_timestamp
                 if ((oldest != NO_TIMESTAMP and (now_ms - oldest > before_ms or oldest - now_ms > after_ms))
                         or (newest != NO_TIMESTAMP and (now_ms - newest > before_ms or newest - now_ms > after_ms))):
                     self._refuse_timestamps(h, now_ms, config)
