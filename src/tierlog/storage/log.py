@@ -506,12 +506,17 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             if duplicate is not None:
                 return self._duplicate_appended(duplicate, False)
             max_ts = h.max_timestamp
-            segment = self._maybe_roll(size, max_ts, offset, last_offset, now_ms)
+            segment = self.segments.last  # _maybe_roll, inline
+            assert segment is not None, "a log always has an active segment"
+            if not segment.checked:
+                self._ensure_checked(segment)
+            if segment.should_roll(size, max_ts, last_offset, now_ms, config.segment_bytes, config.max_segment_ms):
+                segment = self.roll(offset)
             if leader_epoch >= 0:
                 latest_epoch = self.leader_epoch_cache.latest_epoch
                 if latest_epoch is None or leader_epoch > latest_epoch:
                     self.leader_epoch_cache.assign(leader_epoch, offset)
-            segment.append(data, (h,), leader_epoch)
+            segment.append_batch(data, h, leader_epoch)
             self._appended(segment, staged, last_offset, count, config)
             return LogAppendInfo(offset, last_offset, max_ts, last_offset if max_ts > -1 else offset, -1,
                                  self.log_start_offset, count, size, False, segment.log, segment.base_offset)
@@ -535,6 +540,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         producer_state = self.producer_state
         if staged is NOTHING_STAGED:
             producer_state.update_map_end_offset(last_offset + 1)  # all commit_staged does for it
+        elif type(staged) is StagedBatch:
+            producer_state.commit_batch(staged, last_offset)  # commit_staged of it: it completes nothing
         else:
             for completion in producer_state.commit_staged(staged, last_offset):
                 if completion.is_aborted:
