@@ -313,7 +313,23 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # Not decorated like the other public methods: their two wrappers cost ~1 µs per call, once
         # per produced partition. Their handling runs in :meth:`_append_failed`, on errors only.
         try:
-            return self._append_as_leader(records, leader_epoch, origin)
+            config = self.config
+            channel = self.failure_channel
+            if self.offline_reason is not None or (channel is not None and channel.any_offline):
+                self.check_online()  # raises
+            checked = None
+            if (self.one_batch_path and not config.log_append_time
+                    and (origin is AppendOrigin.REPLICATION or config.compression_type == PRODUCER_COMPRESSION)):
+                # What a client sends per partition -- one whole uncompressed batch, nothing to
+                # rebuild -- checked in one C call, and appended by the one-batch path when its
+                # header's max timestamp needs no fix (the general path takes the rest, with the
+                # same answer; what was checked is not checked again).
+                checked = check_one_batch(records, config, origin is AppendOrigin.CLIENT)
+                if checked is not None and (origin is AppendOrigin.REPLICATION
+                                            or checked[2] == checked[0].max_timestamp):
+                    return self._append_one_batch(records, checked[0], checked[1], checked[2], len(records),
+                                                  leader_epoch, origin, config)
+            return self._append_as_leader(records, leader_epoch, origin, checked)
         except (OSError, KafkaStorageError) as e:
             self._append_failed(e)
             raise  # not reached: _append_failed raises
@@ -333,29 +349,17 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             return self.failure_channel.raise_offline(self.dir.parent, e, action)
         return KafkaStorageError(f"{action} failed: {e}")
 
-    def _append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin
-    ) -> LogAppendInfo:
+    def _append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin,
+                          checked: tuple[BatchHeader, int, int, int, bool] | None) -> LogAppendInfo:
+        """:meth:`append_as_leader` of everything its one-batch path does not take (the log known
+        online); ``checked``: what check_one_batch answered for ``records``, if it was asked."""
         # Runs once per produced partition, often on the event loop (~25 µs of Python per 16 KiB
         # batch before it was trimmed): lookups are hoisted, and nothing is built that the common
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        channel = self.failure_channel
-        if self.offline_reason is not None or (channel is not None and channel.any_offline):
-            self.check_online()  # raises
         log_append_time = config.log_append_time
         from_client = origin is AppendOrigin.CLIENT
-        checked = None
-        if (self.one_batch_path and not log_append_time
-                and (origin is AppendOrigin.REPLICATION or config.compression_type == PRODUCER_COMPRESSION)):
-            # What a client sends per partition -- one whole uncompressed batch, nothing to rebuild --
-            # checked in one C call, and appended by the one-batch path when its header's max
-            # timestamp needs no fix (the general path below takes the rest, with the same answer).
-            checked = check_one_batch(data, config, from_client)
-            if checked is not None and (origin is AppendOrigin.REPLICATION or checked[2] == checked[0].max_timestamp):
-                return self._append_one_batch(data, checked[0], checked[1], checked[2], len(data), leader_epoch,
-                                              origin, config)
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
