@@ -84,7 +84,7 @@ class OffsetIndex(AbstractIndex):
         Without this index's lock (~0.2 µs per entry): its only writer is the log that owns it, under
         the log's lock -- the append, and the roll, truncation, recovery and close that also resize,
         trim or close the index; and every reader of a log's active segment (reads, the fetch upper
-        bound, epoch rebuilds) holds that lock too. An append only fills a slot past the entries and
+        bound, ListOffsets by timestamp) holds that lock too. An append only fills a slot past the entries and
         then counts it, so a reader under this lock alone still sees whole entries."""
         # Once per index.interval.bytes of appends (every 16 KiB batch): every check in one
         # condition over fields; :meth:`_refuse_append` raises the exact error when one fails.
