@@ -22,6 +22,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -203,12 +204,53 @@ done:
 /* Below this many records the walk keeps the GIL: releasing and taking it back costs more. */
 #define RELEASE_GIL_RECORDS 512
 
+/* walk() without the GIL when the records are many enough for that to pay. */
+static void walk_released(const uint8_t *b, int64_t pos, int64_t end, int64_t count, int64_t base_timestamp,
+                          int from_client, walk_result *r) {
+    if (count >= RELEASE_GIL_RECORDS) {
+        Py_BEGIN_ALLOW_THREADS
+        walk(b, pos, end, count, base_timestamp, from_client, r);
+        Py_END_ALLOW_THREADS
+    } else {
+        walk(b, pos, end, count, base_timestamp, from_client, r);
+    }
+}
+
+/* The argument checks the entry points below start with. */
+
+/* Whether `name` got the `wanted` number of arguments; a TypeError if not. */
+static int takes(const char *name, Py_ssize_t nargs, Py_ssize_t wanted) {
+    if (nargs == wanted)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, wanted);
+    return 0;
+}
+
+/* `obj`'s bytes as a simple buffer in `view`, holding `size` bytes at `start` (and `valid`: the
+ * caller's other checks of its arguments). 1; or 0 with nothing held and a ValueError
+ * "<what> a buffer of N bytes", `what` a PyUnicode_FromFormat format of the arguments after it. */
+static int get_span(PyObject *obj, Py_buffer *view, long long start, long long size, int valid, const char *what,
+                    ...) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return 0;
+    if (valid && start >= 0 && size >= 0 && start <= view->len - size)
+        return 1;
+    va_list args;
+    va_start(args, what);
+    PyObject *described = PyUnicode_FromFormatV(what, args);
+    va_end(args);
+    if (described != NULL) {
+        PyErr_Format(PyExc_ValueError, "%U a buffer of %zd bytes", described, view->len);
+        Py_DECREF(described);
+    }
+    PyBuffer_Release(view);
+    return 0;
+}
+
 static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "walk_records takes 6 arguments");
+    if (!takes("walk_records", nargs, 6))
         return NULL;
-    }
     long long pos = PyLong_AsLongLong(args[1]);
     long long end = PyLong_AsLongLong(args[2]);
     long long count = PyLong_AsLongLong(args[3]);
@@ -217,22 +259,12 @@ static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (PyErr_Occurred() || from_client < 0)
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    int ordered = pos >= 0 && end >= pos; /* end - pos cannot overflow */
+    if (!get_span(args[0], &view, pos, ordered ? end - pos : 0, ordered, "records [%lld, %lld) are not inside", pos,
+                  end))
         return NULL;
-    if (pos < 0 || end < pos || end > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "records [%lld, %lld) are not inside a buffer of %zd bytes", pos, end,
-                     view.len);
-        return NULL;
-    }
     walk_result r;
-    if (count >= RELEASE_GIL_RECORDS) {
-        Py_BEGIN_ALLOW_THREADS
-        walk((const uint8_t *)view.buf, pos, end, count, base_timestamp, from_client, &r);
-        Py_END_ALLOW_THREADS
-    } else {
-        walk((const uint8_t *)view.buf, pos, end, count, base_timestamp, from_client, &r);
-    }
+    walk_released((const uint8_t *)view.buf, pos, end, count, base_timestamp, from_client, &r);
     PyBuffer_Release(&view);
     return Py_BuildValue("(NLLLLLNL)", PyBool_FromLong(r.ok), (long long)r.found, (long long)r.pos,
                          (long long)r.min_ts, (long long)r.max_ts, (long long)r.max_ts_delta,
@@ -279,13 +311,7 @@ static int check_one_batch(const uint8_t *b, int64_t size, unsigned long long co
     if (from_client && ((attributes & 0x20) || last_offset_delta < 0 || count == 0 ||
                         last_offset_delta + 1 != count || (producer_id > -1 && base_sequence < 0)))
         return 0;
-    if (count >= RELEASE_GIL_RECORDS) {
-        Py_BEGIN_ALLOW_THREADS
-        walk(b, BATCH_HEADER_SIZE, size, count, base_timestamp, from_client, r);
-        Py_END_ALLOW_THREADS
-    } else {
-        walk(b, BATCH_HEADER_SIZE, size, count, base_timestamp, from_client, r);
-    }
+    walk_released(b, BATCH_HEADER_SIZE, size, count, base_timestamp, from_client, r);
     /* What reader._walk takes as a good walk. */
     if (!r->ok || r->found != count || r->pos != size || (count && r->previous > last_offset_delta))
         r->ok = 0;
@@ -294,10 +320,8 @@ static int check_one_batch(const uint8_t *b, int64_t size, unsigned long long co
 
 static PyObject *check_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "check_batch takes 3 arguments");
+    if (!takes("check_batch", nargs, 3))
         return NULL;
-    }
     unsigned long long computed_crc = PyLong_AsUnsignedLongLong(args[1]);
     int from_client = PyObject_IsTrue(args[2]);
     if (PyErr_Occurred() || from_client < 0)
@@ -312,6 +336,16 @@ static PyObject *check_batch(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_RETURN_NONE;
     return Py_BuildValue("(LLLN)", (long long)r.min_ts, (long long)r.max_ts, (long long)r.max_ts_delta,
                          PyBool_FromLong(r.has_null_key));
+}
+
+/* Set the base offset and the partition leader epoch (neither under the CRC) in the batch header `h`. */
+static void patch_header(uint8_t *h, long long base_offset, long epoch) {
+    uint64_t o = (uint64_t)base_offset;
+    for (int i = 0; i < 8; i++)
+        h[i] = (uint8_t)(o >> (56 - 8 * i));
+    uint32_t e = (uint32_t)(int32_t)epoch;
+    for (int i = 0; i < 4; i++)
+        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
 }
 
 /* The BatchHeader class (tierlog.records.header) and where each of its slots lives in an instance,
@@ -369,10 +403,8 @@ static PyObject *set_header_type(PyObject *self, PyObject *const *args, Py_ssize
  * reference; tests/unit/records/test_check_batch.py holds the two equal, slot by slot. */
 static PyObject *check_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "check_header takes 3 arguments");
+    if (!takes("check_header", nargs, 3))
         return NULL;
-    }
     if (header_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "check_header: set_header_type was not called");
         return NULL;
@@ -434,10 +466,8 @@ static PyObject *check_header(PyObject *self, PyObject *const *args, Py_ssize_t 
  * leader epoch set, neither under the CRC. ~0.1 us against ~0.4 us: once per produced batch. */
 static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "header_copy takes 4 arguments");
+    if (!takes("header_copy", nargs, 4))
         return NULL;
-    }
     long long position = PyLong_AsLongLong(args[1]);
     long long base_offset = PyLong_AsLongLong(args[2]);
     long epoch = PyLong_AsLong(args[3]);
@@ -448,25 +478,14 @@ static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (!get_span(args[0], &view, position, BATCH_HEADER_SIZE, 1, "no %d-byte header at %lld in", BATCH_HEADER_SIZE,
+                  position))
         return NULL;
-    if (position < 0 || position > view.len - BATCH_HEADER_SIZE) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "no %d-byte header at %lld in a buffer of %zd bytes", BATCH_HEADER_SIZE,
-                     position, view.len);
-        return NULL;
-    }
     PyObject *out = PyByteArray_FromStringAndSize((const char *)view.buf + position, BATCH_HEADER_SIZE);
     PyBuffer_Release(&view);
     if (out == NULL)
         return NULL;
-    uint8_t *h = (uint8_t *)PyByteArray_AS_STRING(out);
-    uint64_t o = (uint64_t)base_offset;
-    for (int i = 0; i < 8; i++)
-        h[i] = (uint8_t)(o >> (56 - 8 * i));
-    uint32_t e = (uint32_t)(int32_t)epoch;
-    for (int i = 0; i < 4; i++)
-        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
+    patch_header((uint8_t *)PyByteArray_AS_STRING(out), base_offset, epoch);
     return out;
 }
 
@@ -482,10 +501,8 @@ static PyObject *header_copy(PyObject *self, PyObject *const *args, Py_ssize_t n
  * its Python reference; test_write_patched.py holds the two equal. */
 static PyObject *write_patched(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "write_patched takes 7 arguments");
+    if (!takes("write_patched", nargs, 7))
         return NULL;
-    }
     long fd = PyLong_AsLong(args[0]);
     long long position = PyLong_AsLongLong(args[2]);
     long long size = PyLong_AsLongLong(args[3]);
@@ -499,22 +516,12 @@ static PyObject *write_patched(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+    if (!get_span(args[1], &view, position, size, size >= BATCH_HEADER_SIZE && file_position >= 0,
+                  "no batch of %lld bytes at %lld in", size, position))
         return NULL;
-    if (position < 0 || size < BATCH_HEADER_SIZE || position > view.len - size || file_position < 0) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "no batch of %lld bytes at %lld in a buffer of %zd bytes", size, position,
-                     view.len);
-        return NULL;
-    }
     uint8_t h[BATCH_HEADER_SIZE];
     memcpy(h, (const uint8_t *)view.buf + position, BATCH_HEADER_SIZE);
-    uint64_t o = (uint64_t)base_offset;
-    for (int i = 0; i < 8; i++)
-        h[i] = (uint8_t)(o >> (56 - 8 * i));
-    uint32_t e = (uint32_t)(int32_t)epoch;
-    for (int i = 0; i < 4; i++)
-        h[12 + i] = (uint8_t)(e >> (24 - 8 * i));
+    patch_header(h, base_offset, epoch);
     struct iovec iov[2];
     iov[0].iov_base = h;
     iov[0].iov_len = BATCH_HEADER_SIZE;
