@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from tierlog._util.crc import SMALL_CRC_BYTES, crc32c_small, crc32c_unwrapped
+from tierlog._util.crc import crc32c_small
 from tierlog.config.definition import INT64_MAX
 from tierlog.config.log_config import LogConfig
 from tierlog.errors import (
@@ -98,7 +98,7 @@ def check_one_batch(buf: bytes | bytearray | memoryview, config: LogConfig,
     if (c_check_header is None or size < BATCH_HEADER_SIZE or size > config.max_message_bytes
             or size > config.segment_bytes):
         return None
-    crc = (crc32c_small if size <= SMALL_CRC_BYTES else crc32c_unwrapped)(memoryview(buf)[CRC_START:])
+    crc = crc32c_small(memoryview(buf)[CRC_START:])
     fast = c_check_header(buf, crc, from_client)
     if fast is None or (fast[4] and from_client and config.compact):
         return None

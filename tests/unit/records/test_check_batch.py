@@ -205,7 +205,14 @@ def test_c_header_copy_is_header_copy(buf: bytes, data: st.DataObject, base_offs
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=70_000), st.integers(0, 30), st.sampled_from([bytes, bytearray, memoryview]))
 def test_the_small_buffer_crc_is_crc32c(data: bytes, start: int, kind: type) -> None:
-    """The produce path's CRC of a batch up to 64 KiB (fastcrc when installed) is CRC-32C, on every
-    kind of buffer it is given, a slice of one too."""
+    """The produce path's CRC of a batch (fastcrc when installed) is CRC-32C, on every kind of buffer
+    it is given, a slice of one too."""
     buf = memoryview(kind(data))[min(start, len(data)):] if kind is memoryview else kind(data)
     assert crc32c_small(buf) == crc32c(bytes(buf))
+
+
+@pytest.mark.parametrize("size", [(64 << 10) + 1, (1 << 20) - 61, 1 << 20, (8 << 20) + 3])
+def test_the_batch_crc_of_large_batches_is_crc32c(size: int) -> None:
+    data = bytes(range(256)) * (size // 256 + 1)
+    view = memoryview(bytearray(data[:size + 61]))[61:]  # where a batch's CRC starts, in a frame
+    assert crc32c_small(view) == crc32c(bytes(view))
