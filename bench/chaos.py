@@ -336,6 +336,7 @@ def txn(args: argparse.Namespace, work: Path) -> Section:
          f"{r.broker_kills - (r.app_kills + r.broker_kills - r.kills)} / "
          f"{r.app_kills - (r.app_kills + r.broker_kills - r.kills)} / {r.app_kills + r.broker_kills - r.kills}"),
         ("application processes started", r.app_starts),
+        ("application processes ended by their watchdog (a client call hung past its timeout)", r.app_exits),
         ("transactions committed / aborted by the application", f"{r.commits:,} / {r.aborts:,}"),
         ("producers rebuilt after a fatal error or timeout", r.fatal_restarts),
         ("all input consumed (offsets committed) at the end", r.finished),
@@ -346,9 +347,11 @@ def txn(args: argparse.Namespace, work: Path) -> Section:
     body = ("The application (`tests/reliability/txn_app.py`, confluent-kafka) reads `eos-in` from its group's "
             "committed offsets and writes each record to `eos-out` in transactions of up to 50 records with "
             "`send_offsets_to_transaction`; it rewinds after an aborted transaction and starts a new producer "
-            "after a fatal error. Each round waits 0.5-4 s, then SIGKILLs the broker, the application or both "
-            "and restarts them; a new application fences the killed one's epoch. At the end the output is "
-            "read `read_committed` from offset 0.\n\n" + table(rows))
+            "after a fatal error; a watchdog ends its process when a client call hangs past its timeout "
+            "(librdkafka's `send_offsets_to_transaction` after a broker restart, confluentinc/librdkafka#5456), "
+            "and the harness starts it again. Each round waits 0.5-4 s once what it restarted runs, then "
+            "SIGKILLs the broker, the application or both and restarts them; a new application fences the "
+            "killed one's epoch. At the end the output is read `read_committed` from offset 0.\n\n" + table(rows))
     return Section("txn", "Exactly once under SIGKILLs of broker and application", body, r.ok)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import socket
 import struct
@@ -46,6 +47,11 @@ def minor_faults(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
 
 
+def user_system_seconds(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / os.sysconf("SC_CLK_TCK"), int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def read_frame(sock: socket.socket) -> bytearray:
     size = _I32.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
     out = bytearray(size)
@@ -55,12 +61,17 @@ def read_frame(sock: socket.socket) -> bytearray:
     return out
 
 
-def produce(sock: socket.socket, batch: bytes, count: int, inflight: int) -> None:
+def produce(sock: socket.socket, batch: bytes, count: int, inflight: int, pieces: int = 1) -> None:
     frame = produce_frame(batch, 1)
+    step = -(-len(frame) // pieces)
+    parts = [frame[i:i + step] for i in range(0, len(frame), step)]
     sent = answered = 0
     while answered < count:
         while sent < count and sent - answered < inflight:
-            sock.sendall(frame)
+            for part in parts:
+                sock.sendall(part)
+                if pieces > 1:
+                    time.sleep(0.0002)  # as a client encoding its request while sending it
             sent += 1
         _, answer = parse_response(ApiKey.PRODUCE, 9, read_frame(sock))
         error = answer.responses[0].partition_responses[0].error_code
@@ -132,10 +143,19 @@ def main() -> None:
     ap.add_argument("--batch-kib", type=int, default=1024, help="size of each produce request's batch")
     ap.add_argument("--record", type=int, default=1024, help="record value size in bytes")
     ap.add_argument("--inflight", type=int, default=5, help="produce requests in flight")
+    ap.add_argument("--pieces", type=int, default=1,
+                    help="send each produce request in this many pieces, 0.2 ms apart (a client slower than the "
+                         "broker, as librdkafka's producer is: the broker then reads a request in several reads)")
     ap.add_argument("--fetch-mib", type=int, default=8, help="fetch max_bytes")
+    ap.add_argument("--no-fetch", action="store_true", help="measure produce only (no fetch case)")
     ap.add_argument("--fetch-passes", type=int, default=1,
                     help="read the log this many times in the fetch case (later passes: from the page cache, warm)")
     ap.add_argument("--profile", type=Path, help="sample the broker with py-spy into this file (raw format)")
+    ap.add_argument("--profile-nonblocking", action="store_true",
+                    help="with --profile: Python frames only, without stopping the broker for each sample (a stop "
+                         "counts as a wait in the kernel, which sends inline appends to the pool for 5 s)")
+    ap.add_argument("--attach", help="a command run while the cases run, the broker's pid appended (say "
+                    "'strace -c -f -o FILE -p' or 'perf record -e cpu-clock:u -g -o FILE -p'); stopped by SIGINT")
     ap.add_argument("--latency-requests", type=int, default=1000,
                     help="produce requests sent one at a time for the latency percentiles, per acks setting")
     args = ap.parse_args()
@@ -150,30 +170,40 @@ def main() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="tierlog-bench-hotpath-"))
     proc, [address] = start_broker(data_dir)
     spy: subprocess.Popen[bytes] | None = None
+    attached: subprocess.Popen[bytes] | None = None
     try:
         create_topic(address, "hotpath", 1)
         host, port = address.rsplit(":", 1)
         sock = socket.create_connection((host, int(port)))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if args.profile:
-            spy = subprocess.Popen(["py-spy", "record", "--native", "-r", "250", "-f", "raw", "-o", str(args.profile),
+            mode = ["--nonblocking"] if args.profile_nonblocking else ["--native"]
+            spy = subprocess.Popen(["py-spy", "record", *mode, "-r", "250", "-f", "raw", "-o", str(args.profile),
                                     "-p", str(proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.5)  # attached before the clock starts
+        if args.attach:
+            attached = subprocess.Popen([*shlex.split(args.attach), str(proc.pid)])
+            time.sleep(1.5)
         for name, run, requests_of in (
                 (f"produce {count} x {len(batch):,} B, {args.inflight} in flight",
-                 lambda: produce(sock, batch, count, args.inflight), lambda _: count),
+                 lambda: produce(sock, batch, count, args.inflight, args.pieces), lambda _: count),
                 (f"fetch, {args.fetch_mib} MiB per request" + (f", {args.fetch_passes} passes" if args.fetch_passes > 1 else ""),
                  lambda: fetch_passes(sock, count * per_batch, args.fetch_mib << 20, args.fetch_passes),
                  lambda r: r[0])):
+            if args.no_fetch and name.startswith("fetch"):
+                continue
+            times0 = user_system_seconds(proc.pid)
             cpu0, faults0, wall0 = cpu_seconds(proc.pid), minor_faults(proc.pid), time.perf_counter()
             result = run()
             wall = time.perf_counter() - wall0
             cpu, faults = cpu_seconds(proc.pid) - cpu0, minor_faults(proc.pid) - faults0
+            user, system = (b - a for a, b in zip(times0, user_system_seconds(proc.pid), strict=True))
             requests = requests_of(result)
             passes = args.fetch_passes if name.startswith("fetch") else 1
             report(name, passes * moved / wall / 1e6, "MB/s", "loopback socket copy", baseline)
             print(f"   broker CPU {cpu / wall:.2f} cores, {cpu / (passes * moved / 1e9):.2f} core-s/GB, "
-                  f"{cpu / requests * 1e6:,.0f} µs and {faults / requests:.0f} page faults per request", flush=True)
+                  f"{cpu / requests * 1e6:,.0f} µs (user {user / requests * 1e6:,.0f}, system "
+                  f"{system / requests * 1e6:,.0f}) and {faults / requests:.0f} page faults per request", flush=True)
             if name.startswith("fetch"):
                 base_wall, base_cpu, base_bytes = sendfile_baseline(sorted((data_dir / "hotpath-0").glob("*.log")),
                                                                     args.fetch_mib << 20)
@@ -194,6 +224,9 @@ def main() -> None:
                   f"{cpu / len(took) * 1e6:,.0f} µs per request)", flush=True)
         sock.close()
     finally:
+        if attached is not None:
+            attached.send_signal(2)
+            attached.wait(60)
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)

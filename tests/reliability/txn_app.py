@@ -9,21 +9,62 @@ every failed transaction and builds a new producer after a fatal error, as a Kaf
 new process with the same ``transactional.id`` fences the killed one and aborts what it left open. Each
 outcome is one line on stdout (``commit``, ``abort``, ``restart ...``) for the harness to count; SIGTERM
 ends it after the current transaction.
+
+librdkafka (2.16) can block in ``send_offsets_to_transaction`` long past its timeout when the broker
+restarted during the transaction: the request to the group coordinator waits for a broker state change
+that no longer comes once every connection is up again (confluentinc/librdkafka#5456: the timeout of a
+coordinator request is never checked). The application cannot interrupt that call, so a watchdog ends
+the process (``hang ...``, exit status 3) when a call stays blocked ``HANG_MARGIN_S`` past its own
+timeout, as a crash; the harness starts a new process, which fences the stuck producer's epoch.
+``TIERLOG_TXN_APP_DEBUG`` sets librdkafka's ``debug`` (e.g. ``eos,broker,protocol``) to see it happen.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 IN_TOPIC, OUT_TOPIC, GROUP, TXN_ID = "eos-in", "eos-out", "eos-app", "eos-app-0"
+#: How long the transactional calls may take (librdkafka answers a retriable timeout error after it).
+CALL_TIMEOUT_S = 60.0
+#: How long past its timeout a call may stay blocked before the watchdog ends the process.
+HANG_MARGIN_S = 15.0
+HANG_EXIT_STATUS = 3
 
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+class Watchdog:
+    """Ends the process when a watched call is still blocked ``HANG_MARGIN_S`` after its timeout."""
+
+    def __init__(self) -> None:
+        self._call: tuple[str, float] | None = None
+        threading.Thread(target=self._run, name="watchdog", daemon=True).start()
+
+    @contextmanager
+    def watch(self, what: str, timeout_s: float = CALL_TIMEOUT_S) -> Iterator[None]:
+        self._call = (what, time.monotonic() + timeout_s + HANG_MARGIN_S)
+        try:
+            yield
+        finally:
+            self._call = None
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(1.0)
+            call = self._call
+            if call is not None and time.monotonic() > call[1]:
+                say(f"hang: {call[0]} still blocked {HANG_MARGIN_S:.0f}s past its timeout; exiting")
+                os._exit(HANG_EXIT_STATUS)
 
 
 class App:
@@ -33,11 +74,16 @@ class App:
         self.stop = threading.Event()
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
+        self.watchdog = Watchdog()
 
     def _open(self) -> None:
-        self.producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "linger.ms": 5,
-                                  "transaction.timeout.ms": 10000, "message.timeout.ms": 10000})
-        self.producer.init_transactions(60)
+        config = {"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "linger.ms": 5,
+                  "transaction.timeout.ms": 10000, "message.timeout.ms": 10000}
+        if os.environ.get("TIERLOG_TXN_APP_DEBUG"):
+            config["debug"] = os.environ["TIERLOG_TXN_APP_DEBUG"]
+        self.producer = Producer(config)
+        with self.watchdog.watch("init_transactions"):
+            self.producer.init_transactions(CALL_TIMEOUT_S)
         self.consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": GROUP, "enable.auto.commit": False,
                                   "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
         self._rewind()
@@ -45,7 +91,9 @@ class App:
     def _rewind(self) -> None:
         """Start again from the committed offsets (what the last committed transaction consumed)."""
         assert self.consumer is not None
-        committed = self.consumer.committed([TopicPartition(IN_TOPIC, p) for p in range(self.partitions)], timeout=60)
+        with self.watchdog.watch("committed"):
+            committed = self.consumer.committed([TopicPartition(IN_TOPIC, p) for p in range(self.partitions)],
+                                                timeout=CALL_TIMEOUT_S)
         self.consumer.assign([TopicPartition(IN_TOPIC, tp.partition, tp.offset if tp.offset >= 0 else 0)
                               for tp in committed])
 
@@ -67,7 +115,8 @@ class App:
                 error = e.args[0]
                 if self.producer is not None and not error.fatal() and error.txn_requires_abort():
                     try:
-                        self.producer.abort_transaction(60)
+                        with self.watchdog.watch("abort_transaction"):
+                            self.producer.abort_transaction(CALL_TIMEOUT_S)
                         say("abort")
                         self._rewind()
                         continue
@@ -77,7 +126,8 @@ class App:
                     # A commit whose outcome is unknown: retrying the call finishes it (librdkafka).
                     try:
                         assert self.producer is not None
-                        self.producer.commit_transaction(60)
+                        with self.watchdog.watch("commit_transaction (retried)"):
+                            self.producer.commit_transaction(CALL_TIMEOUT_S)
                         say("commit")
                         continue
                     except KafkaException as again:
@@ -99,9 +149,11 @@ class App:
         for m in messages:
             producer.produce(OUT_TOPIC, value=b"out-" + m.value(), partition=m.partition())
         positions = consumer.position([TopicPartition(IN_TOPIC, p) for p in range(self.partitions)])
-        producer.send_offsets_to_transaction([tp for tp in positions if tp.offset >= 0],
-                                             consumer.consumer_group_metadata(), 60)
-        producer.commit_transaction(60)
+        with self.watchdog.watch("send_offsets_to_transaction"):
+            producer.send_offsets_to_transaction([tp for tp in positions if tp.offset >= 0],
+                                                 consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+        with self.watchdog.watch("commit_transaction"):
+            producer.commit_transaction(CALL_TIMEOUT_S)
         say("commit")
 
 

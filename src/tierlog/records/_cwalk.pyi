@@ -1,4 +1,4 @@
-from tierlog.records.header import Buffer
+from tierlog.records.header import BatchHeader, Buffer
 
 def walk_records(
     buffer: Buffer, pos: int, end: int, count: int, base_timestamp: int, from_client: bool, /
@@ -14,3 +14,9 @@ def write_patched(
     fd: int, buffer: Buffer, position: int, size: int, file_position: int, base_offset: int,
     partition_leader_epoch: int, /
 ) -> int: ...
+
+def set_header_type(cls: type[BatchHeader], /) -> None: ...
+
+def check_header(
+    buffer: Buffer, computed_crc: int, from_client: bool, /
+) -> tuple[BatchHeader, int, int, int, bool] | None: ...

@@ -29,11 +29,18 @@ c_walk_records: Callable[[Buffer, int, int, int, int, bool], tuple[bool, int, in
 #: The checks of a record set that is one whole uncompressed batch in one C call (the produce
 #: path's common case): :func:`check_batch_python` is its reference. None without the C walk.
 c_check_batch: Callable[[Buffer, int, bool], tuple[int, int, int, bool] | None] | None
+#: :func:`check_header_python` in one C call: ``c_check_batch`` answering the batch's header too,
+#: built in C (~0.4 µs less than BatchHeader's ``__init__``). None without the C walk.
+c_check_header: Callable[[Buffer, int, bool], tuple[BatchHeader, int, int, int, bool] | None] | None
 try:
     from tierlog.records._cwalk import check_batch as c_check_batch
+    from tierlog.records._cwalk import check_header as c_check_header
+    from tierlog.records._cwalk import set_header_type as _set_header_type
     from tierlog.records._cwalk import walk_records as c_walk_records
 except ImportError:
-    c_walk_records = c_check_batch = None
+    c_walk_records = c_check_batch = c_check_header = None
+else:
+    _set_header_type(BatchHeader)  # raises if BatchHeader's slots are not the fields the C sets
 
 
 def _numba_walk(buf: Buffer, pos: int, end: int, count: int, base_timestamp: int,
@@ -267,6 +274,16 @@ def check_batch_python(buf: Buffer, computed_crc: int, from_client: bool) -> tup
     except TierlogError:
         return None
     return stats.min_timestamp, stats.max_timestamp, stats.max_timestamp_offset_delta, stats.has_null_key
+
+
+def check_header_python(buf: Buffer, computed_crc: int,
+                        from_client: bool) -> tuple[BatchHeader, int, int, int, bool] | None:
+    """What the C ``check_header`` answers: :func:`check_batch_python`'s answer after the batch's
+    header, ``BatchHeader(buf, 0)``; None when that answers None."""
+    checked = check_batch_python(buf, computed_crc, from_client)
+    if checked is None:
+        return None
+    return (BatchHeader(buf, 0), *checked)
 
 
 def walk_batch(header: BatchHeader, *, from_client: bool = False) -> BatchStats:

@@ -36,7 +36,9 @@ from tierlog.metadata.policy import SnapshotReason
 from tierlog.protocol import api_spec
 from tierlog.protocol.apis import ANSWERED_APIS
 from tierlog.server.cleaner_metrics import cleaner_metrics
+from tierlog.server.metric_families import Figure, families
 from tierlog.server.throttling import quota_metrics
+from tierlog.storage.group_commit import GroupCommitStats
 from tierlog.storage.retention import DeletionReason
 
 if TYPE_CHECKING:
@@ -144,6 +146,28 @@ def directory_size_bytes(directory: Path) -> int:
     except FileNotFoundError:
         return 0
     return total
+
+
+#: Group commit, by log dir (the figures of each dir's GroupCommitStats).
+_GROUP_COMMIT_FIGURES: list[Figure[GroupCommitStats]] = [
+    Figure(CounterMetricFamily, "tierlog_group_commit_syncs", "Group commit syncs: fdatasyncs of a segment file "
+           "that answered the produces waiting on it, by log dir.", lambda s: s.rounds),
+    Figure(CounterMetricFamily, "tierlog_group_commit_requests", "Produce requests (and offset commits) that waited "
+           "for a group commit, by log dir.", lambda s: s.requests),
+    Figure(CounterMetricFamily, "tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by log dir.",
+           lambda s: s.sync_seconds),
+    Figure(CounterMetricFamily, "tierlog_group_commit_fdatasyncs", "Segment files synced by group commit (each "
+           "sync covers every request on its file that came before it began; an fdatasync each, or several files "
+           "by one syncfs), by log dir.", lambda s: s.files_synced),
+    Figure(CounterMetricFamily, "tierlog_group_commit_syncfs", "syncfs calls of group commit, each standing in for "
+           "the fdatasyncs of the files of a produce of many partitions, by log dir.", lambda s: s.syncfs_calls),
+    Figure(GaugeMetricFamily, "tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for their "
+           "group commit, by log dir (bounded by log.dir.unflushed.max.bytes).", lambda s: s.pending_bytes),
+    Figure(GaugeMetricFamily, "tierlog_group_commit_pending_bytes_peak", "The most bytes that ever waited for a "
+           "group commit, by log dir.", lambda s: s.peak_pending_bytes),
+    Figure(CounterMetricFamily, "tierlog_group_commit_room_waits", "Durable produces that waited before appending "
+           "because log.dir.unflushed.max.bytes was reached, by log dir.", lambda s: s.room_waits),
+]
 
 
 class BrokerCollector(Collector):
@@ -348,41 +372,12 @@ class BrokerCollector(Collector):
         manager = self._ctx.log_manager
         offline = GaugeMetricFamily("tierlog_log_dir_offline", "1 for a log dir taken offline by a disk error "
                                     "(the ERROR line 'log dir offline' says why), else 0.", labels=["dir"])
-        rounds = CounterMetricFamily("tierlog_group_commit_syncs", "Group commit syncs: fdatasyncs of a segment "
-                                     "file that answered the produces waiting on it, by log dir.", labels=["dir"])
-        requests = CounterMetricFamily("tierlog_group_commit_requests", "Produce requests (and offset commits) "
-                                       "that waited for a group commit, by log dir.", labels=["dir"])
-        seconds = CounterMetricFamily("tierlog_group_commit_sync_seconds", "Time spent in group commit syncs, by "
-                                      "log dir.", labels=["dir"])
-        fdatasyncs = CounterMetricFamily("tierlog_group_commit_fdatasyncs", "Segment files synced by group "
-                                         "commit (each sync covers every request on its file that came before it "
-                                         "began; an fdatasync each, or several files by one syncfs), by log dir.",
-                                         labels=["dir"])
-        syncfs_calls = CounterMetricFamily("tierlog_group_commit_syncfs", "syncfs calls of group commit, each "
-                                           "standing in for the fdatasyncs of the files of a produce of many "
-                                           "partitions, by log dir.", labels=["dir"])
-        pending = GaugeMetricFamily("tierlog_group_commit_pending_bytes", "Bytes appended by requests waiting for "
-                                    "their group commit, by log dir (bounded by log.dir.unflushed.max.bytes).",
-                                    labels=["dir"])
-        peak = GaugeMetricFamily("tierlog_group_commit_pending_bytes_peak", "The most bytes that ever waited for a "
-                                 "group commit, by log dir.", labels=["dir"])
-        room_waits = CounterMetricFamily("tierlog_group_commit_room_waits", "Durable produces that waited before "
-                                         "appending because log.dir.unflushed.max.bytes was reached, by log dir.",
-                                         labels=["dir"])
         offline_dirs = manager.failure_channel.offline_dirs
         for d in manager.log_dirs:
             offline.add_metric([str(d)], 1 if d in offline_dirs else 0)
-        for d, commit in manager.group_commits.items():
-            stats = commit.stats
-            rounds.add_metric([str(d)], stats.rounds)
-            requests.add_metric([str(d)], stats.requests)
-            seconds.add_metric([str(d)], stats.sync_seconds)
-            fdatasyncs.add_metric([str(d)], stats.files_synced)
-            syncfs_calls.add_metric([str(d)], stats.syncfs_calls)
-            pending.add_metric([str(d)], stats.pending_bytes)
-            peak.add_metric([str(d)], stats.peak_pending_bytes)
-            room_waits.add_metric([str(d)], stats.room_waits)
-        yield from (offline, rounds, requests, seconds, fdatasyncs, syncfs_calls, pending, peak, room_waits)
+        yield offline
+        yield from families(_GROUP_COMMIT_FIGURES, ["dir"],
+                            [([str(d)], commit.stats) for d, commit in manager.group_commits.items()])
 
     # -- connections ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from tierlog.protocol import ApiKey, ParsedRequest
 from tierlog.server.connection import ClientInfo, CloseConnection, Deferred, RawResponse, Reply
 from tierlog.server.connection_rate import ConnectionCreationRate, IpConnectionRates, ListenerConnectionRate
 from tierlog.server.fetch_response import encode_fetch_response
+from tierlog.server.metric_families import Figure, families
 from tierlog.server.quotas import QuotaManager, QuotaType
 
 #: Never counted against request_percentage (Kafka exempts them too: a throttled client must still
@@ -153,37 +154,43 @@ def _empty_fetch(request: ParsedRequest, reply: RawResponse, throttle_ms: int) -
                                  session_id=session_id)
 
 
+#: A connection rate's throttling as two counters: new connections made to wait (or, for ip quotas,
+#: held and closed unserved) and the throttle time they got.
+Throttled = ConnectionCreationRate | IpConnectionRates | ListenerConnectionRate
+
+
+def _throttle_figures(count_name: str, count_doc: str, time_name: str, time_doc: str) -> list[Figure[Throttled]]:
+    return [Figure(CounterMetricFamily, count_name, count_doc, lambda r: r.throttled_total),
+            Figure(CounterMetricFamily, time_name, time_doc, lambda r: r.throttle_time_ms_total)]
+
+
+_LISTENER_THROTTLES = _throttle_figures(
+    "tierlog_listener_connections_accept_throttled", "New connections of a listener made to wait before being "
+    "served, for going over the broker's or the listener's max.connection.creation.rate.",
+    "tierlog_listener_connection_accept_throttle_time_ms", "How long those connections waited, in ms (Kafka's "
+    "per-listener connection-accept-throttle-time).")
+_BROKER_THROTTLES = _throttle_figures(
+    "tierlog_connections_accept_throttled", "New connections made to wait before being served for going over "
+    "max.connection.creation.rate.",
+    "tierlog_connection_accept_throttle_time_ms", "How long those connections waited, in ms (Kafka's "
+    "connection-accept-throttle-time).")
+_IP_THROTTLES = _throttle_figures(
+    "tierlog_ip_connections_throttled", "New connections held and closed unserved for going over their address's "
+    "connection_creation_rate (ip quotas).",
+    "tierlog_ip_connection_throttle_time_ms", "Throttle time given to those connections, in ms (Kafka's "
+    "ip-connection-accept-throttle-time).")
+
+
 def quota_metrics(quotas: QuotaManager | None, connection_rates: IpConnectionRates | None = None,
                   broker_rate: ConnectionCreationRate | None = None,
                   listener_rates: Sequence[ListenerConnectionRate] = ()) -> list[Metric]:
     out: list[Metric] = []
     if listener_rates:
-        waited = CounterMetricFamily("tierlog_listener_connections_accept_throttled", "New connections of a "
-                                     "listener made to wait before being served, for going over the broker's or "
-                                     "the listener's max.connection.creation.rate.", labels=["listener"])
-        wait = CounterMetricFamily("tierlog_listener_connection_accept_throttle_time_ms", "How long those "
-                                   "connections waited, in ms (Kafka's per-listener connection-accept-throttle-time).",
-                                   labels=["listener"])
-        for rate in listener_rates:
-            waited.add_metric([rate.listener], rate.throttled_total)
-            wait.add_metric([rate.listener], rate.throttle_time_ms_total)
-        out += [waited, wait]
+        out += families(_LISTENER_THROTTLES, ["listener"], [([rate.listener], rate) for rate in listener_rates])
     if broker_rate is not None:
-        waited = CounterMetricFamily("tierlog_connections_accept_throttled", "New connections made to wait "
-                                     "before being served for going over max.connection.creation.rate.")
-        waited.add_metric([], broker_rate.throttled_total)
-        wait = CounterMetricFamily("tierlog_connection_accept_throttle_time_ms", "How long those connections "
-                                   "waited, in ms (Kafka's connection-accept-throttle-time).")
-        wait.add_metric([], broker_rate.throttle_time_ms_total)
-        out += [waited, wait]
+        out += families(_BROKER_THROTTLES, [], [([], broker_rate)])
     if connection_rates is not None:
-        refused = CounterMetricFamily("tierlog_ip_connections_throttled", "New connections held and closed unserved "
-                                      "for going over their address's connection_creation_rate (ip quotas).")
-        refused.add_metric([], connection_rates.throttled_total)
-        held = CounterMetricFamily("tierlog_ip_connection_throttle_time_ms", "Throttle time given to those "
-                                   "connections, in ms (Kafka's ip-connection-accept-throttle-time).")
-        held.add_metric([], connection_rates.throttle_time_ms_total)
-        out += [refused, held]
+        out += families(_IP_THROTTLES, [], [([], connection_rates)])
     if quotas is None:
         return out
     time_ms = CounterMetricFamily("tierlog_quota_throttle_time_ms", "Throttle time given to clients by client "

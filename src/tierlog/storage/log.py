@@ -46,10 +46,10 @@ from tierlog.records.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from tierlog.records.reader import BatchStats
 from tierlog.scheduler import Scheduler
 from tierlog.storage import files
 from tierlog.storage.append_validation import (
+    check_one_batch,
     header_max_timestamp_fix,
     parse_and_validate,
     record_validation_error,
@@ -313,7 +313,23 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         # Not decorated like the other public methods: their two wrappers cost ~1 µs per call, once
         # per produced partition. Their handling runs in :meth:`_append_failed`, on errors only.
         try:
-            return self._append_as_leader(records, leader_epoch, origin)
+            config = self.config
+            channel = self.failure_channel
+            if self.offline_reason is not None or (channel is not None and channel.any_offline):
+                self.check_online()  # raises
+            checked = None
+            if (self.one_batch_path and not config.log_append_time
+                    and (origin is AppendOrigin.REPLICATION or config.compression_type == PRODUCER_COMPRESSION)):
+                # What a client sends per partition -- one whole uncompressed batch, nothing to
+                # rebuild -- checked in one C call, and appended by the one-batch path when its
+                # header's max timestamp needs no fix (the general path takes the rest, with the
+                # same answer; what was checked is not checked again).
+                checked = check_one_batch(records, config, origin is AppendOrigin.CLIENT)
+                if checked is not None and (origin is AppendOrigin.REPLICATION
+                                            or checked[2] == checked[0].max_timestamp):
+                    return self._append_one_batch(records, checked[0], checked[1], checked[2], len(records),
+                                                  leader_epoch, origin, config)
+            return self._append_as_leader(records, leader_epoch, origin, checked)
         except (OSError, KafkaStorageError) as e:
             self._append_failed(e)
             raise  # not reached: _append_failed raises
@@ -333,28 +349,27 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             return self.failure_channel.raise_offline(self.dir.parent, e, action)
         return KafkaStorageError(f"{action} failed: {e}")
 
-    def _append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin
-    ) -> LogAppendInfo:
+    def _append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, origin: AppendOrigin,
+                          checked: tuple[BatchHeader, int, int, int, bool] | None) -> LogAppendInfo:
+        """:meth:`append_as_leader` of everything its one-batch path does not take (the log known
+        online); ``checked``: what check_one_batch answered for ``records``, if it was asked."""
         # Runs once per produced partition, often on the event loop (~25 µs of Python per 16 KiB
         # batch before it was trimmed): lookups are hoisted, and nothing is built that the common
         # case (no recompression, no LogAppendTime, no producer ids) does not use.
         data: bytes | bytearray | memoryview = records
         config = self.config
-        channel = self.failure_channel
-        if self.offline_reason is not None or (channel is not None and channel.any_offline):
-            self.check_online()  # raises
+        log_append_time = config.log_append_time
+        from_client = origin is AppendOrigin.CLIENT
         compact = config.compact
         # The clock read here only dates the per-record errors of a batch refused for its keys,
         # which only a compacted topic refuses.
-        headers, stats = parse_and_validate(data, config, from_client=origin is AppendOrigin.CLIENT,
+        headers, stats = parse_and_validate(data, config, from_client=from_client,
                                             topic_partition=f"{self.topic}-{self.partition}" if compact else "",
-                                            now_ms=self.clock.wall_ms() if compact else None)
+                                            now_ms=self.clock.wall_ms() if compact else None, checked=checked)
         # ``owned``: a buffer of this call's own, whose batches are edited in place. Otherwise the
         # request's bytes are written as they are, behind headers patched in small copies: offsets
         # and the leader epoch lie outside the CRC, and a 1 MiB batch is not copied to change them.
         owned = False
-        log_append_time = config.log_append_time
         if origin is not AppendOrigin.REPLICATION and config.compression_type != PRODUCER_COMPRESSION:
             recompressed, headers = maybe_recompress(data, headers, config.compression_type)
             owned, data = recompressed is not data, recompressed
@@ -371,7 +386,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         size = len(data)
         if (len(headers) == 1 and not owned and self.one_batch_path
                 and (origin is AppendOrigin.REPLICATION or stats[0].max_timestamp == headers[0].max_timestamp)):
-            return self._append_one_batch(data, headers[0], stats[0], size, leader_epoch, origin, config)
+            return self._append_one_batch(data, headers[0], stats[0].min_timestamp, stats[0].max_timestamp, size,
+                                          leader_epoch, origin, config)
         with self.lock:
             now_ms = self.clock.wall_ms()
             if config.checks_create_times:
@@ -469,8 +485,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     #: ``test_append_one_batch.py`` compares the two).
     one_batch_path = True
 
-    def _append_one_batch(self, data: bytes | bytearray | memoryview, h: BatchHeader, st: BatchStats, size: int,
-                          leader_epoch: int, origin: AppendOrigin, config: LogConfig) -> LogAppendInfo:
+    def _append_one_batch(self, data: bytes | bytearray | memoryview, h: BatchHeader, oldest: int, newest: int,
+                          size: int, leader_epoch: int, origin: AppendOrigin, config: LogConfig) -> LogAppendInfo:
         """:meth:`_append_as_leader` of what a client sends per partition -- one batch, not rebuilt
         (no recompression, no LogAppendTime) and whose header's max timestamp needs no fix -- in
         straight lines, without the lists and loops the general case needs (~1 µs per append).
@@ -480,7 +496,6 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             if config.checks_create_times and not h.attributes & TIMESTAMP_TYPE_MASK:
                 # The general path's timestamp check (message.timestamp.before/after.max.ms), for one batch.
                 before_ms, after_ms = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
-                oldest, newest = st.min_timestamp, st.max_timestamp
                 if ((oldest != NO_TIMESTAMP and (now_ms - oldest > before_ms or oldest - now_ms > after_ms))
                         or (newest != NO_TIMESTAMP and (now_ms - newest > before_ms or newest - now_ms > after_ms))):
                     self._refuse_timestamps(h, now_ms, config)
@@ -495,12 +510,17 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
             if duplicate is not None:
                 return self._duplicate_appended(duplicate, False)
             max_ts = h.max_timestamp
-            segment = self._maybe_roll(size, max_ts, offset, last_offset, now_ms)
+            segment = self.segments.last  # _maybe_roll, inline
+            assert segment is not None, "a log always has an active segment"
+            if not segment.checked:
+                self._ensure_checked(segment)
+            if segment.should_roll(size, max_ts, last_offset, now_ms, config.segment_bytes, config.max_segment_ms):
+                segment = self.roll(offset)
             if leader_epoch >= 0:
                 latest_epoch = self.leader_epoch_cache.latest_epoch
                 if latest_epoch is None or leader_epoch > latest_epoch:
                     self.leader_epoch_cache.assign(leader_epoch, offset)
-            segment.append(data, (h,), leader_epoch)
+            segment.append_batch(data, h, leader_epoch)
             self._appended(segment, staged, last_offset, count, config)
             return LogAppendInfo(offset, last_offset, max_ts, last_offset if max_ts > -1 else offset, -1,
                                  self.log_start_offset, count, size, False, segment.log, segment.base_offset)
@@ -524,6 +544,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
         producer_state = self.producer_state
         if staged is NOTHING_STAGED:
             producer_state.update_map_end_offset(last_offset + 1)  # all commit_staged does for it
+        elif type(staged) is StagedBatch:
+            producer_state.commit_batch(staged, last_offset)  # commit_staged of it: it completes nothing
         else:
             for completion in producer_state.commit_staged(staged, last_offset):
                 if completion.is_aborted:
@@ -785,24 +807,28 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
     @refuses_partition
     @disk_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets)."""
-        for seg in list(self.segments):
-            self._ensure_checked(seg)
-            if seg.size_bytes == 0 or seg.largest_timestamp < timestamp:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
-            if found is not None:
-                return found
-        return None
+        """(offset, timestamp) of the first record at or after ``timestamp`` (ListOffsets). Under the
+        log's lock, as a read: the active segment's indexes are appended to without their own locks
+        (OffsetIndex.append), and a time index entry found damaged here rebuilds them."""
+        with self.lock:
+            for seg in list(self.segments):
+                self._ensure_checked(seg)
+                if seg.size_bytes == 0 or seg.largest_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+            return None
 
     @refuses_partition
     @disk_errors
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         best = (-1, -1)
-        for seg in self.segments:
-            self._ensure_checked(seg)
-            if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
-                best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
+        with self.lock:  # the active segment's largest timestamp moves with each append
+            for seg in self.segments:
+                self._ensure_checked(seg)
+                if seg.size_bytes and seg.max_timestamp_so_far > best[0]:
+                    best = (seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
         return best
 
     @property

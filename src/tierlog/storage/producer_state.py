@@ -80,6 +80,8 @@ from tierlog.storage.producer_snapshot import (
 
 log = logging.getLogger(__name__)
 
+#: A NamedTuple built without its Python-level ``__new__``, on the append path.
+_new_tuple = tuple.__new__
 NUM_BATCHES_TO_RETAIN = 5  # the producer's max.in.flight.requests.per.connection bound for idempotence
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 NO_COORDINATOR_EPOCH = -1
@@ -662,18 +664,16 @@ class ProducerStateManager:
                             break
                     else:
                         last_offset = header.base_offset + offset_delta
-                        return StagedBatch(entry, BatchMetadata(last_seq, last_offset, offset_delta,
-                                                                header.max_timestamp))
+                        # The NamedTuple built without its Python-level __new__ (~0.1 µs).
+                        return StagedBatch(entry, _new_tuple(BatchMetadata, (last_seq, last_offset, offset_delta,
+                                                                             header.max_timestamp)))
         return self.validate_and_stage((header,), origin)
 
     def commit_staged(self, staged: StagedAppend | StagedBatch, last_offset: int) -> list[TxnCompletion]:
         """Apply a staged append once its bytes are in the segment; ``last_offset`` is the append's last
         offset. Returns the transactions it ended, each with the LSO the transaction index needs."""
         if type(staged) is StagedBatch:
-            entry, metadata = staged.entry, staged.metadata
-            entry.batch_metadata.append(metadata)  # the window keeps its last 5, as add_batch
-            entry.last_timestamp = metadata.timestamp
-            self._map_end_offset = last_offset + 1
+            self.commit_batch(staged, last_offset)
             return []
         assert isinstance(staged, StagedAppend)
         if staged.duplicate is not None:
@@ -687,6 +687,14 @@ class ProducerStateManager:
         # even appends without producer ids move it, so the next snapshot is named after the log end
         self.update_map_end_offset(last_offset + 1)
         return completions
+
+    def commit_batch(self, staged: StagedBatch, last_offset: int) -> None:
+        """:meth:`commit_staged` of what :meth:`validate_and_stage_batch` staged for a producer's next
+        batch, which completes no transaction: the batch joins the producer's window."""
+        entry, metadata = staged.entry, staged.metadata
+        entry.batch_metadata.append(metadata)  # the window keeps its last 5, as add_batch
+        entry.last_timestamp = metadata.timestamp
+        self._map_end_offset = last_offset + 1
 
     def update(self, append_info: ProducerAppendInfo) -> None:
         producer_id = append_info.producer_id

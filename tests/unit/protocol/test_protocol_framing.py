@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tierlog.errors import TierlogError
 from tierlog.protocol import FrameDecoder, FrameTooLargeError, InvalidFrameError, ProtocolError, encode_frame
-from tierlog.protocol.framing import DIRECT_FRAME_BYTES, READ_BUFFER_BYTES
+from tierlog.protocol.framing import DIRECT_FRAME_BYTES, READ_BUFFER_BYTES, _read_buffer
 
 
 def test_encode_frame_prefixes_the_big_endian_size() -> None:
@@ -171,3 +171,130 @@ def test_an_oversized_frame_read_into_the_buffer_is_refused_before_its_body() ->
         read_in(decoder, struct.pack(">i", DIRECT_FRAME_BYTES + 1), [])
     with pytest.raises(FrameTooLargeError):
         decoder.get_buffer()
+
+
+def read_greedily(decoder: FrameDecoder, wire: bytes, sizes: list[int]) -> tuple[list[bytes | bytearray], int]:
+    """As :func:`read_in`, each read taking all the room it is given when its size is 0 (a client
+    that pipelines: the socket holds more than any buffer), and checking after every read that the
+    decoder holds at most nine times what it has received of the frame being received (an eighth
+    in, plus the lent buffer's room) or the shared buffer's size. Also counts the reads that went
+    into the shared read buffer (whose bytes are then copied out) rather than a frame's own."""
+    frames: list[bytes | bytearray] = []
+    pos, turn, shared_reads = 0, 0, 0
+    while pos < len(wire):
+        target = decoder.get_buffer()
+        shared_reads += target.obj is _read_buffer()
+        size = sizes[turn % len(sizes)] if sizes else 0
+        n = min(len(target), len(wire) - pos, size or len(target))
+        target[:n] = wire[pos:pos + n]
+        pos += n
+        turn += 1
+        frames += decoder.buffer_updated(n)
+        assert decoder.buffered_bytes <= max(9 * decoder.received_bytes, READ_BUFFER_BYTES)
+    return frames, shared_reads
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 7, DIRECT_FRAME_BYTES - 1, DIRECT_FRAME_BYTES, 100_000, 300_000, 300_000 + 37_500,
+                                    300_000 - 3, 300_000 + 37_501, 2 * READ_BUFFER_BYTES, 3 * READ_BUFFER_BYTES + 5]),
+                   min_size=1, max_size=8),
+    reads=st.lists(st.sampled_from([0, 0, 0, 1, 3, 4, 5, 1000, 12_000, 37_504, 300_004, READ_BUFFER_BYTES]), max_size=6),
+)
+def test_reads_into_buffers_lent_for_the_next_large_frame_yield_the_frames(sizes: list[int], reads: list[int]) -> None:
+    # Large frames of equal, smaller, slightly and much larger sizes, small ones between them, read
+    # in pieces of any size or greedily: the same frames, in order, and never more held than allowed.
+    frames = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    decoder = FrameDecoder(4 << 20)
+    got, _ = read_greedily(decoder, b"".join(encode_frame(f) for f in frames), reads)
+    assert got == frames
+    assert decoder.buffered_bytes == 0 and decoder.pending_frame_bytes is None
+
+
+def test_pipelined_large_frames_of_one_size_are_read_with_no_copy() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB
+    frames = [body[i:] + body[:i] for i in range(5)]
+    decoder = FrameDecoder(4 << 20)
+    got, shared_reads = read_greedily(decoder, b"".join(encode_frame(f) for f in frames), [])
+    assert got == frames
+    # Only the first read went through the shared buffer (one copy of what it brought); every later
+    # one into the buffer lent for the next frame, which is the frame returned.
+    assert shared_reads == 1
+    assert all(type(f) is bytearray for f in got)
+
+
+def test_a_frame_a_little_larger_than_the_last_fits_the_lent_buffers_room() -> None:
+    first, second = b"a" * 1_000_000, b"b" * 1_100_000  # within an eighth more
+    decoder = FrameDecoder(4 << 20)
+    got, shared_reads = read_greedily(decoder, encode_frame(first) + encode_frame(second) + encode_frame(b"c"), [])
+    assert got == [first, second, b"c"] and shared_reads == 1
+
+
+def test_a_smaller_frame_after_a_large_one_leaves_the_next_ones_start_to_be_cut() -> None:
+    # The read lent the first's size brings the second, the third and the fourth's start.
+    frames = [b"a" * 1_000_000, b"b" * 600_000, b"c" * 3, b"d" * 1_000_000, b"e" * 1_000_000]
+    decoder = FrameDecoder(4 << 20)
+    got, _ = read_greedily(decoder, b"".join(encode_frame(f) for f in frames), [])
+    assert got == frames
+
+
+def test_a_buffer_lent_but_not_read_into_is_lent_again() -> None:
+    # asyncio asks for a buffer and may find nothing to read (EAGAIN): buffer_updated is not called.
+    frames = [b"a" * 300_000, b"b" * 300_000]
+    wire = b"".join(encode_frame(f) for f in frames)
+    decoder = FrameDecoder(1 << 20)
+    got, _ = read_greedily(decoder, wire[:4 + 300_000], [])
+    assert got == frames[:1]
+    first = decoder.get_buffer()  # lent, nothing read
+    assert len(first) == 4 + 300_000
+    lent = first.obj
+    target = decoder.get_buffer()
+    assert target.obj is lent
+    target[:len(wire) - 300_004] = wire[300_004:]
+    assert decoder.buffer_updated(len(wire) - 300_004) == frames[1:]
+
+
+def test_a_lent_buffer_still_viewed_elsewhere_is_copied_not_resized() -> None:
+    frames = [b"a" * 300_000, b"b" * 300_000]
+    decoder = FrameDecoder(1 << 20)
+    assert read_greedily(decoder, encode_frame(frames[0]), [])[0] == frames[:1]
+    target = decoder.get_buffer()
+    held = target.obj
+    kept = memoryview(held)  # a reader that holds a view of what it was lent
+    wire = encode_frame(frames[1])
+    target[:len(wire)] = wire
+    [frame] = decoder.buffer_updated(len(wire))
+    assert frame == frames[1] and frame is not held
+    kept.release()
+
+
+def test_a_large_frame_declared_after_a_large_one_and_barely_sent_is_not_held_at_its_size() -> None:
+    decoder = FrameDecoder(8 << 20)
+    assert read_greedily(decoder, encode_frame(b"a" * 1_000_000), [])[0] == [b"a" * 1_000_000]
+    # The next read goes into a buffer of ~1 MB; it brings only the prefix and 1,000 bytes of a
+    # 900 KB frame: what came is kept, not the lent buffer.
+    target = decoder.get_buffer()
+    assert len(target) == 4 + 1_000_000
+    target[:1004] = struct.pack(">i", 900_000) + b"x" * 1000
+    assert decoder.buffer_updated(1004) == []
+    assert decoder.buffered_bytes == decoder.received_bytes == 1000
+    assert decoder.pending_frame_bytes == 900_000
+
+
+def test_frames_smaller_than_a_read_are_still_read_several_at_once() -> None:
+    # 20 KB produce requests pipelined: one read into the shared buffer brings many; a buffer lent
+    # for one at a time would cost a read (an event-loop turn) each.
+    frames = [bytes([i]) * 20_000 for i in range(10)]
+    decoder = FrameDecoder(1 << 20)
+    reads = 0
+    wire = b"".join(encode_frame(f) for f in frames)
+    got: list[bytes | bytearray] = []
+    pos = 0
+    while pos < len(wire):
+        target = decoder.get_buffer()
+        n = min(len(target), len(wire) - pos)
+        target[:n] = wire[pos:pos + n]
+        pos += n
+        reads += 1
+        got += decoder.buffer_updated(n)
+    assert got == frames and reads == 1

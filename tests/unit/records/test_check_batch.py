@@ -17,8 +17,8 @@ from tierlog.config import LogConfig
 from tierlog.errors import TierlogError
 from tierlog.records import SimpleRecord, build_batch, reader
 from tierlog.records.compression import CompressionType
-from tierlog.records.header import CRC, CRC_START, NO_PRODUCER_ID, fast_header_copy, header_copy
-from tierlog.records.reader import check_batch_python
+from tierlog.records.header import CRC, CRC_START, NO_PRODUCER_ID, BatchHeader, fast_header_copy, header_copy
+from tierlog.records.reader import check_batch_python, check_header_python
 from tierlog.storage import append_validation
 from tierlog.storage.append_validation import parse_and_validate
 
@@ -78,6 +78,69 @@ def test_c_check_batch_answers_what_the_python_checks_answer(buf: bytearray, fro
     assert c_check(data, computed, from_client) == check_batch_python(data, computed, from_client)
 
 
+def _slots(header: BatchHeader) -> dict[str, object]:
+    return {name: getattr(header, name) for name in BatchHeader.__slots__}
+
+
+@settings(max_examples=600, deadline=None)
+@given(batches(), st.booleans(), st.sampled_from([bytes, bytearray, memoryview]))
+def test_c_check_header_answers_what_the_python_checks_answer_slot_by_slot(buf: bytearray, from_client: bool,
+                                                                            kind: type) -> None:
+    """The header the C call builds (without BatchHeader's __init__) has every slot BatchHeader(buf, 0)
+    has, the buffer object itself as its ``buf``; the rest of the answer is check_batch's."""
+    if reader.c_check_header is None:
+        pytest.skip("tierlog.records._cwalk is not built (the install step found no C compiler)")
+    data = kind(bytes(buf))
+    computed = crc32c(bytes(buf[CRC_START:]))
+    with_c = reader.c_check_header(data, computed, from_client)
+    reference = check_header_python(data, computed, from_client)
+    if reference is None:
+        assert with_c is None
+        return
+    assert with_c is not None
+    assert type(with_c[0]) is BatchHeader and with_c[0].buf is data
+    assert _slots(with_c[0]) == _slots(reference[0])
+    assert with_c[1:] == reference[1:] == check_batch_python(data, computed, from_client)
+    assert with_c[0].last_offset == reference[0].last_offset and with_c[0].is_valid()
+
+
+def test_c_check_header_fills_extreme_header_fields() -> None:
+    """Every field at the ends of its range (negative offsets and epochs, an unsigned CRC over 2^31)."""
+    if reader.c_check_header is None:
+        pytest.skip("tierlog.records._cwalk is not built (the install step found no C compiler)")
+    for producer_id, epoch, sequence, base_offset, leader_epoch in ((NO_PRODUCER_ID, -1, -1, -(1 << 63), -(1 << 31)),
+                                                                    ((1 << 63) - 1, (1 << 15) - 1, (1 << 31) - 1,
+                                                                     (1 << 63) - 1, (1 << 31) - 1)):
+        batch = build_batch([SimpleRecord(b"k", b"v", timestamp=BASE_TS)], producer_id=producer_id,
+                            producer_epoch=epoch, base_sequence=sequence, base_offset=base_offset,
+                            partition_leader_epoch=leader_epoch)
+        computed = crc32c(batch[CRC_START:])
+        with_c, reference = reader.c_check_header(batch, computed, False), check_header_python(batch, computed, False)
+        assert with_c is not None and reference is not None
+        assert _slots(with_c[0]) == _slots(reference[0])
+
+
+def test_the_c_extension_refuses_a_header_class_with_other_slots() -> None:
+    """A field added to BatchHeader that the C call would leave unset fails at import, not later."""
+    if reader.c_check_header is None:
+        pytest.skip("tierlog.records._cwalk is not built (the install step found no C compiler)")
+    from tierlog.records import _cwalk
+
+    class Wider(BatchHeader):
+        __slots__ = ("extra",)
+
+    class Narrower:
+        __slots__ = (*BatchHeader.__slots__[:-1], "other")
+
+    for cls in (Wider, Narrower, int):
+        with pytest.raises(TypeError):
+            _cwalk.set_header_type(cls)
+    _cwalk.set_header_type(BatchHeader)  # still BatchHeader's after the refusals
+    batch = build_batch([SimpleRecord(b"k", b"v", timestamp=BASE_TS)])
+    answer = reader.c_check_header(batch, crc32c(batch[CRC_START:]), True)
+    assert answer is not None and type(answer[0]) is BatchHeader
+
+
 def test_c_check_batch_takes_every_kind_of_buffer_and_refuses_a_wrong_crc() -> None:
     batch = build_batch([SimpleRecord(b"k", b"v" * 100, timestamp=BASE_TS + i) for i in range(3)])
     computed = crc32c(batch[CRC_START:])
@@ -120,7 +183,7 @@ def test_parse_and_validate_is_the_same_with_and_without_the_c_check(
                        segment_bytes=max(14, len(data) + segment_skew))
     with_c = list(_outcome(data, config, from_client))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(append_validation, "c_check_batch", None)
+        mp.setattr(append_validation, "c_check_header", None)
         without_c = list(_outcome(data, config, from_client))
     assert with_c == without_c
 
@@ -142,7 +205,14 @@ def test_c_header_copy_is_header_copy(buf: bytes, data: st.DataObject, base_offs
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=70_000), st.integers(0, 30), st.sampled_from([bytes, bytearray, memoryview]))
 def test_the_small_buffer_crc_is_crc32c(data: bytes, start: int, kind: type) -> None:
-    """The produce path's CRC of a batch up to 64 KiB (fastcrc when installed) is CRC-32C, on every
-    kind of buffer it is given, a slice of one too."""
+    """The produce path's CRC of a batch (fastcrc when installed) is CRC-32C, on every kind of buffer
+    it is given, a slice of one too."""
     buf = memoryview(kind(data))[min(start, len(data)):] if kind is memoryview else kind(data)
     assert crc32c_small(buf) == crc32c(bytes(buf))
+
+
+@pytest.mark.parametrize("size", [(64 << 10) + 1, (1 << 20) - 61, 1 << 20, (8 << 20) + 3])
+def test_the_batch_crc_of_large_batches_is_crc32c(size: int) -> None:
+    data = bytes(range(256)) * (size // 256 + 1)
+    view = memoryview(bytearray(data[:size + 61]))[61:]  # where a batch's CRC starts, in a frame
+    assert crc32c_small(view) == crc32c(bytes(view))

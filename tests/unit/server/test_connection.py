@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.helpers.server import Router, api_versions, settle
+from tests.security.pki import CertificateAuthority
 from tierlog.protocol import (
     ApiKey,
     ParsedRequest,
@@ -433,6 +438,62 @@ def test_over_a_real_socket_large_and_small_pipelined_requests_are_answered_in_o
             size = struct.unpack(">i", await reader.readexactly(4))[0]
             corrs.append(parse_response(ApiKey.API_VERSIONS, 3, await reader.readexactly(size))[0])
         assert corrs == [1, 2, 3, 4, 5] and router.seen == [1, 2, 3, 4, 5]
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+def test_pipelined_large_requests_of_varying_sizes_arrive_whole_and_are_answered_in_order(
+        tls: bool, tmp_path: Path) -> None:
+    """Large requests sent back to back, as a producer does: after the first, each read at a request
+    boundary goes into a buffer of the last one's size (the decoder's lent buffer); requests of the
+    same, a smaller, a slightly and a much larger size, and small ones between, over plaintext and
+    TLS (whose transport reads into the buffer in several pieces): each arrives byte for byte, and
+    is answered in order."""
+    sizes = [300_000, 300_000, 280_000, 320_000, 10, 300_000, 900_000, 900_000, 20_000, 300_000]
+    names = {corr: chr(ord("a") + corr) * size for corr, size in enumerate(sizes, 1)}
+
+    class Recording(Router):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: dict[int, str] = {}
+
+        async def route(self, request: ParsedRequest, client: ClientInfo) -> Reply:
+            self.names[request.correlation_id] = request.body.client_software_name
+            return await super().route(request, client)
+
+    def request(corr: int) -> bytes:
+        body = build_request(ApiKey.API_VERSIONS, 3, {"client_software_name": names[corr],
+                                                       "client_software_version": "1"})
+        return encode_request(ApiKey.API_VERSIONS, 3, corr, "unit", body)
+
+    server_ssl = client_ssl = None
+    if tls:
+        ca = CertificateAuthority()
+        cert, key, _ = ca.issue("localhost", server=True).write(tmp_path, "broker")
+        server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ssl.load_cert_chain(cert, key)
+        client_ssl = ssl.create_default_context(cadata=ca.cert_pem.decode())
+
+    async def run() -> None:
+        router = Recording()
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: KafkaConnection(router, max_frame_bytes=4 << 20), "127.0.0.1", 0,
+                                          ssl=server_ssl)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ssl,
+                                                       server_hostname="localhost" if tls else None)
+        writer.write(b"".join(request(corr) for corr in names))
+        await writer.drain()
+        corrs = []
+        for _ in names:
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            corrs.append(parse_response(ApiKey.API_VERSIONS, 3, await reader.readexactly(size))[0])
+        assert corrs == list(names) and router.seen == list(names)
+        assert router.names == names
         writer.close()
         server.close()
         await server.wait_closed()

@@ -4,7 +4,7 @@ the same appends: random runs of batches with and without producer ids (next, re
 sequences, new epochs, transactional batches and markers), record timestamps in and out of
 message.timestamp.before/after.max.ms, headers whose max timestamp disagrees with their records,
 LogAppendTime, compacted topics with null keys, a recompressing topic, leader epochs moving, and
-every origin; then the same bytes, producer state and leader epochs in both logs."""
+every origin; then the same bytes, producer state, leader epochs and index entries in both logs."""
 
 from __future__ import annotations
 
@@ -79,9 +79,12 @@ def _outcome(log: UnifiedLog, raw: bytes, origin: AppendOrigin, leader_epoch: in
 def _final(log: UnifiedLog) -> tuple[Any, ...]:
     read = log.read(0, 1 << 20)
     psm = log.producer_state
+    indexes = [(seg.base_offset, [seg.offset_index.entry(n) for n in range(seg.offset_index.entries)],
+                [seg.time_index.entry(n) for n in range(seg.time_index.entries)], seg.max_timestamp_so_far,
+                seg.offset_of_max_timestamp_so_far) for seg in log.segments]
     return (None if read is None else read.read_bytes(), dict(psm.producers),
             {k: (t.producer_id, t.first_offset, t.last_offset) for k, t in psm.ongoing_txns.items()},
-            psm.map_end_offset, log.leader_epoch_cache.entries(), log.log_end_offset)
+            psm.map_end_offset, log.leader_epoch_cache.entries(), log.log_end_offset, indexes)
 
 
 @pytest.mark.parametrize("config", [
@@ -90,7 +93,8 @@ def _final(log: UnifiedLog) -> tuple[Any, ...]:
     LogConfig(cleanup_policy=("compact",)),
     LogConfig(compression_type="gzip"),
     LogConfig(segment_bytes=400),  # rolls every few appends
-], ids=["default", "log-append-time", "compact", "recompress", "small-segments"])
+    LogConfig(index_interval_bytes=0, segment_bytes=1200),  # index entries for every batch, a few rolls
+], ids=["default", "log-append-time", "compact", "recompress", "small-segments", "every-batch-indexed"])
 @settings(max_examples=60, deadline=None)
 @given(steps)
 def test_the_one_batch_path_is_the_general_path(tmp_path_factory: pytest.TempPathFactory, config: LogConfig,

@@ -8,6 +8,7 @@ import errno
 import os
 import tempfile
 from collections import namedtuple
+from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tierlog.config import LogConfig
 from tierlog.errors import KafkaStorageError
 from tierlog.storage import group_commit
 from tierlog.storage.log import UnifiedLog
-from tierlog.storage.log_manager import LogManager
+from tierlog.storage.log_manager import LogManager, LogManagerSettings
 
 CFG = LogConfig()
 needs_syncfs = pytest.mark.skipif(
@@ -28,11 +29,23 @@ needs_syncfs = pytest.mark.skipif(
     reason="syncfs standing in for fdatasyncs needs Linux 5.8+ and the temp dir on ext4, XFS or Btrfs")
 
 
-
-def manager(d: Path) -> LogManager:
-    mgr = LogManager([d], lambda t: CFG)
+def manager(d: Path, settings: LogManagerSettings | None = None) -> LogManager:
+    mgr = LogManager([d], lambda t: CFG, settings or LogManagerSettings())
     mgr.startup_logs()
     return mgr
+
+
+@pytest.fixture
+def mgr(tmp_path: Path) -> Iterator[LogManager]:
+    """A log manager of one log dir, ``tmp_path``, with the default settings; shut down afterwards."""
+    mgr = manager(tmp_path)
+    yield mgr
+    mgr.shutdown()
+
+
+def partitions(mgr: LogManager, count: int) -> list[UnifiedLog]:
+    """The logs of partitions 0 to ``count - 1`` of topic ``t``."""
+    return [mgr.get_or_create_log("t", p) for p in range(count)]
 
 
 class Calls:
@@ -65,43 +78,42 @@ def produce(mgr: LogManager, logs: list[UnifiedLog]) -> list[Future[None]]:
     return futures
 
 
-@needs_syncfs
-def test_the_partitions_of_one_produce_share_one_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(6)]
-    calls = Calls(monkeypatch)
+def produce_synced(mgr: LogManager, logs: list[UnifiedLog]) -> None:
+    """One request's appends (:func:`produce`), waited for until every one is synced."""
     for f in produce(mgr, logs):
         f.result(30)
+
+
+@needs_syncfs
+def test_the_partitions_of_one_produce_share_one_syncfs(tmp_path: Path, mgr: LogManager,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = partitions(mgr, 6)
+    calls = Calls(monkeypatch)
+    produce_synced(mgr, logs)
     assert len(calls.syncfs) == 1 and calls.fdatasyncs == []
     stats = mgr.group_commits[tmp_path.resolve()].stats
     assert stats.syncfs_calls == 1 and stats.files_synced == 6 and stats.requests == 6 and stats.pending_bytes == 0
     # Each log learnt its records are durable: the high watermark follows them.
     assert all(ulog.high_watermark == ulog.log_end_offset == 1 for ulog in logs)
     # The next request goes the same way (the files' sync state was cleared).
-    for f in produce(mgr, logs):
-        f.result(30)
+    produce_synced(mgr, logs)
     assert len(calls.syncfs) == 2 and calls.fdatasyncs == []
     assert all(ulog.high_watermark == 2 for ulog in logs)
-    mgr.shutdown()
 
 
 @needs_syncfs
-def test_a_produce_of_few_partitions_keeps_an_fdatasync_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(group_commit.SYNCFS_MIN_FILES - 1)]
+def test_a_produce_of_few_partitions_keeps_an_fdatasync_each(mgr: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = partitions(mgr, group_commit.SYNCFS_MIN_FILES - 1)
     calls = Calls(monkeypatch)
-    for f in produce(mgr, logs):
-        f.result(30)
+    produce_synced(mgr, logs)
     assert calls.syncfs == [] and len(calls.fdatasyncs) == len(logs)
     assert all(ulog.high_watermark == 1 for ulog in logs)
-    mgr.shutdown()
 
 
 @needs_syncfs
-def test_a_file_off_the_log_dirs_filesystem_gets_its_own_fdatasync(tmp_path: Path,
+def test_a_file_off_the_log_dirs_filesystem_gets_its_own_fdatasync(tmp_path: Path, mgr: LogManager,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(5)]
+    logs = partitions(mgr, 5)
     commit = mgr.group_commits[tmp_path.resolve()]
     real_stat = os.stat
     elsewhere = logs[0].dir  # as if this partition's directory were a mount of another filesystem
@@ -114,20 +126,17 @@ def test_a_file_off_the_log_dirs_filesystem_gets_its_own_fdatasync(tmp_path: Pat
 
     monkeypatch.setattr(os, "stat", stat)
     calls = Calls(monkeypatch)
-    for f in produce(mgr, logs):
-        f.result(30)
+    produce_synced(mgr, logs)
     assert len(calls.syncfs) == 1
     assert calls.fdatasyncs == [logs[0].active_segment.log.fd]
     assert all(ulog.high_watermark == 1 for ulog in logs)
-    monkeypatch.undo()
-    mgr.shutdown()
+    monkeypatch.undo()  # the real os.stat again before the manager shuts down
 
 
 @needs_syncfs
-def test_a_failed_syncfs_fails_every_waiter_and_takes_the_dir_offline(tmp_path: Path,
+def test_a_failed_syncfs_fails_every_waiter_and_takes_the_dir_offline(tmp_path: Path, mgr: LogManager,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(5)]
+    logs = partitions(mgr, 5)
     calls = Calls(monkeypatch, syncfs_error=errno.EIO)
     for f in produce(mgr, logs):
         with pytest.raises(KafkaStorageError):
@@ -138,18 +147,16 @@ def test_a_failed_syncfs_fails_every_waiter_and_takes_the_dir_offline(tmp_path: 
     with pytest.raises(KafkaStorageError):
         logs[0].append_as_leader(batch())
     assert len(calls.syncfs) == 1
-    mgr.shutdown()
 
 
 @needs_syncfs
-def test_requests_of_other_threads_during_a_produce_start_with_it(tmp_path: Path,
+def test_requests_of_other_threads_during_a_produce_start_with_it(mgr: LogManager,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A request registered (from another thread) while a produce's appends run waits for their end
     and is synced by the same syncfs; it is not lost when the hold ends."""
     import threading
 
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(5)]
+    logs = partitions(mgr, 5)
     calls = Calls(monkeypatch)
     with mgr.deferred_syncs():
         futures = [mgr.sync_future(ulog, ulog.append_as_leader(batch())) for ulog in logs[:4]]
@@ -161,7 +168,6 @@ def test_requests_of_other_threads_during_a_produce_start_with_it(tmp_path: Path
     for f in [*futures, *other]:
         f.result(30)
     assert len(calls.syncfs) == 1 and calls.fdatasyncs == []
-    mgr.shutdown()
 
 
 def test_syncfs_stands_in_only_where_it_reports_writeback_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,15 +198,14 @@ def test_when_all_waits_for_every_future_and_keeps_each_result() -> None:
 
 
 @needs_syncfs
-def test_files_arriving_while_every_sync_thread_is_busy_start_together(tmp_path: Path,
+def test_files_arriving_while_every_sync_thread_is_busy_start_together(mgr: LogManager,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """One partition per request (librdkafka): with every sync thread busy, the files registering
     one by one wait for a sync to end and then share one syncfs, not a queue of fdatasyncs."""
     import threading
 
     busy = group_commit.SYNC_THREADS
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(busy + 5)]
+    logs = partitions(mgr, busy + 5)
     calls = Calls(monkeypatch)
     real_fdatasync = os.fdatasync
     entered, release = threading.Semaphore(0), threading.Event()
@@ -221,7 +226,6 @@ def test_files_arriving_while_every_sync_thread_is_busy_start_together(tmp_path:
         f.result(30)
     assert len(calls.syncfs) == 1  # the five waiting files, together
     assert all(ulog.high_watermark == 1 for ulog in logs)
-    mgr.shutdown()
 
 
 @needs_syncfs
@@ -230,19 +234,18 @@ def test_log_dir_syncfs_min_files_0_keeps_an_fdatasync_per_file(tmp_path: Path, 
     files only, whatever their number."""
     from tierlog.config import BrokerConfig
     from tierlog.config.settings import build_settings
-    from tierlog.storage.log_manager import LogManagerSettings
 
     settings = build_settings(LogManagerSettings, BrokerConfig({"log.dir.syncfs.min.files": "0"}))
     assert settings.syncfs_min_files == 0
-    mgr = LogManager([tmp_path], lambda t: CFG, settings=settings)
-    mgr.startup_logs()
-    logs = [mgr.get_or_create_log("t", p) for p in range(6)]
-    calls = Calls(monkeypatch)
-    for f in produce(mgr, logs):
-        f.result(30)
-    assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
-    assert all(ulog.high_watermark == 1 for ulog in logs)
-    mgr.shutdown()
+    mgr = manager(tmp_path, settings)
+    try:
+        logs = partitions(mgr, 6)
+        calls = Calls(monkeypatch)
+        produce_synced(mgr, logs)
+        assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
+        assert all(ulog.high_watermark == 1 for ulog in logs)
+    finally:
+        mgr.shutdown()
 
 
 @needs_syncfs
@@ -253,10 +256,10 @@ def test_a_log_dir_on_a_filesystem_not_known_to_sync_like_fdatasync_keeps_them(
     fuse_magic = 0x65735546
     monkeypatch.setattr(group_commit, "filesystem_type", lambda fd: fuse_magic)
     assert not group_commit.syncfs_stands_in(tmp_path)
-    mgr = manager(tmp_path)
-    logs = [mgr.get_or_create_log("t", p) for p in range(6)]
-    calls = Calls(monkeypatch)
-    for f in produce(mgr, logs):
-        f.result(30)
-    assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
-    mgr.shutdown()
+    mgr = manager(tmp_path)  # made after the patch: a group commit learns its dir's filesystem type then
+    try:
+        calls = Calls(monkeypatch)
+        produce_synced(mgr, partitions(mgr, 6))
+        assert calls.syncfs == [] and len(calls.fdatasyncs) == 6
+    finally:
+        mgr.shutdown()

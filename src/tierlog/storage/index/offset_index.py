@@ -79,23 +79,28 @@ class OffsetIndex(AbstractIndex):
             return self._parse(self._buf(), n)
 
     def append(self, offset: int, position: int) -> None:
-        """Index ``offset`` at byte ``position``. Offsets must strictly increase."""
+        """Index ``offset`` at byte ``position``. Offsets must strictly increase.
+
+        Without this index's lock (~0.2 µs per entry): its only writer is the log that owns it, under
+        the log's lock -- the append, and the roll, truncation, recovery and close that also resize,
+        trim or close the index; and every reader of a log's active segment (reads, the fetch upper
+        bound, ListOffsets by timestamp) holds that lock too. An append only fills a slot past the entries and
+        then counts it, so a reader under this lock alone still sees whole entries."""
         # Once per index.interval.bytes of appends (every 16 KiB batch): every check in one
         # condition over fields; :meth:`_refuse_append` raises the exact error when one fails.
-        with self._lock:
-            entries = self._entries
-            relative = offset - self._base_offset
-            if (self._closed or not self._writable or entries >= self._max_entries
-                    or (entries != 0 and offset <= self._last_offset) or relative < 0 or relative > INT32_MAX
-                    or position < 0 or position > INT32_MAX):
-                self._refuse_append(offset, position)
-            at = entries * OFFSET_ENTRY_SIZE
-            if at + OFFSET_ENTRY_SIZE > self._written_to:
-                self._write_ahead(at, OFFSET_ENTRY_SIZE)
-            mm = self._mm
-            OFFSET_ENTRY.pack_into(self._buf() if mm is None else mm.buffer, at, relative, position)
-            self._entries = entries + 1
-            self._last_offset = offset
+        entries = self._entries
+        relative = offset - self._base_offset
+        if (self._closed or not self._writable or entries >= self._max_entries
+                or (entries != 0 and offset <= self._last_offset) or relative < 0 or relative > INT32_MAX
+                or position < 0 or position > INT32_MAX):
+            self._refuse_append(offset, position)
+        at = entries * OFFSET_ENTRY_SIZE
+        if at + OFFSET_ENTRY_SIZE > self._written_to:
+            self._write_ahead(at, OFFSET_ENTRY_SIZE)
+        mm = self._mm
+        OFFSET_ENTRY.pack_into(self._buf() if mm is None else mm.buffer, at, relative, position)
+        self._entries = entries + 1
+        self._last_offset = offset
 
     def _refuse_append(self, offset: int, position: int) -> None:
         """Raise what :meth:`append` refuses ``(offset, position)`` for, checked in Kafka's order."""
