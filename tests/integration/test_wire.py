@@ -259,6 +259,44 @@ def test_a_fetch_larger_than_the_socket_takes_at_once_resumes_and_returns_the_se
     assert "Traceback" not in broker.stderr_tail(200)
 
 
+def test_flexible_fetches_sent_by_sendfile_end_with_their_tagged_fields_and_keep_their_order(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Fetch v12 and later (librdkafka asks v16) has tagged fields after each record set: they leave
+    right after the file's bytes, in the same corked stream. Pipelined flexible fetches -- read
+    committed and not -- with another request between them are answered in order, every record set
+    the segment file's bytes, every response whole (kio's parser reads the fields after them)."""
+    client = RawClient(broker.port)
+    create_topic(client, topic_name)
+    big = build_batch([SimpleRecord(None, bytes([i % 251]) * 1000, timestamp=now_ms()) for i in range(900)])
+    for _ in range(3):
+        assert produce(client, topic_name, big).error_code == 0
+    on_disk = (broker.data_dir / f"{topic_name}-0" / "00000000000000000000.log").read_bytes()
+    assert len(on_disk) == 3 * len(big)
+
+    def flexible(fetch_offset: int, isolation_level: int) -> dict[str, Any]:
+        values = _fetch_request(topic_name, fetch_offset, 32 << 20)
+        values["isolation_level"] = isolation_level
+        return values
+
+    try:
+        sent = [client.send(ApiKey.FETCH, 12, flexible(0, 1)),
+                client.send(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}),
+                client.send(ApiKey.FETCH, 12, flexible(900, 0))]
+        first = client.receive(ApiKey.FETCH, 12, sent[0]).responses[0].partitions[0]
+        assert first.error_code == 0 and bytes(first.records) == on_disk and first.aborted_transactions == ()
+        assert client.receive(ApiKey.API_VERSIONS, 3, sent[1]).error_code == 0
+        second = client.receive(ApiKey.FETCH, 12, sent[2]).responses[0].partitions[0]
+        assert bytes(second.records) == on_disk[len(big):] and second.aborted_transactions is None
+        # Alone (nothing queued behind it: its tagged fields are sent at once), then a small request.
+        last = client.call(ApiKey.FETCH, 12, flexible(1800, 0)).responses[0].partitions[0]
+        assert bytes(last.records) == on_disk[2 * len(big):]
+        assert client.call(ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                    "client_software_version": "1"}).error_code == 0
+    finally:
+        client.close()
+    assert "Traceback" not in broker.stderr_tail(200)
+
+
 def test_a_batch_whose_header_max_timestamp_is_minus_one_is_found_by_its_records(
         broker: BrokerProcess, topic_name: str) -> None:
     """Sarama 1.22 writes -1 as a batch's max timestamp, compressed or not. The broker stores the

@@ -641,27 +641,32 @@ class LogSegment:
         """Whether the batch at an offset index entry's position looks like the one it names: a whole
         v2 batch within the segment whose last offset is at most the entry's (Kafka indexes an
         append's last offset at its first batch). A damaged entry fails this; it is then not used."""
+        return self._entry_head(entry_offset, position) is not None
+
+    def _entry_head(self, entry_offset: int, position: int) -> bytes | None:
+        """The header of the batch at an index entry's position if :meth:`_plausible_entry`, else None."""
         head = os.pread(self.log.fd, BATCH_HEADER_SIZE, position)
         if len(head) == BATCH_HEADER_SIZE:
             base, length, _epoch, magic = _HEADER_FIELDS.unpack_from(head)
             (delta,) = _LAST_OFFSET_DELTA.unpack_from(head, 23)
             if (magic == MAGIC_V2 and length >= MIN_BATCH_LENGTH and position + LOG_OVERHEAD + length <= self.log.size_bytes
                     and self.base_offset <= base <= base + delta <= entry_offset):
-                return True
+                return head
         if not self._index_distrusted:
             self._index_distrusted = True
             log.warning("the offset index %s names position %d for offset %d, where no such batch starts; reading "
                         "%s from checked positions instead", self.offset_index_path, position, entry_offset,
                         self.log.path)
-        return False
+        return None
 
-    def _index_start(self, offset: int) -> tuple[int, int] | None:
-        """The offset index entry for ``offset`` if it passes :meth:`_plausible_entry`; None for no
-        entry (the segment's start) or one that fails."""
+    def _index_start(self, offset: int) -> tuple[int, int, bytes] | None:
+        """The offset index entry for ``offset`` if it passes :meth:`_plausible_entry`, with the
+        header of the batch there; None for no entry (the segment's start) or one that fails."""
         entry_offset, position = self.offset_index.lookup(offset)
-        if position == 0 or not self._plausible_entry(entry_offset, position):
+        if position == 0:
             return None
-        return entry_offset, position
+        head = self._entry_head(entry_offset, position)
+        return None if head is None else (entry_offset, position, head)
 
     def _locate(self, offset: int, upper_offset: int | None) -> CheckedBatch | None:
         """The checked batch holding ``offset`` (or the first after it), None when the segment has no
@@ -722,14 +727,33 @@ class LogSegment:
         return found
 
     def _find_in_span(self, span_start: int, span_end: int, offset: int) -> CheckedBatch | None:
-        """Within checked bytes the headers can be followed without checking the batches again."""
-        start = span_start
+        """Within checked bytes the headers can be followed without checking the batches again
+        (FileRecords.iter_headers_from's rules, without a header object per batch: every fetch
+        comes here). The header at the index entry, read to judge the entry, is not read again."""
+        position = span_start
+        head: bytes | None = None
         entry = None if self._index_distrusted else self._index_start(offset)
         if entry is not None and span_start <= entry[1] < span_end:
-            start = entry[1]
-        for h in self.log.iter_headers_from(start, span_end):
-            if h.last_offset >= offset:
-                return CheckedBatch(h.position, h.size_bytes, h.base_offset, h.last_offset)
+            position, head = entry[1], entry[2]
+        fd = self.log.fd
+        end = min(span_end, self.log.size_bytes)
+        while end - position >= HEADER_SIZE_UP_TO_MAGIC:
+            if head is None:
+                head = os.pread(fd, BATCH_HEADER_SIZE, position)
+            base, length, _epoch, magic = _HEADER_FIELDS.unpack_from(head) if len(head) >= 17 else (0, -1, 0, 0)
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"{self.log.path}: record batch size {length} at position {position} is below "
+                                         "the minimum")
+            size = LOG_OVERHEAD + length
+            if position + size > end:
+                return None
+            if magic != MAGIC_V2 or len(head) < BATCH_HEADER_SIZE or size < BATCH_HEADER_SIZE:
+                raise CorruptRecordError(f"{self.log.path}: no whole v2 batch header at position {position}")
+            last = base + _LAST_OFFSET_DELTA.unpack_from(head, 23)[0]
+            if last >= offset:
+                return CheckedBatch(position, size, base, last)
+            position += size
+            head = None
         return None
 
     def _check_through(self, start: CheckedBatch, end: int, upper_offset: int | None) -> int:

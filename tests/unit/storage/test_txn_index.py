@@ -167,3 +167,28 @@ def test_rename_and_delete(tmp_path: Path) -> None:
     assert TransactionIndex(back, 0).all_entries() == [AbortedTxn(0, 0, 10, 11), AbortedTxn(0, 11, 12, 12)]
     assert idx.delete_if_exists()
     assert not back.exists() and not idx.delete_if_exists()
+
+
+def test_a_missing_file_is_not_looked_for_again_until_this_index_creates_or_moves_it(tmp_path: Path) -> None:
+    """A read_committed fetch reads the index of a segment that has none: once found missing it is
+    not opened again, yet an entry appended through the index is found at once, and after a
+    rename (the cleaner's swap) or a deletion the file is looked for again."""
+    idx = index(tmp_path)
+    assert idx.collect_aborted_txns(0, 100).aborted_transactions == []
+    assert not idx.path.exists()
+    idx.append(AbortedTxn(7, 1, 5, 6))
+    assert idx.collect_aborted_txns(0, 100).aborted_transactions == [AbortedTxn(7, 1, 5, 6)]
+    idx.close()
+    assert idx.collect_aborted_txns(0, 100).aborted_transactions == [AbortedTxn(7, 1, 5, 6)]
+
+    (tmp_path / "sub").mkdir()
+    moved = index(tmp_path / "sub")
+    assert moved.collect_aborted_txns(0, 100).aborted_transactions == []  # missing: remembered
+    # A file now at the path it moves to (what a swap renames into place) is read after the move.
+    target = tmp_path / "sub" / "00000000000000000100.txnindex"
+    target.write_bytes(AbortedTxn(8, 2, 3, 4).to_bytes())
+    moved.rename_to(target)
+    assert moved.collect_aborted_txns(0, 100).aborted_transactions == [AbortedTxn(8, 2, 3, 4)]
+    assert moved.delete_if_exists()
+    target.write_bytes(AbortedTxn(9, 2, 3, 4).to_bytes())
+    assert moved.collect_aborted_txns(0, 100).aborted_transactions == [AbortedTxn(9, 2, 3, 4)]
