@@ -17,14 +17,15 @@ def report(name: str, value: float, unit: str, baseline_name: str, baseline: flo
     return line
 
 
-def perf_producer_command(bootstrap: str, topic: str, records: int, size: int, props: dict[str, str]) -> list[str]:
+def perf_producer_command(bootstrap: str, topic: str, records: int, size: int, props: dict[str, str],
+                          throughput: float = -1) -> list[str]:
     """Apache Kafka's own ``kafka-producer-perf-test`` (the Java client; the jars scripts/_env.sh
-    fetches), producing ``records`` records of ``size`` bytes as fast as it can with ``props``
-    over its defaults."""
+    fetches), producing ``records`` records of ``size`` bytes as fast as it can (or at ``throughput``
+    records/s, the tool's own pacing) with ``props`` over its defaults."""
     from tests.jvm.kafka import PRODUCER_PERF, java_command
 
     return java_command(PRODUCER_PERF, ["--topic", topic, "--num-records", str(records), "--record-size", str(size),
-                                        "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+                                        "--throughput", str(int(throughput)), "--producer-props", f"bootstrap.servers={bootstrap}",
                                         *(f"{k}={v}" for k, v in props.items())])
 
 
