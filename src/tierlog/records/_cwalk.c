@@ -318,16 +318,25 @@ static int check_one_batch(const uint8_t *b, int64_t size, unsigned long long co
     return r->ok;
 }
 
+/* The arguments of check_batch and check_header, (batch, computed_crc, from_client): 1 with the
+ * batch's buffer held in `view`; or 0 with an exception set and nothing held. */
+static int check_args(const char *name, PyObject *const *args, Py_ssize_t nargs, unsigned long long *computed_crc,
+                      int *from_client, Py_buffer *view) {
+    if (!takes(name, nargs, 3))
+        return 0;
+    *computed_crc = PyLong_AsUnsignedLongLong(args[1]);
+    *from_client = PyObject_IsTrue(args[2]);
+    if (PyErr_Occurred() || *from_client < 0)
+        return 0;
+    return PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) == 0;
+}
+
 static PyObject *check_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (!takes("check_batch", nargs, 3))
-        return NULL;
-    unsigned long long computed_crc = PyLong_AsUnsignedLongLong(args[1]);
-    int from_client = PyObject_IsTrue(args[2]);
-    if (PyErr_Occurred() || from_client < 0)
-        return NULL;
+    unsigned long long computed_crc;
+    int from_client;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (!check_args("check_batch", args, nargs, &computed_crc, &from_client, &view))
         return NULL;
     walk_result r;
     int ok = check_one_batch((const uint8_t *)view.buf, view.len, computed_crc, from_client, &r);
@@ -403,18 +412,14 @@ static PyObject *set_header_type(PyObject *self, PyObject *const *args, Py_ssize
  * reference; tests/unit/records/test_check_batch.py holds the two equal, slot by slot. */
 static PyObject *check_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (!takes("check_header", nargs, 3))
-        return NULL;
     if (header_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "check_header: set_header_type was not called");
         return NULL;
     }
-    unsigned long long computed_crc = PyLong_AsUnsignedLongLong(args[1]);
-    int from_client = PyObject_IsTrue(args[2]);
-    if (PyErr_Occurred() || from_client < 0)
-        return NULL;
+    unsigned long long computed_crc;
+    int from_client;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (!check_args("check_header", args, nargs, &computed_crc, &from_client, &view))
         return NULL;
     const uint8_t *b = (const uint8_t *)view.buf;
     walk_result r;
