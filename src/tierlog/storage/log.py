@@ -635,7 +635,8 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 return
             if self.failure_channel is not None:
                 self.failure_channel.check(self.dir.parent)
-            dirty = self._segments_to_flush(offset)
+            target = self._flush_target(offset)
+            dirty = [] if target is None else self._segments_to_flush(target)
         try:
             for seg in dirty:
                 seg.log.sync_data()  # under the file's own lock: a concurrent close or delete is safe
@@ -651,11 +652,15 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
                 raise
             raise self._disk_failed(cause, f"flush of {self.topic}-{self.partition}") from e
 
-    def _segments_to_flush(self, offset: int | None) -> list[LogSegment]:
-        """The materialised segments :meth:`_flush` would fsync for ``offset`` (called holding the lock)."""
+    def _flush_target(self, offset: int | None) -> int | None:
+        """The offset a flush of ``offset`` (default LEO) makes durable; None when an explicit
+        ``offset`` is already below the recovery point (nothing to do). Called holding the lock."""
         target = self._log_end_offset if offset is None else offset
-        if target <= self.recovery_point and offset is not None:
-            return []
+        return None if target <= self.recovery_point and offset is not None else target
+
+    def _segments_to_flush(self, target: int) -> list[LogSegment]:
+        """The materialised segments holding offsets below ``target``, from the recovery point on
+        (the active one included): what a flush fsyncs. Called holding the lock."""
         out = []
         for seg in self.segments.from_offset(self.recovery_point):
             if seg.base_offset >= target and seg is not self.active_segment:
@@ -668,22 +673,17 @@ class UnifiedLog(LogTieringMixin, LogRetentionMixin):
 
     def _flush(self, offset: int | None) -> None:
         with self.lock:
-            target = self._log_end_offset if offset is None else offset
-            if target <= self.recovery_point and offset is not None:
+            target = self._flush_target(offset)
+            if target is None:
                 return
-            for seg in self.segments.from_offset(self.recovery_point):
-                if seg.base_offset >= target and seg is not self.active_segment:
-                    break
-                if self.segments.is_materialized(seg.base_offset):
-                    seg.flush()
-                    if seg.log.needs_dir_sync:
-                        # A new segment's entry (and a new partition dir's) must survive a power cut
-                        # too (Kafka's LocalLog.flush syncs the dir after a roll).
-                        fsync_dir(self.dir)
-                        fsync_dir(self.dir.parent)
-                        seg.log.needs_dir_sync = False
-                if seg.base_offset >= target:
-                    break
+            for seg in self._segments_to_flush(target):
+                seg.flush()
+                if seg.log.needs_dir_sync:
+                    # A new segment's entry (and a new partition dir's) must survive a power cut
+                    # too (Kafka's LocalLog.flush syncs the dir after a roll).
+                    fsync_dir(self.dir)
+                    fsync_dir(self.dir.parent)
+                    seg.log.needs_dir_sync = False
             self.producer_state.flush_snapshots()
             if target > self.recovery_point:
                 self.recovery_point = target
